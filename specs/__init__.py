@@ -1,0 +1,1 @@
+"""Built-in batch contracts, installed as package data of tritoncheck."""

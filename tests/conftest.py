@@ -1,0 +1,28 @@
+"""Shared fixtures. The Triton backend runs under TRITON_INTERPRET=1 when no GPU is present,
+so the same kernel source is tested on CPU in CI."""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.register_profile(
+    "deep", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(params=["torch", "triton"])
+def backend(request):
+    """Both backends; on a machine without a GPU the Triton one runs in the interpreter."""
+    if request.param == "triton":
+        pytest.importorskip("triton")
+    return request.param

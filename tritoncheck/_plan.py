@@ -1,0 +1,590 @@
+"""The plan: a spec lowered once into a small, frozen, backend-neutral list of checks.
+
+`compile_plan` resolves every name in the spec (fields become `Ref`s, parameters become
+constants, dims stay symbolic until a batch binds them) and gives each data check its
+*iteration space*: the named axes it runs over. Axes are matched across fields by name, not by
+position (`target_lengths` [N] against `targets` [N, S] lines up on N), and a fixed-size axis
+gets a private name (`bbox.2`). Plans are hashable, so they key the Triton kernel cache.
+
+Metadata checks (presence, dtype, rank, sizes, dims agreeing) need no data and run on the host
+in `bind`, shared by both backends; value and cross-field checks are left to the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+import torch
+
+from . import _expr
+from ._dtypes import dtype_name, expand_dtypes
+from ._expr import Arange, Binary, Const, Dim, Expr, ExprError, RawIndex, Reduce, Ref, Sym, Unary
+from ._report import Violation
+from ._spec import BatchSpec, SpecError, split_where
+
+
+@dataclass(frozen=True, slots=True)
+class FieldPlan:
+    """One field's metadata contract. `shape` holds ints and dim names; `axes` names every axis."""
+
+    name: str
+    dtypes: tuple[torch.dtype, ...]
+    shape: tuple[int | str, ...]
+    shape_text: tuple[str, ...]
+    axes: tuple[str, ...]
+    optional: bool
+    kind: Literal["field"] = "field"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCheck:
+    """`field >= bound` (kind min) or `field <= bound` (kind max); values in `allow` are exempt."""
+
+    kind: Literal["min", "max"]
+    field: str
+    bound: Expr  # constant or over dims, e.g. Dim('C') - 1
+    bound_text: str
+    allow: tuple[int | float, ...]
+    axes: tuple[str, ...]
+    hint: str | None
+
+    @property
+    def code(self) -> str:
+        return "below_min" if self.kind == "min" else "above_max"
+
+
+@dataclass(frozen=True, slots=True)
+class ValueSetCheck:
+    field: str
+    values: tuple[int | float, ...]
+    allow: tuple[int | float, ...]
+    axes: tuple[str, ...]
+    hint: str | None
+    kind: Literal["values"] = "values"
+    code: str = "not_in_set"
+
+
+@dataclass(frozen=True, slots=True)
+class FiniteCheck:
+    field: str
+    axes: tuple[str, ...]
+    hint: str | None
+    kind: Literal["finite"] = "finite"
+    code: str = "non_finite"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleCheck:
+    """A rule over field data: `expr` must hold wherever `where` holds. `subject` gives the value shown."""
+
+    field: str
+    expr: Expr
+    where: Expr | None
+    subject: Expr
+    text: str
+    code: str
+    axes: tuple[str, ...]
+    hint: str | None
+    kind: Literal["rule"] = "rule"
+
+
+@dataclass(frozen=True, slots=True)
+class DimCheck:
+    """A rule over dims and parameters only (`L <= max_position_embeddings`): checked on the host."""
+
+    field: str
+    expr: Expr
+    subject: Expr
+    text: str
+    code: str
+    hint: str | None
+    kind: Literal["dim_bound"] = "dim_bound"
+
+
+DataCheck = Union[RangeCheck, ValueSetCheck, FiniteCheck, RuleCheck]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    spec_name: str
+    batch_dim: str
+    fields: tuple[FieldPlan, ...]
+    checks: tuple[DataCheck, ...]
+    dim_checks: tuple[DimCheck, ...]
+    unexpected_fields: str
+    kind: Literal["plan"] = "plan"
+
+    def field(self, name: str) -> FieldPlan:
+        return next(f for f in self.fields if f.name == name)
+
+    def pretty(self) -> str:
+        """The plan in words, one line per check, as users can print it."""
+        lines = [f"plan for {self.spec_name} (batch dim {self.batch_dim})"]
+        for f in self.fields:
+            opt = " (optional)" if f.optional else ""
+            dts = "|".join(dtype_name(d) for d in f.dtypes)
+            lines.append(f"  field {f.name}: {dts} [{', '.join(f.shape_text)}]{opt}")
+        for c in self.dim_checks:
+            lines.append(f"  host   {c.code:<20} {c.text}")
+        for c in self.checks:
+            lines.append(f"  data   {c.code:<20} {describe(c)}   over [{', '.join(c.axes)}]")
+        return "\n".join(lines)
+
+
+def describe(check: DataCheck | DimCheck) -> str:
+    """A check's rule in words (without runtime values)."""
+    if isinstance(check, RangeCheck):
+        op = ">=" if check.kind == "min" else "<="
+        allow = f" or one of {list(check.allow)}" if check.allow else ""
+        return f"{check.field} {op} {check.bound_text}{allow}"
+    if isinstance(check, ValueSetCheck):
+        allow = f" or one of {list(check.allow)}" if check.allow else ""
+        return f"{check.field} in {list(check.values)}{allow}"
+    if isinstance(check, FiniteCheck):
+        return f"{check.field} is finite (no NaN or Inf)"
+    return check.text
+
+
+def referenced_fields(check: DataCheck | DimCheck) -> set[str]:
+    if isinstance(check, (RuleCheck,)):
+        refs = _refs(check.expr) | (_refs(check.where) if check.where is not None else set())
+        return refs
+    if isinstance(check, DimCheck):
+        return set()
+    return {check.field}
+
+
+def _refs(expr: Expr) -> set[str]:
+    if isinstance(expr, Ref):
+        return {expr.field}
+    if isinstance(expr, Unary):
+        return _refs(expr.x)
+    if isinstance(expr, Binary):
+        return _refs(expr.a) | _refs(expr.b)
+    if isinstance(expr, Reduce):
+        return _refs(expr.x)
+    return set()
+
+
+def expr_dims(expr: Expr) -> set[str]:
+    """Dims an expression needs bound (as values or arange sizes)."""
+    if isinstance(expr, Dim):
+        return {expr.name}
+    if isinstance(expr, Arange):
+        return {expr.dim}
+    if isinstance(expr, Unary):
+        return expr_dims(expr.x)
+    if isinstance(expr, Binary):
+        return expr_dims(expr.a) | expr_dims(expr.b)
+    if isinstance(expr, Reduce):
+        return expr_dims(expr.x)
+    return set()
+
+
+def compile_plan(spec: BatchSpec) -> Plan:
+    """Lower a filled spec to its plan, once; the plan is cached on the spec."""
+    if spec._plan is not None:
+        return spec._plan
+    spec.require_params()
+    params = spec.params
+    dims = spec.dim_names()
+    fields = []
+    for name, f in spec.fields.items():
+        shape, axes = [], []
+        for i, entry in enumerate(f.shape):
+            size = _shape_entry(entry, params, dims, where=f"fields.{name}.shape")
+            shape.append(size)
+            axes.append(size if isinstance(size, str) else f"{name}.{i}")
+        if len(set(axes)) != len(axes):
+            raise SpecError(f"{spec.name}: fields.{name}.shape repeats a dim; each axis needs its own name")
+        fields.append(
+            FieldPlan(name, expand_dtypes(f.dtype), tuple(shape), tuple(str(e) for e in f.shape), tuple(axes), f.optional)
+        )
+    by_name = {f.name: f for f in fields}
+    scope = _Scope(by_name, params, dims, spec.name)
+
+    checks: list[DataCheck] = []
+    for fp, (name, f) in zip(fields, spec.fields.items(), strict=True):
+        allow = tuple(f.allow)
+        for kind in ("min", "max"):
+            bound = getattr(f, kind)
+            if bound is None:
+                continue
+            expr = scope.resolve(_expr.parse(bound) if isinstance(bound, str) else Const(bound), f"fields.{name}.{kind}")
+            text = _expr.to_text(expr) if not isinstance(bound, str) else bound
+            if isinstance(expr, Const) and str(expr.value) != text:
+                text = f"{text} = {expr.value}"
+            checks.append(RangeCheck(kind, name, expr, text, allow, fp.axes, f.hints.get(f"{'below_min' if kind == 'min' else 'above_max'}")))
+        if f.values is not None:
+            checks.append(ValueSetCheck(name, tuple(f.values), allow, fp.axes, f.hints.get("not_in_set")))
+        if f.finite:
+            checks.append(FiniteCheck(name, fp.axes, f.hints.get("non_finite")))
+
+    dim_checks: list[DimCheck] = []
+    for i, r in enumerate(spec.rules):
+        where = f"rules.{i}"
+        parts = split_where(r.rule)
+        expr = scope.resolve(_expr.parse(parts[0]), where)
+        cond = scope.resolve(_expr.parse(parts[1]), where) if len(parts) == 2 else None
+        subject = expr.a if isinstance(expr, Binary) and expr.op in ("==", "!=", "<", "<=", ">", ">=") else expr
+        refs = _refs(expr) | (_refs(cond) if cond is not None else set())
+        if not refs:
+            owner = r.field or _dim_owner(expr, fields)
+            dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound", r.hint))
+            continue
+        report_field = r.field or _first_ref(expr if _refs(expr) else cond)
+        axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
+        checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint))
+
+    plan = Plan(spec.name, spec.batch_dim, tuple(fields), tuple(checks), tuple(dim_checks), spec.unexpected_fields)
+    spec._plan = plan
+    return plan
+
+
+def _shape_entry(entry: int | str, params: Mapping[str, Any], dims: set[str], where: str) -> int | str:
+    if isinstance(entry, int):
+        return entry
+    expr = _expr.parse(entry)
+    if isinstance(expr, Sym) and expr.name in dims:
+        return expr.name
+    unknown = _expr.names(expr) - set(params)
+    if unknown:
+        raise SpecError(f"{where}: {entry!r} mixes dims and parameters; a size is a dim name or a parameter expression")
+    value = _expr.fold(_substitute_params(expr, params))
+    if not isinstance(value, Const) or not isinstance(value.value, int) or isinstance(value.value, bool) or value.value < 0:
+        raise SpecError(f"{where}: {entry!r} must give a non-negative integer, got {_expr.to_text(value)}")
+    return value.value
+
+
+def _substitute_params(expr: Expr, params: Mapping[str, Any]) -> Expr:
+    if isinstance(expr, Sym) and expr.name in params:
+        value = params[expr.name]
+        if not isinstance(value, (int, float, bool)):
+            raise SpecError(f"parameter {expr.name} is used as a number but is {value!r}")
+        return Const(value)
+    if isinstance(expr, Unary):
+        return Unary(expr.op, _substitute_params(expr.x, params))
+    if isinstance(expr, Binary):
+        return Binary(expr.op, _substitute_params(expr.a, params), _substitute_params(expr.b, params))
+    return expr
+
+
+@dataclass
+class _Scope:
+    fields: dict[str, FieldPlan]
+    params: Mapping[str, Any]
+    dims: set[str]
+    spec_name: str
+    _cache: dict = field(default_factory=dict)
+
+    def error(self, where: str, msg: str) -> SpecError:
+        return SpecError(f"{self.spec_name}: {where}: {msg}")
+
+    def resolve(self, expr: Expr, where: str) -> Expr:
+        try:
+            out = _expr.fold(self._resolve(expr, where))
+            self.axes(out)  # validates reductions and indexing against the axes
+            return out
+        except ExprError as exc:
+            raise self.error(where, str(exc)) from None
+
+    def _resolve(self, expr: Expr, where: str) -> Expr:
+        if isinstance(expr, Sym):
+            if expr.name in self.fields:
+                return Ref(expr.name, (None,) * len(self.fields[expr.name].shape))
+            if expr.name in self.params:
+                return _substitute_params(expr, self.params)
+            if expr.name in self.dims:
+                return Dim(expr.name)
+            raise self.error(where, f"unknown name {expr.name!r}")
+        if isinstance(expr, RawIndex):
+            if expr.field not in self.fields:
+                raise self.error(where, f"only fields can be indexed; {expr.field!r} is not a field")
+            fp = self.fields[expr.field]
+            index = _normalize_index(expr.items, len(fp.shape))
+            for size, i in zip(fp.shape, index, strict=True):
+                if isinstance(size, int) and i is not None and not -size <= i < size:
+                    raise ExprError(f"index {i} is out of range for an axis of size {size} in {_expr.to_text(expr)}")
+            return Ref(expr.field, index)
+        if isinstance(expr, Arange):
+            if expr.dim not in self.dims:
+                raise self.error(where, f"arange() needs a dim name; {expr.dim!r} is not a dim")
+            return expr
+        if isinstance(expr, Unary):
+            return Unary(expr.op, self._resolve(expr.x, where))
+        if isinstance(expr, Binary):
+            return Binary(expr.op, self._resolve(expr.a, where), self._resolve(expr.b, where))
+        if isinstance(expr, Reduce):
+            x = self._resolve(expr.x, where)
+            if expr.dims is None:
+                return Reduce(expr.op, x, None)
+            x_axes = self.axes(x)
+            named = []
+            for d in expr.dims:
+                if isinstance(d, int):
+                    if not -len(x_axes) <= d < len(x_axes):
+                        raise ExprError(f"dim={d} is out of range for an expression over [{', '.join(x_axes)}]")
+                    named.append(x_axes[d])
+                elif d in x_axes:
+                    named.append(d)
+                else:
+                    raise ExprError(f"dim {d!r} is not an axis of {_expr.to_text(x)} ([{', '.join(x_axes)}])")
+            return Reduce(expr.op, x, tuple(named))
+        return expr
+
+    def axes(self, expr: Expr | None) -> tuple[str, ...]:
+        """The named axes an expression spans, in order of first appearance."""
+        if expr is None or isinstance(expr, (Const, Dim)):
+            return ()
+        if isinstance(expr, Ref):
+            f = self.fields[expr.field]
+            return tuple(a for a, i in zip(f.axes, expr.index, strict=True) if i is None)
+        if isinstance(expr, Arange):
+            return (expr.dim,)
+        if isinstance(expr, Unary):
+            return self.axes(expr.x)
+        if isinstance(expr, Binary):
+            return _ordered_union(self.axes(expr.a), self.axes(expr.b))
+        if isinstance(expr, Reduce):
+            if expr.dims is None:
+                return ()
+            return tuple(a for a in self.axes(expr.x) if a not in expr.dims)
+        raise ExprError(f"cannot use {type(expr).__name__} here")
+
+
+def _normalize_index(items: tuple[object, ...], rank: int) -> tuple[int | None, ...]:
+    if items.count(Ellipsis) > 1:
+        raise ExprError("an index may hold at most one '...'")
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        fill = rank - (len(items) - 1)
+        if fill < 0:
+            raise ExprError(f"too many indices for a field of rank {rank}")
+        items = items[:k] + (None,) * fill + items[k + 1 :]
+    if len(items) > rank:
+        raise ExprError(f"too many indices for a field of rank {rank}")
+    return tuple(items) + (None,) * (rank - len(items))  # type: ignore[return-value]
+
+
+def _ordered_union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    return a + tuple(x for x in b if x not in a)
+
+
+def _first_ref(expr: Expr) -> str:
+    if isinstance(expr, Ref):
+        return expr.field
+    if isinstance(expr, Unary) or isinstance(expr, Reduce):
+        return _first_ref(expr.x)
+    if isinstance(expr, Binary):
+        return _first_ref(expr.a) if _refs(expr.a) else _first_ref(expr.b)
+    raise ExprError("rule refers to no field")
+
+
+def _dim_owner(expr: Expr, fields: list[FieldPlan]) -> str:
+    needed = expr_dims(expr)
+    for f in fields:
+        if needed & set(f.shape):
+            return f.name
+    return fields[0].name
+
+
+# ---------------------------------------------------------------------------------------------
+# Binding a batch: host-side metadata checks shared by both backends.
+
+
+@dataclass
+class Bound:
+    """What `bind` learned from a batch: the tensors that passed, the dims, and the violations."""
+
+    tensors: dict[str, torch.Tensor]
+    dims: dict[str, tuple[int, str]]
+    violations: list[Violation]
+    skipped: list[str]
+    runnable: list[DataCheck]
+
+    def dim_values(self) -> dict[str, int]:
+        return {k: v for k, (v, _) in self.dims.items()}
+
+
+def bind(plan: Plan, batch: Any) -> Bound:
+    """Run every metadata check of `plan` on `batch` and decide which data checks can run."""
+    violations: list[Violation] = []
+    if not isinstance(batch, Mapping):
+        hint = None
+        if isinstance(batch, (tuple, list)):
+            hint = "pass a dict of field name to tensor, e.g. dict(zip(field_names, batch))"
+        violations.append(
+            Violation("<batch>", "not_a_mapping", f"a batch must be a mapping of field name to tensor, got {type(batch).__name__}", hint=hint)
+        )
+        return Bound({}, {}, violations, ["every check (the batch is not a mapping)"], [])
+
+    known = {f.name for f in plan.fields}
+    for key in batch:
+        if key not in known and plan.unexpected_fields == "error":
+            violations.append(
+                Violation(str(key), "unexpected_field", f"{key!r} is not a field of {plan.spec_name} (fields: {', '.join(sorted(known))})",
+                          hint="drop it from the batch, or set unexpected_fields: ignore in the spec")
+            )
+
+    tensors: dict[str, torch.Tensor] = {}
+    dims: dict[str, tuple[int, str]] = {}
+    bad_fields: set[str] = set()
+    device = None
+    for fp in plan.fields:
+        if fp.name not in batch or batch[fp.name] is None:
+            if not fp.optional:
+                violations.append(Violation(fp.name, "missing_field", f"required field {fp.name} is missing from the batch"))
+            bad_fields.add(fp.name)
+            continue
+        tensor, problem = as_tensor(batch[fp.name])
+        if tensor is None:
+            violations.append(Violation(fp.name, "not_a_tensor", problem, value=type(batch[fp.name]).__name__,
+                                        hint="convert it with torch.as_tensor(...) in the collate function"))
+            bad_fields.add(fp.name)
+            continue
+        if device is None:
+            device = tensor.device
+        elif tensor.device != device:
+            violations.append(Violation(fp.name, "device_mismatch", f"{fp.name} is on {tensor.device} but the batch is on {device}", value=str(tensor.device)))
+            bad_fields.add(fp.name)
+            continue
+        problem = _check_meta(fp, tensor, dims, violations)
+        if problem:
+            bad_fields.add(fp.name)
+            continue
+        tensors[fp.name] = tensor
+
+    if plan.batch_dim in dims and dims[plan.batch_dim][0] == 0:
+        size, src = dims[plan.batch_dim]
+        violations.append(Violation(src, "empty_batch", f"the batch is empty ({plan.batch_dim}=0 from {src})", value=0))
+
+    dim_values = {k: v for k, (v, _) in dims.items()}
+    skipped: list[str] = []
+    for c in plan.dim_checks:
+        needed = expr_dims(c.expr)
+        if not needed <= dim_values.keys():
+            skipped.append(c.text)
+            continue
+        if not bool(evaluate_scalar(c.expr, dim_values)):
+            value = evaluate_scalar(c.subject, dim_values)
+            ctx = ", ".join(f"{k}={dim_values[k]} (from {dims[k][1]})" for k in sorted(needed))
+            violations.append(Violation(c.field, c.code, f"{c.text} fails with {ctx}", value=value, index=(), hint=c.hint))
+
+    runnable: list[DataCheck] = []
+    for c in plan.checks:
+        fields_needed = referenced_fields(c)
+        dims_needed = expr_dims(c.bound) if isinstance(c, RangeCheck) else set()
+        if isinstance(c, RuleCheck):
+            dims_needed = expr_dims(c.expr) | (expr_dims(c.where) if c.where is not None else set())
+        if fields_needed & bad_fields or not dims_needed <= dim_values.keys():
+            absent_optional = all(plan.field(f).optional and f not in batch for f in fields_needed & bad_fields)
+            if not absent_optional or not fields_needed & bad_fields:
+                skipped.append(describe(c))
+            continue
+        runnable.append(c)
+    return Bound(tensors, dims, violations, skipped, runnable)
+
+
+def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
+    """A tensor view of `value` (numpy arrays without a copy), or None and the reason."""
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            return None, f"a {value.layout} tensor is not supported; convert it with .to_dense()"
+        return value, ""
+    module = type(value).__module__
+    if module == "numpy":
+        try:
+            return torch.from_numpy(value), ""
+        except (TypeError, ValueError) as exc:
+            return None, f"a numpy array of dtype {getattr(value, 'dtype', '?')} cannot be checked ({exc})"
+    return None, f"expected a tensor or numpy array, got {type(value).__name__}"
+
+
+def _check_meta(fp: FieldPlan, t: torch.Tensor, dims: dict[str, tuple[int, str]], out: list[Violation]) -> bool:
+    """Dtype, rank and sizes of one field; binds dims it is first to name. True if a problem was found."""
+    problem = False
+    if t.dtype not in fp.dtypes:
+        want = "|".join(dtype_name(d) for d in fp.dtypes)
+        out.append(Violation(fp.name, "dtype", f"{fp.name} must have dtype {want}, got {dtype_name(t.dtype)}",
+                             value=dtype_name(t.dtype), hint=_dtype_hint(fp, t.dtype)))
+        problem = True
+    if t.dim() != len(fp.shape):
+        want = ", ".join(fp.shape_text)
+        out.append(Violation(fp.name, "rank", f"{fp.name} must have {len(fp.shape)} dims [{want}], got shape {tuple(t.shape)}",
+                             value=tuple(t.shape), hint=_rank_hint(fp, t)))
+        return True
+    for axis, (entry, text) in enumerate(zip(fp.shape, fp.shape_text, strict=True)):
+        size = t.shape[axis]
+        if isinstance(entry, int):
+            if size != entry:
+                src = f" ({text})" if text != str(entry) else ""
+                hint = None
+                if entry in t.shape:
+                    hint = f"axis {list(t.shape).index(entry)} has the expected size {entry}: the axes look transposed (channels-last input?)"
+                out.append(Violation(fp.name, "shape", f"{fp.name} axis {axis} must be {entry}{src}, got {size} (shape {tuple(t.shape)})",
+                                     index=(axis,), value=size, hint=hint))
+                problem = True
+        elif entry in dims:
+            bound, src = dims[entry]
+            if size != bound:
+                out.append(Violation(fp.name, "dim_mismatch",
+                                     f"{fp.name} axis {axis} is {entry}={size}, but {entry}={bound} (from {src}); shape {tuple(t.shape)}",
+                                     index=(axis,), value=size))
+                problem = True
+        else:
+            dims[entry] = (size, fp.name)
+    return problem
+
+
+def _dtype_hint(fp: FieldPlan, dtype: torch.dtype) -> str | None:
+    wants_int = all(not d.is_floating_point for d in fp.dtypes)
+    if wants_int and dtype.is_floating_point:
+        return f"{fp.name} holds indices, which must be integers: cast with .long() where the batch is built"
+    if dtype == torch.int32 and torch.int64 in fp.dtypes:
+        return "CUDA cross-entropy/nll_loss accept int64 targets only: cast with .long()"
+    if not wants_int and not dtype.is_floating_point:
+        return f"{fp.name} must be floating point: cast with .float()"
+    return None
+
+
+def _rank_hint(fp: FieldPlan, t: torch.Tensor) -> str | None:
+    shape = list(t.shape)
+    if t.dim() == len(fp.shape) + 1 and 1 in shape[1:]:
+        return f"an extra size-1 axis, e.g. (N, 1) where (N,) is expected: squeeze it (.squeeze({shape.index(1, 1)}))"
+    if t.dim() + 1 == len(fp.shape):
+        return "one axis is missing, e.g. (N,) where (N, 1) or (B, C, L) is expected: unsqueeze or reshape"
+    return None
+
+
+def evaluate_scalar(expr: Expr, dims: Mapping[str, int]) -> Any:
+    """Evaluate an expression over constants and dims (no field data) on the host."""
+    if isinstance(expr, Const):
+        return expr.value
+    if isinstance(expr, Dim):
+        return dims[expr.name]
+    if isinstance(expr, Unary):
+        x = evaluate_scalar(expr.x, dims)
+        return {"neg": lambda: -x, "not": lambda: not x, "abs": lambda: abs(x), "isfinite": lambda: x == x and abs(x) != float("inf")}[expr.op]()
+    if isinstance(expr, Binary):
+        a, b = evaluate_scalar(expr.a, dims), evaluate_scalar(expr.b, dims)
+        return _SCALAR_OPS[expr.op](a, b)
+    raise ExprError(f"{_expr.to_text(expr)} needs batch data")
+
+
+_SCALAR_OPS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "//": lambda a, b: a // b if b else 0,
+    "%": lambda a, b: a % b if b else 0,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "&": lambda a, b: bool(a) and bool(b),
+    "|": lambda a, b: bool(a) or bool(b),
+}

@@ -1,0 +1,316 @@
+"""Batch contracts as Pydantic models, their YAML form, and parameter filling.
+
+A `BatchSpec` is what a user writes; `tritoncheck._plan.compile_plan` lowers it to checks.
+Everything a spec file says is validated here, before any batch is seen: dtype names, shapes,
+bounds and rule expressions (parsed, never evaluated), and that every name a rule uses is a
+field, a parameter or a dim.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from . import _expr
+from ._dtypes import expand_dtypes
+
+ParamValue = int | float | bool | str | None
+Bound = int | float | str
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MISSING_PYYAML_MESSAGE = "reading or writing YAML specs needs PyYAML: pip install pyyaml"
+
+
+class SpecError(ValueError):
+    """A contract that cannot be used: a bad spec file, a missing or unknown parameter."""
+
+
+SpecError.__module__ = "tritoncheck"
+
+
+class FieldSpec(BaseModel):
+    """The contract of one tensor in the batch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: list[str] = Field(description="Accepted dtypes: names (int64, bfloat16, bool) or groups (int, float).")
+    shape: list[int | str] = Field(
+        description="One entry per axis: an int, a parameter expression, or a dim name bound across fields."
+    )
+    optional: bool = Field(False, description="The batch may leave this field out.")
+    min: Bound | None = Field(None, description="Smallest allowed value (inclusive); may use parameters and dims.")
+    max: Bound | None = Field(None, description="Largest allowed value (inclusive); may use parameters and dims.")
+    allow: list[int | float] = Field(
+        default_factory=list, description="Sentinel values allowed outside min/max/values, such as -100."
+    )
+    values: list[int | float] | None = Field(None, description="The only values allowed, such as [0, 1] for a mask.")
+    finite: bool = Field(False, description="Reject NaN and +-Inf.")
+    hints: dict[str, str] = Field(
+        default_factory=dict, description="A likely cause to print, per violation code (above_max: '...')."
+    )
+    description: str | None = None
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _one_dtype(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtypes(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one dtype is required")
+        expand_dtypes(v)  # raises ValueError naming an unknown dtype
+        return v
+
+    @field_validator("shape")
+    @classmethod
+    def _shape_entries(cls, v: list[int | str]) -> list[int | str]:
+        for entry in v:
+            if isinstance(entry, int) and entry < 0:
+                raise ValueError(f"a fixed size must be >= 0, got {entry}")
+            if isinstance(entry, str):
+                _expr.parse(entry)
+        return v
+
+    @field_validator("min", "max")
+    @classmethod
+    def _bound_parses(cls, v: Bound | None) -> Bound | None:
+        if isinstance(v, str):
+            _expr.parse(v)
+        return v
+
+    @field_validator("hints")
+    @classmethod
+    def _hint_codes(cls, v: dict[str, str]) -> dict[str, str]:
+        from ._report import VIOLATION_CODES
+
+        for code in v:
+            if code not in VIOLATION_CODES:
+                raise ValueError(f"unknown violation code {code!r} in hints; known: {', '.join(VIOLATION_CODES)}")
+        return v
+
+
+class RuleSpec(BaseModel):
+    """A rule over one or more fields, such as `bbox[..., 0] <= bbox[..., 2]`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: str = Field(description="A boolean expression; `X where C` checks X only where C holds.")
+    code: str = Field("rule_failed", description="The violation code reported when the rule fails.")
+    field: str | None = Field(None, description="The field to report; by default the first field the rule names.")
+    hint: str | None = Field(None, description="A likely cause to print when the rule fails.")
+
+    @field_validator("rule")
+    @classmethod
+    def _rule_parses(cls, v: str) -> str:
+        for part in split_where(v):
+            _expr.parse(part)
+        return v
+
+    @field_validator("code")
+    @classmethod
+    def _code_is_identifier(cls, v: str) -> str:
+        if not _IDENT.match(v):
+            raise ValueError(f"a code must be an identifier, got {v!r}")
+        return v
+
+
+def split_where(text: str) -> tuple[str, ...]:
+    """`labels == -100 where attention_mask == 0` -> ('labels == -100', 'attention_mask == 0')."""
+    parts = re.split(r"\s+where\s+", text.strip())
+    if len(parts) > 2:
+        raise ValueError("a rule may have at most one 'where'")
+    return tuple(parts)
+
+
+class BatchSpec(BaseModel):
+    """The contract of a whole batch: its fields, the rules across them, and their parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Shown in reports.")
+    description: str = ""
+    batch_dim: str = Field("B", description="The dim that counts samples; violations report positions along it.")
+    params: dict[str, ParamValue] = Field(
+        default_factory=dict, description="Parameters and their defaults; null means required."
+    )
+    fields: dict[str, FieldSpec]
+    rules: list[RuleSpec] = Field(default_factory=list)
+    unexpected_fields: Literal["error", "ignore"] = Field(
+        "error", description="Report fields the spec does not name ('error') or let them through ('ignore')."
+    )
+
+    _plan: Any = PrivateAttr(default=None)
+
+    @field_validator("rules", mode="before")
+    @classmethod
+    def _rule_strings(cls, v: Any) -> Any:
+        return [{"rule": r} if isinstance(r, str) else r for r in v] if isinstance(v, list) else v
+
+    @model_validator(mode="after")
+    def _names_resolve(self) -> BatchSpec:
+        if not self.fields:
+            raise ValueError("a spec needs at least one field")
+        for kind, group in (("field", self.fields), ("parameter", self.params)):
+            for n in group:
+                if not _IDENT.match(n) or keyword.iskeyword(n):
+                    raise ValueError(f"{kind} name {n!r} is not an identifier")
+        clash = set(self.fields) & set(self.params)
+        if clash:
+            raise ValueError(f"{sorted(clash)} named both a field and a parameter")
+        dims = self.dim_names()
+        clash = dims & (set(self.fields) | set(self.params))
+        if clash:
+            raise ValueError(f"{sorted(clash)} named both a dim and a field or parameter")
+        if self.batch_dim not in dims:
+            raise ValueError(f"batch_dim {self.batch_dim!r} does not appear in any field's shape")
+        known = set(self.fields) | set(self.params) | dims
+        for name, f in self.fields.items():
+            for key in ("min", "max"):
+                bound = getattr(f, key)
+                if isinstance(bound, str):
+                    unknown = _expr.names(_expr.parse(bound)) - set(self.params) - dims
+                    if unknown:
+                        raise ValueError(f"fields.{name}.{key}: unknown name(s) {sorted(unknown)}")
+        for i, r in enumerate(self.rules):
+            used = set().union(*(_expr.names(_expr.parse(p)) for p in split_where(r.rule)))
+            unknown = used - known
+            if unknown:
+                raise ValueError(f"rules.{i}: unknown name(s) {sorted(unknown)} in {r.rule!r}")
+            if r.field is not None and r.field not in self.fields:
+                raise ValueError(f"rules.{i}: field {r.field!r} is not in the spec")
+        return self
+
+    def dim_names(self) -> set[str]:
+        """Names in shapes that are not parameters: sizes bound from the batch."""
+        out = set()
+        for f in self.fields.values():
+            for entry in f.shape:
+                if isinstance(entry, str):
+                    out |= _expr.names(_expr.parse(entry)) - set(self.params)
+        return out
+
+    def missing_params(self) -> list[str]:
+        return [k for k, v in self.params.items() if v is None]
+
+    def with_params(self, config: Any = None, **params: ParamValue) -> BatchSpec:
+        """A copy with parameters filled from `config` (object or dict, extra fields ignored) and keywords.
+
+        Keywords win over the config; an unknown keyword is an error, so a typo cannot pass silently.
+        """
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise SpecError(
+                f"{self.name}: unknown parameter(s) {sorted(unknown)}; this spec takes {sorted(self.params) or 'none'}"
+            )
+        filled = dict(self.params)
+        if config is not None:
+            for name in self.params:
+                value = _config_value(config, name)
+                if value is not None:
+                    filled[name] = value
+        filled.update(params)
+        for name, value in filled.items():
+            if value is not None and not isinstance(value, (int, float, bool, str)):
+                raise SpecError(f"{self.name}: parameter {name} must be a number or string, got {type(value).__name__}")
+        return self.model_copy(update={"params": filled})
+
+    def require_params(self) -> None:
+        missing = self.missing_params()
+        if missing:
+            raise SpecError(
+                f"{self.name}: missing parameter(s) {', '.join(missing)}; "
+                f"pass them as keywords ({missing[0]}=...) or give config=model.config"
+            )
+
+    def to_yaml(self) -> str:
+        """The YAML form; `load_spec` on it gives back an equal spec."""
+        yaml = _import_yaml()
+        data = self.model_dump(mode="json", exclude_defaults=True)
+        data["name"] = self.name  # always written, so the file says what it is
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+    def pretty(self) -> str:
+        """The compiled plan, in words."""
+        from ._plan import compile_plan
+
+        return compile_plan(self).pretty()
+
+
+def _config_value(config: Any, name: str) -> Any:
+    if isinstance(config, Mapping):
+        return config.get(name)
+    try:
+        return getattr(config, name, None)
+    except Exception:  # a config property may raise for an unset field; treat as absent
+        return None
+
+
+def _import_yaml():
+    try:
+        import yaml
+    except ImportError as exc:
+        raise ImportError(MISSING_PYYAML_MESSAGE) from exc
+    return yaml
+
+
+def spec_from_dict(data: Any, source: str) -> BatchSpec:
+    """Validate a spec mapping, reporting every mistake with `source` and its key path."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{source}: a spec must be a mapping with 'name' and 'fields', got {type(data).__name__}")
+    try:
+        return BatchSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            path = ".".join(str(p) for p in err["loc"]) or "<top>"
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"  {path}: {msg}")
+        raise SpecError(f"{source}: {len(lines)} error(s) in spec\n" + "\n".join(lines)) from None
+
+
+def builtin_spec_names() -> list[str]:
+    return sorted(p.stem for p in _builtin_dir().glob("*.yaml"))
+
+
+def _builtin_dir() -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("tritoncheck.specs")))
+
+
+def read_spec(name_or_path: str | Path) -> BatchSpec:
+    """Read a built-in spec by name, or a YAML file, without filling parameters."""
+    yaml = _import_yaml()
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        if str(name_or_path) not in builtin_spec_names():
+            raise SpecError(
+                f"no built-in spec named {str(name_or_path)!r}; built-ins: {', '.join(builtin_spec_names())}"
+            )
+        path = _builtin_dir() / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise SpecError(f"spec file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    return spec_from_dict(data, str(path))
+
+
+def load_spec(name_or_path: str | Path, config: Any = None, **params: ParamValue) -> BatchSpec:
+    """Load a built-in spec by name or a YAML file, and fill its parameters.
+
+    Args:
+        name_or_path: a built-in name (`tritoncheck specs` lists them) or a path to a YAML spec.
+        config: a model config (object or dict) to take parameters from; unrelated fields are ignored.
+        **params: parameters by keyword; they override the config. Unknown names are an error.
+    """
+    spec = read_spec(name_or_path).with_params(config, **params)
+    spec.require_params()
+    return spec

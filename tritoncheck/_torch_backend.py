@@ -1,0 +1,252 @@
+"""The torch backend: the plan's data checks as torch ops, on CPU or CUDA tensors.
+
+It is the reference the Triton backend is tested against, and what DataLoader workers run.
+On a valid batch each field is read about once: one `aminmax` per field settles its range,
+value-set and finiteness checks together. Only when that summary cannot clear a check (a value
+is out of range, a sentinel such as -100 is present, a NaN turned up) does a second pass build
+the violation mask and locate the offenders.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ._dtypes import compute_dtype
+from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from ._plan import Bound, DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, describe, evaluate_scalar
+from ._report import Violation
+
+
+def run(plan: Plan, bound: Bound) -> list[Violation]:
+    """Every data check of `plan` that `bind` found runnable, as violations."""
+    ctx = _Context(plan, bound)
+    out = []
+    for check in bound.runnable:
+        bad = ctx.bad_mask(check)
+        if bad is None:
+            continue
+        count, samples, index = locate(bad, check.axes, plan.batch_dim)
+        if count:
+            out.append(make_violation(check, ctx, count, samples, index))
+    return out
+
+
+class _Context:
+    """Tensors, dims and per-field summaries for one batch."""
+
+    def __init__(self, plan: Plan, bound: Bound):
+        self.plan = plan
+        self.bound = bound
+        self.dims = bound.dim_values()
+        self.sizes: dict[str, int] = {}
+        for name, t in bound.tensors.items():
+            for axis, size in zip(plan.field(name).axes, t.shape, strict=True):
+                self.sizes[axis] = size
+        self._summary: dict[str, tuple[Any, Any] | None] = {}
+
+    def tensor(self, name: str) -> torch.Tensor:
+        t = self.bound.tensors[name]
+        return t.to(compute_dtype(t.dtype))
+
+    def summary(self, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(min, max) of a field in one sweep, or None if it is empty."""
+        if name not in self._summary:
+            t = self.bound.tensors[name]
+            if t.numel() == 0:
+                self._summary[name] = None
+            else:
+                mn, mx = torch.aminmax(t.view(torch.uint8) if t.dtype == torch.bool else t)
+                cd = compute_dtype(t.dtype)
+                self._summary[name] = (mn.to(cd), mx.to(cd))
+        return self._summary[name]
+
+    def bound_value(self, check: RangeCheck) -> int | float:
+        value = evaluate_scalar(check.bound, self.dims)
+        if not self.bound.tensors[check.field].dtype.is_floating_point and isinstance(value, float):
+            # an integer field against a fractional bound: compare ints with ints
+            value = math.ceil(value) if check.kind == "min" else math.floor(value)
+        return value
+
+    def bad_mask(self, check: DataCheck) -> torch.Tensor | None:
+        """A bool tensor over `check.axes`, True where the check fails; None when the summary clears it."""
+        if isinstance(check, RuleCheck):
+            ok = self.evaluate(check.expr, check.axes).to(torch.bool)
+            bad = ~ok
+            if check.where is not None:
+                bad = bad & self.evaluate(check.where, check.axes).to(torch.bool)
+            return bad
+        summary = self.summary(check.field)
+        if summary is None:
+            return None
+        mn, mx = summary
+        if isinstance(check, RangeCheck):
+            limit = self.bound_value(check)
+            if bool(mn >= limit) if check.kind == "min" else bool(mx <= limit):
+                return None  # NaN compares False, so a NaN min/max falls through to the exact pass
+            x = self.tensor(check.field)
+            bad = x < limit if check.kind == "min" else x > limit
+        elif isinstance(check, ValueSetCheck):
+            if _covers(mn, mx, check.values + check.allow):
+                return None
+            x = self.tensor(check.field)
+            bad = ~torch.isin(x, torch.tensor(check.values, dtype=x.dtype, device=x.device))
+        else:  # FiniteCheck
+            if bool(torch.isfinite(mn) & torch.isfinite(mx)):
+                return None
+            return ~torch.isfinite(self.tensor(check.field))
+        if check.allow:
+            bad &= ~torch.isin(x, torch.tensor(check.allow, dtype=x.dtype, device=x.device))
+        return bad
+
+    def evaluate(self, expr: Expr, axes: tuple[str, ...]) -> torch.Tensor:
+        """`expr` as a tensor laid out over `axes` (broadcast by axis name)."""
+        value, own = self._eval(expr)
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor(value)
+        return _align(value, own, axes, self.sizes)
+
+    def _eval(self, expr: Expr) -> tuple[Any, tuple[str, ...]]:
+        if isinstance(expr, Const):
+            return expr.value, ()
+        if isinstance(expr, Dim):
+            return self.dims[expr.name], ()
+        if isinstance(expr, Arange):
+            device = next(iter(self.bound.tensors.values())).device
+            return torch.arange(self.sizes.get(expr.dim, self.dims[expr.dim]), device=device), (expr.dim,)
+        if isinstance(expr, Ref):
+            t = self.tensor(expr.field)
+            axes = self.plan.field(expr.field).axes
+            for axis in reversed(range(len(expr.index))):  # select from the back so positions stay valid
+                if expr.index[axis] is not None:
+                    t = t.select(axis, expr.index[axis])
+            return t, tuple(a for a, i in zip(axes, expr.index, strict=True) if i is None)
+        if isinstance(expr, Unary):
+            x, axes = self._eval(expr.x)
+            if not isinstance(x, torch.Tensor):
+                return evaluate_scalar(Unary(expr.op, Const(x)), {}), ()
+            if expr.op == "neg":
+                return -x, axes
+            if expr.op == "not":
+                return ~x.to(torch.bool), axes
+            if expr.op == "abs":
+                return x.abs(), axes
+            return torch.isfinite(x), axes
+        if isinstance(expr, Binary):
+            a, a_axes = self._eval(expr.a)
+            b, b_axes = self._eval(expr.b)
+            if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+                return evaluate_scalar(Binary(expr.op, Const(a), Const(b)), {}), ()
+            axes = a_axes + tuple(x for x in b_axes if x not in a_axes)
+            if isinstance(a, torch.Tensor):
+                a = _align(a, a_axes, axes, None)
+            if isinstance(b, torch.Tensor):
+                b = _align(b, b_axes, axes, None)
+            return _binary(expr.op, a, b), axes
+        if isinstance(expr, Reduce):
+            x, axes = self._eval(expr.x)
+            if not isinstance(x, torch.Tensor):
+                x = torch.tensor(x)
+            red = tuple(range(len(axes))) if expr.dims is None else tuple(axes.index(d) for d in expr.dims)
+            keep = () if expr.dims is None else tuple(a for a in axes if a not in expr.dims)
+            if expr.op == "sum":
+                out = x.to(torch.int64).sum(dim=red) if x.dtype == torch.bool else x.sum(dim=red)
+            elif expr.op == "any":
+                out = (x != 0).any(dim=red) if red else x != 0
+            else:
+                out = (x != 0).all(dim=red) if red else x != 0
+            return out, keep
+        raise TypeError(f"cannot evaluate {expr!r}")
+
+
+def _binary(op: str, a: Any, b: Any) -> torch.Tensor:
+    if op in ("&", "|"):
+        a = a.to(torch.bool) if isinstance(a, torch.Tensor) else bool(a)
+        b = b.to(torch.bool) if isinstance(b, torch.Tensor) else bool(b)
+        return (a & b) if op == "&" else (a | b)
+    if op == "//":
+        return torch.div(a, b, rounding_mode="floor") if isinstance(a, torch.Tensor) else torch.div(torch.tensor(a), b, rounding_mode="floor")
+    if op == "%":
+        return torch.remainder(a, b) if isinstance(a, torch.Tensor) else torch.remainder(torch.tensor(a), b)
+    return {
+        "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+        "==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b,
+        "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
+    }[op]()
+
+
+def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: Mapping[str, int] | None) -> torch.Tensor:
+    """Permute `t` (over `own`) into the order of `axes`, inserting size-1 axes; expand if sizes given."""
+    if own != tuple(a for a in axes if a in own):
+        t = t.permute([own.index(a) for a in axes if a in own])
+    shape = []
+    it = iter(t.shape)
+    for a in axes:
+        shape.append(next(it) if a in own else 1)
+    t = t.reshape(shape)
+    if sizes is not None:
+        t = t.expand([sizes[a] for a in axes])
+    return t
+
+
+def _covers(mn: torch.Tensor, mx: torch.Tensor, values: tuple[int | float, ...]) -> bool:
+    """True if every integer in [mn, mx] is an allowed value (so the summary settles a value set)."""
+    if mn.dtype.is_floating_point:
+        return False
+    lo, hi = int(mn), int(mx)
+    return hi - lo < 4096 and set(range(lo, hi + 1)) <= {v for v in values if float(v).is_integer()}
+
+
+def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """Count the True entries, list the batch positions holding one, and find the first (row-major)."""
+    count = int(bad.sum())
+    if count == 0:
+        return 0, (), ()
+    flat = bad.reshape(-1)
+    first = int(torch.argmax(flat.to(torch.uint8)))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), bad.shape)) if bad.dim() else ()
+    samples: tuple[int, ...] = ()
+    if batch_dim in axes:
+        b = axes.index(batch_dim)
+        per_sample = bad.transpose(0, b).reshape(bad.shape[b], -1).any(dim=1)
+        samples = tuple(int(i) for i in per_sample.nonzero().flatten())
+    return count, samples, index
+
+
+def make_violation(check: DataCheck, ctx: _Context, count: int, samples: tuple[int, ...], index: tuple[int, ...]) -> Violation:
+    """The violation for a failing check, with the value at its first offending index.
+
+    Shared by both backends, so that the value, rule text and hint match exactly.
+    """
+    if isinstance(check, RuleCheck):
+        value = _python(ctx.evaluate(check.subject, check.axes)[index] if index or check.axes else ctx.evaluate(check.subject, ()))
+    else:
+        value = _python(ctx.tensor(check.field)[index])
+    rule = describe(check)
+    if isinstance(check, RangeCheck):
+        limit = ctx.bound_value(check)
+        if check.bound_text.split(" = ")[-1] != str(limit):
+            rule += f" = {limit}"
+        dims = sorted(_dims_of(check.bound))
+        if dims:
+            rule += " (" + ", ".join(f"{d}={ctx.dims[d]} from {ctx.bound.dims[d][1]}" for d in dims) + ")"
+    return Violation(check.field, check.code, rule, samples, count, index, value, _hint(check, value))
+
+
+def _dims_of(expr: Expr) -> set[str]:
+    from ._plan import expr_dims
+
+    return expr_dims(expr)
+
+
+def _hint(check: DataCheck, value: Any) -> str | None:
+    if isinstance(check, RangeCheck) and check.kind == "min" and value == -1 and -100 in check.allow:
+        return "-1 where -100 was meant? -100 is the ignore index of PyTorch's cross-entropy and Hugging Face models"
+    return check.hint
+
+
+def _python(value: Any) -> Any:
+    return value.item() if isinstance(value, torch.Tensor) else value
