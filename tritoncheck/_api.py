@@ -41,18 +41,26 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto") -> Report:
     return Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), chosen)
 
 
-def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: Any = None) -> Any:
+def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, deferred: bool = False) -> Any:
     """Return `batch` unchanged if it satisfies `spec`; otherwise raise `BatchValidationError`.
 
     Args:
         group: a torch.distributed process group (or `True` for the default group). The verdict
             is agreed across its ranks, so when any rank's batch is bad every rank raises and
             none is left waiting in the next collective. Every rank must call `validate`.
+        deferred: launch the checks and return at once, without waiting for the GPU; a bad
+            batch raises at the next deferred `validate` with the same spec, or at `tc.wait()`.
 
     `TRITONCHECK_DISABLE=1` in the environment turns validation off (the batch is returned as is).
     """
     if disabled():
         return batch
+    if deferred:
+        if not isinstance(spec, BatchSpec):
+            raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
+        from ._triton import deferred as _deferred
+
+        return _deferred.submit(batch, spec, backend=backend, group=group)
     report = check(batch, spec, backend=backend)
     if group is not None:
         report = _agree(report, group)

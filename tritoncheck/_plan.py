@@ -470,9 +470,14 @@ def bind(plan: Plan, batch: Any) -> Bound:
         if not bool(evaluate_scalar(c.expr, dim_values)):
             value = evaluate_scalar(c.subject, dim_values)
             ctx = ", ".join(f"{k}={dim_values[k]} (from {dims[k][1]})" for k in sorted(needed))
-            violations.append(Violation(c.field, c.code, f"{c.text} fails with {ctx}", value=value, index=(), hint=c.hint))
+            # report on a field the batch holds: T may be bound by labels when decoder_input_ids is absent
+            owner = c.field if c.field in tensors else dims[min(needed)][1]
+            violations.append(Violation(owner, c.code, f"{c.text} fails with {ctx}", value=value, index=(), hint=c.hint))
 
     runnable: list[DataCheck] = []
+    if any(v.code == "empty_batch" for v in violations):
+        # nothing to read, and `any(labels != -100)` over no samples would report a second, bogus violation
+        return Bound(tensors, dims, violations, [*skipped, *(describe(c) for c in plan.checks)], runnable)
     for c in plan.checks:
         fields_needed = referenced_fields(c)
         dims_needed = expr_dims(c.bound) if isinstance(c, RangeCheck) else set()
@@ -492,6 +497,8 @@ def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             return None, f"a {value.layout} tensor is not supported; convert it with .to_dense()"
+        if value.device.type == "meta":
+            return None, "a meta tensor holds no data to check"
         return value, ""
     module = type(value).__module__
     if module == "numpy":
@@ -512,7 +519,7 @@ def _check_meta(fp: FieldPlan, t: torch.Tensor, dims: dict[str, tuple[int, str]]
         problem = True
     if t.dim() != len(fp.shape):
         want = ", ".join(fp.shape_text)
-        out.append(Violation(fp.name, "rank", f"{fp.name} must have {len(fp.shape)} dims [{want}], got shape {tuple(t.shape)}",
+        out.append(Violation(fp.name, "rank", f"{fp.name} must have {len(fp.shape)} dim{'s' if len(fp.shape) != 1 else ''} [{want}], got shape {tuple(t.shape)}",
                              value=tuple(t.shape), hint=_rank_hint(fp, t)))
         return True
     for axis, (entry, text) in enumerate(zip(fp.shape, fp.shape_text, strict=True)):

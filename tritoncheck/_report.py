@@ -36,6 +36,7 @@ VIOLATION_CODES: tuple[str, ...] = (
     "rank_failed",
 )
 MAX_SAMPLES_SHOWN = 10
+_AXIS_CODES = ("shape", "dim_mismatch")  # their `index` is (axis,)
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,11 @@ class Violation:
 
     @property
     def location(self) -> str:
+        """`input_ids[2, 17]` for a value, `bbox.shape[2]` for a size, the bare field otherwise."""
         if self.index is None or len(self.index) == 0:
             return self.field
+        if self.code in _AXIS_CODES:  # the index names an axis, not an element
+            return f"{self.field}.shape[{self.index[0]}]"
         return f"{self.field}[{', '.join(map(str, self.index))}]"
 
     @property

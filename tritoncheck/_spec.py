@@ -169,6 +169,10 @@ class BatchSpec(BaseModel):
             raise ValueError(f"{sorted(clash)} named both a dim and a field or parameter")
         if self.batch_dim not in dims:
             raise ValueError(f"batch_dim {self.batch_dim!r} does not appear in any field's shape")
+        for name, f in self.fields.items():
+            named = [e for e in f.shape if isinstance(e, str) and e in dims]
+            if len(set(named)) != len(named):
+                raise ValueError(f"fields.{name}.shape repeats a dim; each axis needs its own name")
         known = set(self.fields) | set(self.params) | dims
         for name, f in self.fields.items():
             for key in ("min", "max"):
@@ -185,6 +189,19 @@ class BatchSpec(BaseModel):
             if r.field is not None and r.field not in self.fields:
                 raise ValueError(f"rules.{i}: field {r.field!r} is not in the spec")
         return self
+
+    def __eq__(self, other: object) -> bool:
+        # the contract, not the cached plan: a spec that has checked a batch equals a fresh one
+        if not isinstance(other, BatchSpec):
+            return NotImplemented
+        return self.model_dump() == other.model_dump()
+
+    __hash__ = None  # mutable model, like pydantic's default
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> BatchSpec:
+        out = super().model_copy(update=update, deep=deep)
+        out._plan = None  # a plan compiled for the original must not serve the changed copy
+        return out
 
     def dim_names(self) -> set[str]:
         """Names in shapes that are not parameters: sizes bound from the batch."""
@@ -244,7 +261,10 @@ class BatchSpec(BaseModel):
 
 def _config_value(config: Any, name: str) -> Any:
     if isinstance(config, Mapping):
-        return config.get(name)
+        value = config.get(name)
+        if value is None and name == "num_labels" and isinstance(config.get("id2label"), Mapping):
+            return len(config["id2label"])  # a Hugging Face config.json stores labels, not their count
+        return value
     try:
         return getattr(config, name, None)
     except Exception:  # a config property may raise for an unset field; treat as absent
@@ -268,9 +288,9 @@ def spec_from_dict(data: Any, source: str) -> BatchSpec:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            path = ".".join(str(p) for p in err["loc"]) or "<top>"
+            path = ".".join(str(p) for p in err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"  {path}: {msg}")
+            lines.append(f"  {path}: {msg}" if path else f"  {msg}")  # whole-spec checks name their own path
         raise SpecError(f"{source}: {len(lines)} error(s) in spec\n" + "\n".join(lines)) from None
 
 
@@ -300,6 +320,8 @@ def read_spec(name_or_path: str | Path) -> BatchSpec:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    from ._extends import resolve  # merges an `extends:` chain; a no-op without one
+    data = resolve(data, path)
     return spec_from_dict(data, str(path))
 
 
@@ -311,6 +333,8 @@ def load_spec(name_or_path: str | Path, config: Any = None, **params: ParamValue
         config: a model config (object or dict) to take parameters from; unrelated fields are ignored.
         **params: parameters by keyword; they override the config. Unknown names are an error.
     """
+    from ._plan import compile_plan
+
     spec = read_spec(name_or_path).with_params(config, **params)
-    spec.require_params()
+    compile_plan(spec)  # raises SpecError now (missing parameter, bad size) rather than at the first batch
     return spec

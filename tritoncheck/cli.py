@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from importlib import import_module
 
 # One module per subcommand; each has add_parser(subparsers) that sets the `run` default.
-COMMAND_MODULES = ["tritoncheck._cli_commands"]
+COMMAND_MODULES = ["tritoncheck._cli_commands", "tritoncheck.bench", "tritoncheck._scan", "tritoncheck._infer"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,176 @@
+"""ValidatingCollate in real DataLoader workers: raise, skip and quarantine, under fork and spawn."""
+
+import json
+import pickle
+import sys
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import tritoncheck as tc
+from tritoncheck._data import Indexed, split_bad
+from tritoncheck._plan import compile_plan
+
+VOCAB, NUM_LABELS, N = 50, 3, 24
+BAD_IDS = {3, 7}  # a token id >= vocab_size
+BAD_LABEL = {10}  # a label >= num_labels
+ALL_IGNORED = {20, 21, 22, 23}  # the last batch of 4: every label is -100, so the loss would be NaN
+BAD = BAD_IDS | BAD_LABEL | ALL_IGNORED
+
+
+def make_spec():
+    return tc.BatchSpec.model_validate({
+        "name": "toy-classification",
+        "params": {"vocab_size": None, "num_labels": None},
+        "fields": {
+            "input_ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0, "max": "vocab_size - 1"},
+            "labels": {"dtype": "int64", "shape": ["B"], "min": 0, "max": "num_labels - 1", "allow": [-100]},
+        },
+        "rules": [{"rule": "any(labels != -100)", "code": "all_ignored"}],
+    }).with_params(vocab_size=VOCAB, num_labels=NUM_LABELS)
+
+
+class ToyDataset:
+    """Sample i carries i in input_ids[1], so the yielded batches say which samples they hold."""
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        ids = torch.tensor([1, i, 2, 3, 4], dtype=torch.int64)
+        if i in BAD_IDS:
+            ids[3] = VOCAB + 7
+        label = 1 if i != 5 else -100  # one ignored label inside a good batch is fine
+        if i in BAD_LABEL:
+            label = NUM_LABELS + 2
+        if i in ALL_IGNORED:
+            label = -100
+        return {"input_ids": ids, "labels": torch.tensor(label)}
+
+
+class Probe:
+    """Wraps a collate to report, from inside the worker, whether CUDA or Triton were touched."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, samples):
+        batch = self.inner(samples)
+        return batch, {"cuda_initialized": torch.cuda.is_initialized(), "triton_imported": "triton" in sys.modules}
+
+
+def loader(collate, workers=2, context="fork"):
+    return DataLoader(tc.IndexedDataset(ToyDataset()), batch_size=4, num_workers=workers, collate_fn=collate,
+                      multiprocessing_context=context if workers else None)
+
+
+def seen_indices(batches):
+    return sorted(i for b in batches if b is not None for i in b["input_ids"][:, 1].tolist())
+
+
+def test_collate_pickles_and_keeps_working():
+    collate = pickle.loads(pickle.dumps(tc.ValidatingCollate(make_spec())))
+    batch = collate([ToyDataset()[0], ToyDataset()[1]])
+    assert batch["input_ids"].shape == (2, 5)
+    with pytest.raises(tc.BatchValidationError, match="input_ids"):
+        collate([ToyDataset()[0], ToyDataset()[3]])
+
+
+def test_raise_reaches_main_process_with_full_report():
+    with pytest.raises(tc.BatchValidationError) as info:
+        list(loader(tc.ValidatingCollate(make_spec(), on_error="raise")))
+    err = info.value
+    # the real report, not the traceback text torch's ExceptionWrapper would rebuild it from
+    assert isinstance(err.report, tc.Report)
+    assert [(e["field"], e["code"], e["samples"]) for e in err.errors()] == [("input_ids", "above_max", [3])]
+    assert err.dataset_indices == (0, 1, 2, 3)
+    assert "dataset indices of the bad samples: 3 (sample 3)" in err.__notes__
+    assert any("DataLoader worker process" in n for n in err.__notes__)
+
+
+def test_raise_in_main_process_without_workers():
+    with pytest.raises(tc.BatchValidationError, match="above_max") as info:
+        list(loader(tc.ValidatingCollate(make_spec()), workers=0))
+    assert info.value.dataset_indices == (0, 1, 2, 3)
+
+
+def test_skip_yields_exactly_the_good_samples(tmp_path):
+    collate = tc.ValidatingCollate(make_spec(), on_error="skip", log_dir=tmp_path)
+    batches = list(loader(collate))
+    assert seen_indices(batches) == sorted(set(range(N)) - BAD)
+    assert batches[-1] is None  # the all-ignored batch has no good sample left
+    stats = collate.stats()
+    assert stats["samples"] == len(BAD) and stats["indices"] == sorted(BAD)
+    assert stats["codes"] == {"above_max": 3, "all_ignored": 4}
+    assert not list(tmp_path.glob("*.pt"))  # skip records, it does not keep the tensors
+
+
+def test_quarantine_leaves_exactly_the_bad_samples_on_disk(tmp_path):
+    qdir = tmp_path / "quarantine"
+    collate = tc.ValidatingCollate(make_spec(), on_error="quarantine", quarantine_dir=qdir)
+    assert seen_indices(loader(collate)) == sorted(set(range(N)) - BAD)
+    records = {r["index"]: r for r in collate.records()}
+    assert sorted(records) == sorted(BAD)
+    for index, rec in records.items():
+        saved = torch.load(qdir / rec["sample"], weights_only=True)
+        expected = ToyDataset()[index]
+        assert torch.equal(saved["input_ids"], expected["input_ids"]) and torch.equal(saved["labels"], expected["labels"])
+        codes = {(v["field"], v["code"]) for v in rec["violations"]}
+        if index in BAD_IDS:
+            assert codes == {("input_ids", "above_max")}
+            assert rec["violations"][0]["value"] == VOCAB + 7  # this sample's own value
+        elif index in BAD_LABEL:
+            assert codes == {("labels", "above_max")}
+        else:
+            assert codes == {("labels", "all_ignored")}
+        on_disk = json.loads((qdir / f"{rec['record'].rsplit('/', 1)[1]}").read_text())
+        assert on_disk["position"] == index % 4
+    collate.clear()
+    assert collate.records() == [] and not list(qdir.iterdir())
+
+
+def test_skip_under_spawn_touches_neither_cuda_nor_triton(tmp_path):
+    collate = tc.ValidatingCollate(make_spec(), on_error="skip", log_dir=tmp_path)
+    out = list(loader(Probe(collate), context="spawn"))
+    assert seen_indices(b for b, _ in out) == sorted(set(range(N)) - BAD)
+    assert all(not flags["cuda_initialized"] and not flags["triton_imported"] for _, flags in out)
+    assert collate.stats()["indices"] == sorted(BAD)
+
+
+def test_disable_env_lets_a_bad_batch_through(monkeypatch):
+    monkeypatch.setenv("TRITONCHECK_DISABLE", "1")
+    batch = tc.ValidatingCollate(make_spec())([ToyDataset()[3]])
+    assert batch["input_ids"][0, 3] == VOCAB + 7
+
+
+def test_dtype_problem_is_pinned_on_the_culprit_sample(tmp_path):
+    # a float sample makes the whole stacked batch float: a batch-level violation with no samples,
+    # so each sample is checked alone and only the float one is dropped
+    samples = [Indexed(i, ToyDataset()[i]) for i in (0, 1, 2, 4)]
+    samples[2].sample["input_ids"] = samples[2].sample["input_ids"].float()
+    collate = tc.ValidatingCollate(make_spec(), on_error="skip", log_dir=tmp_path)
+    batch = collate(samples)
+    assert batch["input_ids"][:, 1].tolist() == [0, 1, 4]
+    assert [(r["index"], {v["code"] for v in r["violations"]}) for r in collate.records()] == [(2, {"dtype"})]
+
+
+def test_split_bad_drops_samples_that_fail_only_together():
+    # every sample passes alone but any two fail together: nothing may pass
+    def check_subset(positions):
+        bad = len(positions) > 1
+        violations = (tc.Violation("labels", "rule_failed", "only together"),) if bad else ()
+        return tc.Report("toy", violations, {"B": (len(positions), "labels")}), positions
+
+    first, _ = check_subset([0, 1, 2])
+    good, bad, batch = split_bad(3, check_subset, first, [0, 1, 2], compile_plan(make_spec()))
+    assert good == [] and sorted(bad) == [0, 1, 2] and batch is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"on_error": "drop"}, "on_error"), ({"on_error": "quarantine"}, "quarantine_dir"), ({"backend": "cuda"}, "backend")],
+)
+def test_bad_arguments_are_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        tc.ValidatingCollate(make_spec(), **kwargs)

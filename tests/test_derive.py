@@ -1,0 +1,328 @@
+"""tc.spec_for: contracts derived from tiny in-process models (never downloaded weights).
+
+Each family's valid batch sits exactly at its length bound, so an off-by-one in a derived bound
+fails either the contract or the real model; the real model must run on it with a finite loss.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tritoncheck as tc
+
+T = pytest.importorskip("transformers")
+
+V = 100  # vocabulary rows of every tiny model
+B = 2
+ENC = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=20)
+S2S = dict(vocab_size=V, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+           decoder_attention_heads=2, encoder_ffn_dim=20, decoder_ffn_dim=20, max_position_embeddings=32)
+
+
+def _ids(length, low=2, high=V, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, (B, length), generator=g)
+
+
+def _classify(length, num_labels=3, types=True):
+    batch = {"input_ids": _ids(length), "attention_mask": torch.ones(B, length, dtype=torch.int64),
+             "labels": torch.tensor([0, num_labels - 1])}
+    if types:
+        batch["token_type_ids"] = torch.zeros(B, length, dtype=torch.int64)
+    return batch
+
+
+def _seq2seq(length, target):
+    labels = _ids(target, seed=1)
+    labels[:, -1] = -100
+    return {"input_ids": _ids(length), "attention_mask": torch.ones(B, length, dtype=torch.int64), "labels": labels}
+
+
+def _causal(length):
+    ids = _ids(length)
+    labels = ids.clone()
+    labels[:, 0] = -100
+    return {"input_ids": ids, "attention_mask": torch.ones(B, length, dtype=torch.int64), "labels": labels}
+
+
+def _layoutlmv3(length):
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randint(0, 500, (B, length, 2), generator=g)
+    bbox = torch.cat([x0, x0 + torch.randint(0, 500, (B, length, 2), generator=g)], dim=-1)
+    labels = torch.randint(0, 5, (B, length), generator=g)
+    labels[:, 0] = -100
+    return {"input_ids": _ids(length), "bbox": bbox, "attention_mask": torch.ones(B, length, dtype=torch.int64),
+            "pixel_values": torch.randn(B, 3, 32, 32, generator=g), "labels": labels}
+
+
+# name: (model factory, valid batch at the length bound, over-long batch or None, label field, label bound)
+FAMILIES = {
+    "layoutlmv3": (lambda: T.LayoutLMv3ForTokenClassification(T.LayoutLMv3Config(
+        vocab_size=V, max_position_embeddings=34, input_size=32, patch_size=16, num_labels=5,
+        coordinate_size=2, shape_size=4, **ENC)),
+        lambda: _layoutlmv3(32), lambda: _layoutlmv3(33), "labels", 5),
+    "bart": (lambda: T.BartForConditionalGeneration(T.BartConfig(**S2S)),
+             lambda: _seq2seq(32, 32), lambda: _seq2seq(33, 8), "labels", V),
+    "mbart": (lambda: T.MBartForConditionalGeneration(T.MBartConfig(**S2S)),
+              lambda: _seq2seq(32, 32), lambda: _seq2seq(8, 33), "labels", V),
+    "t5": (lambda: T.T5ForConditionalGeneration(T.T5Config(
+        vocab_size=V, d_model=16, d_kv=8, d_ff=20, num_layers=1, num_heads=2, decoder_start_token_id=0)),
+        lambda: _seq2seq(80, 40), None, "labels", V),
+    "bert": (lambda: T.BertForSequenceClassification(T.BertConfig(
+        vocab_size=V, max_position_embeddings=32, num_labels=3, **ENC)),
+        lambda: _classify(32), lambda: _classify(33), "labels", 3),
+    "roberta": (lambda: T.RobertaForSequenceClassification(T.RobertaConfig(
+        vocab_size=V, max_position_embeddings=34, type_vocab_size=1, num_labels=3, **ENC)),
+        lambda: _classify(32), lambda: _classify(33), "labels", 3),
+    "xlm-roberta": (lambda: T.XLMRobertaForSequenceClassification(T.XLMRobertaConfig(
+        vocab_size=V, max_position_embeddings=34, type_vocab_size=1, num_labels=3, **ENC)),
+        lambda: _classify(32), lambda: _classify(33), "labels", 3),
+    "distilbert": (lambda: T.DistilBertForSequenceClassification(T.DistilBertConfig(
+        vocab_size=V, max_position_embeddings=32, dim=16, n_layers=1, n_heads=2, hidden_dim=20, num_labels=3)),
+        lambda: _classify(32, types=False), lambda: _classify(33, types=False), "labels", 3),
+    "electra": (lambda: T.ElectraForSequenceClassification(T.ElectraConfig(
+        vocab_size=V, max_position_embeddings=32, embedding_size=8, num_labels=3, **ENC)),
+        lambda: _classify(32), lambda: _classify(33), "labels", 3),
+    "deberta-v2": (lambda: T.DebertaV2ForSequenceClassification(T.DebertaV2Config(
+        vocab_size=V, max_position_embeddings=32, num_labels=3, **ENC)),
+        lambda: _classify(32), lambda: _classify(33), "labels", 3),
+    "deberta-v2-relative": (lambda: T.DebertaV2ForSequenceClassification(T.DebertaV2Config(
+        vocab_size=V, max_position_embeddings=32, num_labels=3, position_biased_input=False,
+        relative_attention=True, type_vocab_size=0, **ENC)),
+        lambda: _classify(48), None, "labels", 3),
+    "gpt2": (lambda: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=V, n_positions=32, n_embd=16, n_layer=1, n_head=2)),
+             lambda: _causal(32), lambda: _causal(33), "labels", V),
+    "llama": (lambda: T.LlamaForCausalLM(T.LlamaConfig(vocab_size=V, max_position_embeddings=32, num_key_value_heads=2, **ENC)),
+              lambda: _causal(32), lambda: _causal(33), "labels", V),
+    # not in any table: MPNet's RoBERTa-style offset is found from its position table's padding_idx
+    "mpnet": (lambda: T.MPNetForSequenceClassification(T.MPNetConfig(
+        vocab_size=V, max_position_embeddings=34, num_labels=3, **ENC)),
+        lambda: _classify(32, types=False), lambda: _classify(33, types=False), "labels", 3),
+}
+
+
+def _spec(model, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a known family must derive without "could not derive" warnings
+        return tc.spec_for(model, **kwargs)
+
+
+def _codes(batch, spec):
+    report = tc.check(batch, spec, backend="torch")
+    return {(v.field, v.code) for v in report.violations}
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(request):
+    torch.manual_seed(0)
+    make_model, valid, long, label_field, label_bound = FAMILIES[request.param]
+    model = make_model().eval()
+    return request.param, model, _spec(model), valid, long, label_field, label_bound
+
+
+def test_valid_batch_passes_and_the_model_runs(family):
+    name, model, spec, valid, *_ = family
+    batch = valid()
+    report = tc.check(batch, spec, backend="torch")
+    assert report.ok, f"{name}: {report}"
+    with torch.no_grad():
+        loss = model(**batch).loss
+    assert loss is not None and torch.isfinite(loss), name
+
+
+def test_ids_past_the_vocabulary_are_flagged(family):
+    name, model, spec, valid, *_ = family
+    batch = valid()
+    batch["input_ids"][1, 3] = V
+    assert ("input_ids", "above_max") in _codes(batch, spec)
+    with pytest.raises(IndexError):  # the real model crashes on it
+        model(**batch)
+
+
+def test_over_long_sequences_are_flagged_where_bounded(family):
+    name, model, spec, _, long, *_ = family
+    has_rule = any(r.code == "sequence_too_long" for r in spec.rules)
+    assert has_rule == (long is not None), name
+    if long is None:
+        pytest.skip(f"{name} has relative positions: no length bound")
+    assert "sequence_too_long" in {code for _, code in _codes(long(), spec)}
+
+
+def test_out_of_range_labels_are_flagged(family):
+    name, model, spec, valid, _, field, bound = family
+    batch = valid()
+    batch[field].view(-1)[1] = bound
+    assert (field, "above_max") in _codes(batch, spec)
+
+
+def test_position_traps_by_family():
+    bert = FAMILIES["bert"][0]()
+    assert tc.spec_for(bert).params["max_position_embeddings"] == 32
+    roberta = _spec(FAMILIES["roberta"][0]())
+    assert roberta.params["pad_token_id"] == 1 and roberta.params["type_vocab_size"] == 1
+    # padding does not count: 40 columns of which 32 are tokens is fine for RoBERTa
+    batch = _classify(40)
+    batch["input_ids"][:, 32:] = 1
+    assert tc.check(batch, roberta, backend="torch").ok
+    assert "token_type_ids" not in _spec(FAMILIES["distilbert"][0]()).fields
+    bart = _spec(FAMILIES["bart"][0]())
+    assert bart.params["max_position_embeddings"] == 32  # 34 rows minus BART's offset of 2
+    t5 = _spec(FAMILIES["t5"][0]())
+    assert "max_position_embeddings" not in t5.params
+
+
+def test_type_vocab_size_of_one_rejects_pair_encodings():
+    spec = _spec(FAMILIES["roberta"][0]())
+    batch = _classify(8)
+    batch["token_type_ids"][:, 4:] = 1
+    assert ("token_type_ids", "above_max") in _codes(batch, spec)
+
+
+def test_gpt2_token_types_share_the_word_embeddings():
+    spec = _spec(FAMILIES["gpt2"][0]())
+    assert spec.fields["token_type_ids"].max == "vocab_size - 1"
+
+
+def test_llama_length_bound_is_soft_and_can_be_raised():
+    model = FAMILIES["llama"][0]().eval()
+    batch = _causal(40)
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).loss)  # rotary: the model runs past its context ...
+    assert not tc.check(batch, _spec(model), backend="torch").ok  # ... but the contract flags it
+    assert tc.check(batch, _spec(model, max_position_embeddings=64), backend="torch").ok
+
+
+def test_resized_embeddings_bound_ids_by_the_real_rows():
+    model = FAMILIES["bert"][0]()
+    model.resize_token_embeddings(120)
+    model.config.vocab_size = V  # a stale config must not matter
+    spec = _spec(model)
+    assert spec.params["vocab_size"] == 120
+    batch = _classify(8)
+    batch["input_ids"][0, 0] = 119
+    assert tc.check(batch, spec, backend="torch").ok
+    batch["input_ids"][0, 0] = 120
+    assert ("input_ids", "above_max") in _codes(batch, spec)
+
+
+def _bert(num_labels, problem_type=None):
+    cfg = T.BertConfig(vocab_size=V, max_position_embeddings=32, num_labels=num_labels, problem_type=problem_type, **ENC)
+    return T.BertForSequenceClassification(cfg).eval()
+
+
+def test_multi_label_problem_type():
+    model = _bert(3, "multi_label_classification")
+    spec = _spec(model)
+    batch = _classify(8)
+    batch["labels"] = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    assert tc.check(batch, spec, backend="torch").ok
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).loss)
+    batch["labels"][0, 1] = 2.0
+    assert ("labels", "above_max") in _codes(batch, spec)
+    batch["labels"] = torch.tensor([0, 2])  # class indices where multi-hot rows are needed
+    assert {"dtype", "rank"} & {code for _, code in _codes(batch, spec)}
+
+
+@pytest.mark.parametrize("problem_type", [None, "regression"])
+def test_regression_labels(problem_type):
+    model = _bert(1, problem_type)  # problem_type None with one output is regression in Hugging Face
+    spec = _spec(model)
+    batch = _classify(8)
+    batch["labels"] = torch.tensor([0.5, -3.0])
+    assert tc.check(batch, spec, backend="torch").ok
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).loss)
+    batch["labels"][1] = float("nan")
+    assert ("labels", "non_finite") in _codes(batch, spec)
+
+
+def test_problem_type_keyword_overrides_the_config():
+    spec = _spec(_bert(3), problem_type="multi_label_classification")
+    assert spec.fields["labels"].shape == ["B", "num_labels"]
+    with pytest.raises(tc.SpecError, match="problem_type"):
+        tc.spec_for(_bert(3), problem_type="ranking")
+
+
+def test_unknown_parameter_is_an_error():
+    with pytest.raises(tc.SpecError, match="unknown parameter"):
+        tc.spec_for(_bert(3), max_positions=8)
+
+
+def test_derived_spec_round_trips_through_yaml(tmp_path):
+    spec = _spec(FAMILIES["layoutlmv3"][0]())
+    path = tmp_path / "derived.yaml"
+    path.write_text(spec.to_yaml())
+    assert tc.load_spec(path) == spec
+
+
+# --- plain nn.Module ---------------------------------------------------------------------------
+
+
+class EmbeddingClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, input_ids):
+        return self.head(self.emb(input_ids).mean(dim=1))
+
+
+def test_embedding_module():
+    with pytest.warns(UserWarning, match="could not derive: a bound on L"):
+        spec = tc.spec_for(EmbeddingClassifier())
+    assert "Not derived" in spec.description
+    batch = {"input_ids": torch.randint(0, 50, (3, 7)), "labels": torch.tensor([0, 3, 1])}
+    assert tc.check(batch, spec, backend="torch").ok
+    batch["input_ids"][2, 6] = 50
+    batch["labels"][0] = 4
+    assert _codes(batch, spec) == {("input_ids", "above_max"), ("labels", "above_max")}
+
+
+CONV_STACKS = {
+    "plain": lambda: nn.Sequential(nn.Conv1d(3, 8, 5), nn.ReLU(), nn.MaxPool1d(2), nn.Conv1d(8, 8, 3, dilation=2)),
+    "strided-padded": lambda: nn.Sequential(nn.Conv1d(3, 8, 7, stride=2, padding=1), nn.Conv1d(8, 8, 5, stride=3),
+                                            nn.AvgPool1d(3, stride=2), nn.Conv1d(8, 8, 3, padding="same")),
+}
+
+
+@pytest.mark.parametrize("stack", sorted(CONV_STACKS))
+def test_conv1d_min_length_matches_the_real_stack(stack):
+    convs = CONV_STACKS[stack]()
+    model = nn.Sequential(*convs, nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(8, 6))
+    shortest = None
+    for length in range(1, 80):  # the truth: the shortest input the stack accepts
+        try:
+            model(torch.randn(1, 3, length))
+        except RuntimeError:
+            continue
+        shortest = length
+        break
+    with pytest.warns(UserWarning, match="value range of inputs"):
+        spec = tc.spec_for(model)
+    assert spec.params["min_length"] == shortest and spec.params["in_channels"] == 3
+    assert spec.params["num_classes"] == 6
+    ok = {"inputs": torch.randn(2, 3, shortest), "labels": torch.tensor([0, 5])}
+    assert tc.check(ok, spec, backend="torch").ok
+    short = {"inputs": torch.randn(2, 3, shortest - 1)}
+    assert ("inputs", "dim_bound") in _codes(short, spec)
+    channels = {"inputs": torch.randn(2, 4, shortest)}
+    assert ("inputs", "shape") in _codes(channels, spec)
+
+
+def test_module_with_nothing_to_derive():
+    with pytest.raises(tc.SpecError, match="nothing to derive"):
+        tc.spec_for(nn.Sequential(nn.ReLU(), nn.Dropout()))
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        tc.spec_for(object())
+
+
+def test_single_output_head_is_left_to_the_user():
+    with pytest.warns(UserWarning, match="labels"):
+        spec = tc.spec_for(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)))
+    assert "labels" not in spec.fields and spec.params["in_features"] == 4

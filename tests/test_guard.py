@@ -1,0 +1,154 @@
+"""tc.guard: a forward pre-hook that stops a bad batch before the model runs."""
+
+import importlib.util
+import warnings
+
+import pytest
+import torch
+
+import tritoncheck as tc
+from tritoncheck._guard import _deferred_available
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def bert():
+    cfg = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=37, max_position_embeddings=16, type_vocab_size=2, num_labels=3)
+    torch.manual_seed(0)
+    return transformers.BertForSequenceClassification(cfg).eval()
+
+
+@pytest.fixture
+def spec(bert):
+    return tc.load_spec("bert-sequence-classification", config=bert.config)
+
+
+@pytest.fixture
+def calls(bert):
+    """How many times the model's embeddings ran: 0 proves the forward never started."""
+    count = [0]
+    handle = bert.bert.embeddings.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+    yield count
+    handle.remove()
+
+
+def good():
+    return {"input_ids": torch.randint(0, 50, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
+            "labels": torch.tensor([0, 2])}
+
+
+def bad():
+    batch = good()
+    batch["input_ids"][1, 4] = 77  # past the vocabulary: an index error in the embedding on CPU
+    return batch
+
+
+def test_guard_stops_a_bad_batch_before_forward(bert, spec, calls):
+    handle = tc.guard(bert, spec)
+    try:
+        with pytest.raises(tc.BatchValidationError) as info:
+            bert(**bad())
+        assert calls[0] == 0
+        assert [(v.field, v.code, v.samples, v.value) for v in info.value.report.violations] == [
+            ("input_ids", "above_max", (1,), 77)
+        ]
+        # None values and flags the spec does not name are left out of the check
+        out = bert(**good(), token_type_ids=None, output_attentions=False)
+        assert calls[0] == 1 and out.loss is not None
+    finally:
+        handle.remove()
+
+
+def test_positional_arguments_are_mapped_to_parameter_names(bert, spec, calls):
+    handle = tc.guard(bert, spec)
+    try:
+        b = bad()
+        with pytest.raises(tc.BatchValidationError, match="input_ids"):
+            bert(b["input_ids"], b["attention_mask"])
+        with pytest.raises(tc.BatchValidationError, match="attention_mask"):
+            bert(good()["input_ids"], torch.full((2, 8), 2))
+        assert calls[0] == 0
+    finally:
+        handle.remove()
+
+
+def test_remove_and_disable_take_the_guard_off(bert, spec, calls, monkeypatch):
+    handle = tc.guard(bert, spec)
+    monkeypatch.setenv("TRITONCHECK_DISABLE", "1")
+    with pytest.raises(IndexError):  # the model's own failure: the guard let the batch through
+        bert(**bad())
+    assert calls[0] == 1
+    monkeypatch.delenv("TRITONCHECK_DISABLE")
+    with pytest.raises(tc.BatchValidationError):
+        bert(**bad())
+    assert calls[0] == 1
+    handle.remove()
+    with pytest.raises(IndexError):
+        bert(**bad())
+    assert calls[0] == 2
+
+
+def test_guard_without_a_spec_uses_the_models_contract(bert, calls):
+    if importlib.util.find_spec("tritoncheck._derive") is None:
+        with pytest.raises(NotImplementedError, match="pass one"):
+            tc.guard(bert)
+    else:
+        handle = tc.guard(bert)
+        try:
+            with pytest.raises(tc.BatchValidationError, match="input_ids"):
+                bert(**bad())
+            assert calls[0] == 0
+        finally:
+            handle.remove()
+
+
+class DictModel(torch.nn.Module):
+    """A model whose forward takes the whole batch as one mapping."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 4)
+        self.runs = 0
+
+    def forward(self, batch):
+        self.runs += 1
+        return self.emb(batch["input_ids"]).sum()
+
+
+def test_a_forward_taking_one_mapping_is_checked(spec):
+    model = DictModel()
+    handle = tc.guard(model, spec)
+    with pytest.raises(tc.BatchValidationError, match="above_max"):
+        model(bad())
+    assert model.runs == 0
+    model(good())
+    assert model.runs == 1
+    handle.remove()
+
+
+def test_deferred_raises_at_wait(bert, spec, calls):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # where deferred mode is unavailable guard falls back, with a warning
+        handle = tc.guard(bert, spec, deferred=True)
+    batch = good()
+    batch["attention_mask"][0, 0] = 2  # not a crash for the model: only the contract catches it
+    try:
+        if _deferred_available():
+            bert(**batch)  # launched, not waited on
+            assert calls[0] == 1
+            with pytest.raises(tc.BatchValidationError, match="attention_mask"):
+                tc.wait()
+        else:
+            with pytest.raises(tc.BatchValidationError, match="attention_mask"):
+                bert(**batch)
+    finally:
+        handle.remove()
+
+
+def test_guard_rejects_what_is_not_a_module(spec):
+    with pytest.raises(TypeError, match="nn.Module"):
+        tc.guard(lambda x: x, spec)
+    with pytest.raises(TypeError, match="BatchSpec"):
+        tc.guard(DictModel(), {"fields": {}})

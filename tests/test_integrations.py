@@ -1,0 +1,117 @@
+"""Trainer integrations: a Hugging Face data collator and a Lightning callback, on tiny real models."""
+
+import pytest
+import torch
+
+import tritoncheck as tc
+
+VOCAB = 50
+
+
+def bert_config(transformers):
+    return transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                   intermediate_size=37, max_position_embeddings=16, type_vocab_size=2, num_labels=3)
+
+
+class Features(torch.utils.data.Dataset):
+    """Tokenised features as a Trainer sees them; sample i has input_ids[0] == i."""
+
+    def __init__(self, n, bad=()):
+        self.n, self.bad = n, set(bad)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        ids = [i, 5, 6, 7, 8, 9]
+        if i in self.bad:
+            ids[2] = VOCAB + 3
+        return {"input_ids": ids, "attention_mask": [1] * 6, "label": i % 3}
+
+
+@pytest.fixture(scope="module")
+def hf():
+    transformers = pytest.importorskip("transformers")
+    from tritoncheck.integrations.hf import ValidatingDataCollator
+
+    return transformers, ValidatingDataCollator
+
+
+def test_hf_collator_standalone(hf, tmp_path):
+    transformers, ValidatingDataCollator = hf
+    spec = tc.load_spec("bert-sequence-classification", config=bert_config(transformers))
+    feats = [Features(4, bad={2})[i] for i in range(4)]
+    with pytest.raises(tc.BatchValidationError, match="input_ids"):
+        ValidatingDataCollator(None, spec)(feats)
+    collate = ValidatingDataCollator(None, spec, on_error="skip", log_dir=tmp_path)
+    batch = collate(feats)  # default_data_collator turns "label" into "labels"
+    assert batch["input_ids"][:, 0].tolist() == [0, 1, 3] and batch["labels"].tolist() == [0, 1, 0]
+    assert collate.stats()["samples"] == 1
+    with pytest.raises(tc.BatchValidationError):  # the Trainer cannot take an empty step
+        collate([feats[2]])
+
+
+def _trainer(transformers, tmp_path, dataset, collator, steps):
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(bert_config(transformers))
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), use_cpu=True, report_to=[], max_steps=steps, per_device_train_batch_size=4,
+        save_strategy="no", logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+    )
+    return transformers.Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator)
+
+
+def test_hf_trainer_stops_on_a_bad_batch_and_trains_with_skip(hf, tmp_path):
+    pytest.importorskip("accelerate")  # transformers' Trainer needs it
+    transformers, ValidatingDataCollator = hf
+    spec = tc.load_spec("bert-sequence-classification", config=bert_config(transformers))
+    data = Features(8, bad={1, 6})
+    trainer = _trainer(transformers, tmp_path, data, ValidatingDataCollator(None, spec), steps=1)
+    with pytest.raises(tc.BatchValidationError, match="above_max"):
+        trainer.train()
+    collate = ValidatingDataCollator(None, spec, on_error="skip", log_dir=tmp_path / "skipped")
+    # IndexedDataset carries dataset indices through the Trainer's shuffling sampler to the records
+    trainer = _trainer(transformers, tmp_path, tc.IndexedDataset(data), collate, steps=2)
+    out = trainer.train()
+    assert out.global_step == 2  # one epoch of 8 samples: every sample was drawn once
+    assert collate.stats() == {"mode": "skip", "samples": 2, "indices": [1, 6], "codes": {"above_max": 2}}
+
+
+def test_lightning_callback_validates_each_training_batch():
+    L = pytest.importorskip("lightning")
+    from tritoncheck.integrations.lightning import TritoncheckCallback
+
+    class Classifier(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(3, 4)
+            self.steps = 0
+
+        def training_step(self, batch, batch_idx):
+            self.steps += 1
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    spec = tc.BatchSpec.model_validate({
+        "name": "toy-classifier",
+        "fields": {"features": {"dtype": "float", "shape": ["B", 3], "finite": True},
+                   "target": {"dtype": "int64", "shape": ["B"], "min": 0, "max": 3}},
+    })
+
+    def fit(targets):
+        data = torch.utils.data.TensorDataset(torch.randn(8, 3), targets)
+        model = Classifier()
+        trainer = L.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False,
+                            callbacks=[TritoncheckCallback(spec, fields=("features", "target"))])
+        trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=4))
+        return model
+
+    assert fit(torch.tensor([0, 1, 2, 3] * 2)).steps == 2
+    bad = torch.tensor([0, 1, 2, 3, 0, 4, 1, 2])  # class 4 of 0..3, in the second batch
+    with pytest.raises(tc.BatchValidationError, match="target") as info:
+        fit(bad)
+    assert info.value.report.violations[0].samples == (1,)

@@ -1,0 +1,403 @@
+"""The Triton backend against the torch reference: reports must be equal, field for field.
+
+Runs the generated kernel under TRITON_INTERPRET=1 on machines without a GPU (see conftest).
+Batches are built from each built-in spec's plan by a small helper below (valid values from the
+range/value-set checks, then a few spec-specific fix-ups for cross-field rules), and broken by
+corruptions that each target one check.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+import torch
+
+import tritoncheck as tc
+from tritoncheck._plan import FiniteCheck, RangeCheck, ValueSetCheck, compile_plan, evaluate_scalar
+
+pytest.importorskip("triton")
+
+from tritoncheck._triton import backend as tb  # noqa: E402
+
+PARAMS = {
+    "vocab_size": 50,
+    "max_position_embeddings": 16,
+    "pad_token_id": 1,
+    "type_vocab_size": 2,
+    "num_labels": 5,
+    "max_2d_position_embeddings": 1001,
+    "num_channels": 3,
+    "input_size": 4,
+    "in_channels": 3,
+    "num_classes": 4,
+    "min_length": 2,
+}
+DTYPES = [torch.int64, torch.int32, torch.bool, torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def spec_for(name: str) -> tc.BatchSpec:
+    needed = set(tc._spec.read_spec(name).params)
+    return tc.load_spec(name, **{k: v for k, v in PARAMS.items() if k in needed})
+
+
+def _dims(plan, sizes: dict[str, int]) -> dict[str, int]:
+    dims = {}
+    for f in plan.fields:
+        for s in f.shape:
+            if isinstance(s, str):
+                dims.setdefault(s, sizes.get(s, 3))
+    return dims
+
+
+def make_batch(spec: tc.BatchSpec, dtype: torch.dtype | None = None, sizes: dict[str, int] | None = None, seed: int = 0,
+               layout: str = "contiguous") -> dict[str, torch.Tensor]:
+    """A valid batch for `spec`: every field present, in `dtype` where the field accepts it."""
+    g = torch.Generator().manual_seed(seed)
+    plan = compile_plan(spec)
+    dims = _dims(plan, {plan.batch_dim: 3, "L": 7, "T": 6, "S": 4, "C": 5, "D": 3, **(sizes or {})})
+    batch = {}
+    for f in plan.fields:
+        dt = dtype if dtype in f.dtypes else f.dtypes[0]
+        shape = [dims[s] if isinstance(s, str) else s for s in f.shape]
+        lo, hi, values = None, None, None
+        for c in plan.checks:
+            if getattr(c, "field", None) != f.name:
+                continue
+            if isinstance(c, RangeCheck):
+                v = evaluate_scalar(c.bound, dims)
+                lo, hi = (v, hi) if c.kind == "min" else (lo, v)
+            elif isinstance(c, ValueSetCheck):
+                values = c.values
+        if values is not None:
+            t = torch.tensor(values)[torch.randint(len(values), shape, generator=g)]
+        elif dt.is_floating_point:
+            lo_f = lo if lo is not None else (hi - 2 if hi is not None else -2.0)
+            hi_f = hi if hi is not None else lo_f + 4
+            t = lo_f + (hi_f - lo_f) * torch.rand(shape, generator=g, dtype=torch.float64)
+        else:
+            lo_i = int(lo) if lo is not None else 0
+            hi_i = int(hi) if hi is not None else lo_i + 9
+            t = torch.randint(lo_i, hi_i + 1, shape, generator=g)
+        batch[f.name] = t.to(dt)
+    _fix_rules(spec.name, batch, dims, g)
+    return {k: _layout(v, layout) for k, v in batch.items()}
+
+
+def _fix_rules(name: str, b: dict[str, torch.Tensor], dims: dict[str, int], g: torch.Generator) -> None:
+    """Make the cross-field rules of the built-in specs hold."""
+    for key in ("attention_mask", "decoder_attention_mask"):
+        if key in b:
+            b[key][:, 0] = 1
+    if "bbox" in b:
+        box = b["bbox"]
+        lo = torch.minimum(box[..., :2], box[..., 2:])
+        hi = torch.maximum(box[..., :2], box[..., 2:])
+        b["bbox"] = torch.cat([lo, hi], dim=-1)
+    if name == "ctc":
+        t_len = dims["T"]
+        b["input_lengths"] = torch.randint(1, t_len + 1, b["input_lengths"].shape, generator=g).to(b["input_lengths"].dtype)
+        b["target_lengths"] = torch.minimum(b["target_lengths"], b["input_lengths"].to(b["target_lengths"].dtype))
+        b["targets"] = torch.randint(1, dims["C"], b["targets"].shape, generator=g).to(b["targets"].dtype)
+
+
+def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values in a contiguous, a strided (every other element) or a transposed layout."""
+    if layout == "strided":
+        out = torch.zeros(*t.shape, 2, dtype=t.dtype)[..., 1]
+    elif layout == "transposed" and t.dim() >= 2:
+        out = torch.zeros(*reversed(t.shape), dtype=t.dtype).permute(*reversed(range(t.dim())))
+    else:
+        return t.clone()
+    out.copy_(t)
+    return out
+
+
+def corruptions(spec: tc.BatchSpec, batch: dict[str, torch.Tensor]) -> list[tuple[str, callable]]:
+    """(name, in-place mutation) pairs, each breaking one data check of the spec at one position."""
+    plan = compile_plan(spec)
+    dims = {k: v for k, v in _dims(plan, {}).items()}
+    for f in plan.fields:
+        for s, n in zip(f.shape, batch[f.name].shape, strict=True):
+            if isinstance(s, str):
+                dims[s] = n
+    out = []
+
+    def last(name):
+        t = batch[name]
+        return tuple(n - 1 for n in t.shape)
+
+    for c in plan.checks:
+        if isinstance(c, RangeCheck):
+            t = batch[c.field]
+            bound = evaluate_scalar(c.bound, dims)
+            delta = 1 if not t.dtype.is_floating_point else 0.5
+            value = (math.ceil(bound) - delta) if c.kind == "min" else (math.floor(bound) + delta)
+            if t.dtype.is_floating_point:
+                value = bound - delta if c.kind == "min" else bound + delta
+            out.append((f"{c.field}:{c.code}", lambda t=t, v=value: t.__setitem__(last_index(t), v)))
+        elif isinstance(c, ValueSetCheck) and batch[c.field].dtype != torch.bool:
+            t = batch[c.field]
+            out.append((f"{c.field}:not_in_set", lambda t=t: t.__setitem__(mid_index(t), 2)))
+        elif isinstance(c, FiniteCheck):
+            t = batch[c.field]
+            out.append((f"{c.field}:nan", lambda t=t: t.__setitem__(mid_index(t), float("nan"))))
+            out.append((f"{c.field}:inf", lambda t=t: t.__setitem__(last_index(t), float("-inf"))))
+    if "attention_mask" in batch:
+        out.append(("attention_mask:empty_row", lambda t=batch["attention_mask"]: t[t.shape[0] - 1].zero_()))
+    if "labels" in batch and batch["labels"].dim() == 2:
+        out.append(("labels:all_ignored", lambda t=batch["labels"]: t.fill_(-100)))
+    if "target" in batch and spec.name in ("cross-entropy", "nll"):
+        out.append(("target:all_ignored", lambda t=batch["target"]: t.fill_(-100)))
+    if "bbox" in batch:
+        out.append(("bbox:corners", lambda t=batch["bbox"]: t[0, -1].copy_(torch.tensor([900, 900, 100, 100]))))
+    if spec.name == "ctc":
+        out.append(("ctc:blank", lambda t=batch["targets"]: t.__setitem__((0, 0), 0)))
+        out.append(("ctc:longer", lambda b=batch: b["target_lengths"].__setitem__(-1, int(b["input_lengths"][-1]) + 1)))
+        out.append(("ctc:class", lambda t=batch["targets"]: t.__setitem__((-1, 0), 99)))
+    if spec.name in ("roberta-sequence-classification", "layoutlmv3-token-classification") and batch["input_ids"].shape[1] > 13:
+        out.append(("too_long", lambda t=batch["input_ids"]: t[0].fill_(7)))
+    return out
+
+
+def last_index(t):
+    return tuple(n - 1 for n in t.shape)
+
+
+def mid_index(t):
+    return tuple(n // 2 for n in t.shape)
+
+
+def key(v: tc.Violation):
+    """A violation as a tuple, with NaN made comparable (NaN != NaN would fail a plain ==)."""
+    value = v.value
+    if isinstance(value, float) and math.isnan(value):
+        value = "nan"
+    return (v.field, v.code, v.rule, v.samples, v.count, v.index, value, v.hint)
+
+
+def assert_same(batch, spec):
+    ref = tc.check(batch, spec, backend="torch")
+    got = tc.check(batch, spec, backend="triton")
+    assert got.backend == "triton"
+    assert [key(v) for v in got.violations] == [key(v) for v in ref.violations]
+    assert got.skipped == ref.skipped and got.dims == ref.dims
+    return ref
+
+
+SPECS = tc.builtin_spec_names()
+
+
+def _dtype_cases():
+    cases = []
+    for name in SPECS:
+        plan = compile_plan(spec_for(name))
+        for dt in DTYPES:
+            if any(dt in f.dtypes for f in plan.fields):
+                cases.append(pytest.param(name, dt, id=f"{name}-{str(dt).removeprefix('torch.')}"))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "dtype"), _dtype_cases())
+def test_every_spec_and_dtype_valid_and_broken_in_several_fields(name, dtype):
+    spec = spec_for(name)
+    batch = make_batch(spec, dtype, seed=hash(name) % 1000)
+    ref = assert_same(batch, spec)
+    assert ref.ok, ref
+    muts = corruptions(spec, batch)
+    assert muts, f"no corruption for {name}"
+    for _, mutate in muts:
+        mutate()
+    ref = assert_same(batch, spec)
+    assert len(ref.violations) >= 2  # several fields at once
+
+
+@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("layout", ["strided", "transposed"])
+def test_each_corruption_alone_on_non_contiguous_inputs(name, layout):
+    spec = spec_for(name)
+    clean = make_batch(spec, seed=1, layout=layout)
+    assert any(not t.is_contiguous() for t in clean.values())
+    assert_same(clean, spec)
+    for label, _ in corruptions(spec, clean):
+        batch = {k: _layout(v, layout) for k, v in clean.items()}
+        dict(corruptions(spec, batch))[label]()
+        ref = assert_same(batch, spec)
+        assert not ref.ok, label
+
+
+@pytest.mark.parametrize(("sizes", "name"), [
+    ({"B": 1, "L": 1}, "layoutlmv3-token-classification"),
+    ({"B": 2, "L": 150, "T": 130}, "t5-seq2seq"),            # reduce loop over > 128 columns
+    ({"N": 1, "C": 1}, "cross-entropy"),
+    ({"N": 37, "D": 29}, "bce"),                              # 1073 elements: two programs, ragged tail
+    ({"B": 1, "L": 13}, "roberta-sequence-classification"),
+    ({"T": 3, "N": 1, "S": 1, "C": 2}, "ctc"),
+])
+def test_batch_size_one_and_ragged_sizes(sizes, name):
+    spec = spec_for(name)
+    batch = make_batch(spec, sizes=sizes, seed=3)
+    assert assert_same(batch, spec).ok
+    for _, mutate in corruptions(spec, batch):
+        mutate()
+    assert not assert_same(batch, spec).ok
+
+
+def test_layoutlmv3_large_pixel_tensor_crosses_program_boundary():
+    spec = spec_for("layoutlmv3-token-classification").with_params(input_size=16)
+    batch = make_batch(spec, sizes={"B": 2, "L": 15})
+    batch["input_ids"][:, :2] = 1                       # pad tokens: 13 counted tokens <= 14
+    batch["pixel_values"][1, 2, 15, 3] = float("inf")   # flat index 1536 + 512 + 243: third program
+    batch["pixel_values"][1, 2, 15, 9] = float("nan")
+    batch["input_ids"][0].fill_(9)                      # 15 non-pad tokens > 16 - 1 - 1
+    ref = assert_same(batch, spec)
+    assert {v.code for v in ref.violations} == {"non_finite", "sequence_too_long"}
+
+
+def _custom(rules, fields=None, **kw):
+    fields = fields or {"x": {"dtype": ["int64", "float32", "float64"], "shape": ["B", "L"]},
+                        "y": {"dtype": ["int64", "float32", "float64"], "shape": ["B"]}}
+    return tc.BatchSpec.model_validate({"name": "custom", "fields": fields, "rules": rules, **kw})
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.float64])
+def test_floor_division_remainder_and_logic_follow_torch(dtype):
+    spec = _custom([
+        "x // 3 != -1",
+        "x % 3 != 2",
+        "(x % -4 == 0) | (x > 5) & ~(x < 8)",
+        "abs(-x) <= 6",
+        "x * 2 - y + 1 != 3",
+        "sum(x % 2 == 1, dim=L) >= y",
+        "all(x > -9, dim=1)",
+        "any(x // 2 == y)",
+    ])
+    x = torch.arange(-8, 8, dtype=dtype).reshape(2, 8)
+    y = torch.tensor([1, 5], dtype=dtype)
+    assert not assert_same({"x": x, "y": y}, spec).ok
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_nan_and_fractional_bounds_follow_torch(dtype):
+    fields = {"x": {"dtype": "float", "shape": ["B", "L"], "min": -0.1, "max": 0.3, "allow": [-1.5]},
+              "m": {"dtype": "int", "shape": ["B", "L"], "min": 0.5, "max": 2.5, "values": [1, 2, 7]},
+              "v": {"dtype": "float", "shape": ["B"], "values": [0.1, 0.2], "finite": True}}
+    spec = _custom(["x < v + 0.2 where m != 1", "x == x"], fields)
+    x = torch.tensor([[0.1, float("nan"), -1.5, 0.3], [-0.1, 0.30001, float("inf"), -0.2]], dtype=dtype)
+    m = torch.tensor([[1, 2, 3, 0], [2, 2, 1, 7]])
+    v = torch.tensor([0.1, float("nan")], dtype=dtype)
+    assert_same({"x": x, "m": m, "v": v}, spec)
+
+
+def test_negative_indices_and_bool_fields():
+    fields = {"box": {"dtype": "int", "shape": ["B", 4]}, "keep": {"dtype": "bool", "shape": ["B"]}}
+    spec = _custom(["box[:, -1] >= box[:, 1] where keep", "box[..., -4] <= box[:, 2]"], fields)
+    box = torch.tensor([[0, 5, 3, 4], [1, 1, 0, 2], [0, 0, 9, 9]])
+    keep = torch.tensor([True, False, True])
+    assert not assert_same({"box": box, "keep": keep}, spec).ok
+
+
+def test_nested_reduction_falls_back_to_the_torch_backend():
+    spec = _custom(["any(sum(x > 0, dim=L) > 2)"])
+    batch = {"x": torch.zeros(2, 3, dtype=torch.int64), "y": torch.zeros(2, dtype=torch.int64)}
+    assert not assert_same(batch, spec).ok
+
+
+def _count_launches(monkeypatch, spec, batch):
+    tc.check(batch, spec, backend="triton")
+    program = tb.program_for(compile_plan(spec), tc._plan.bind(compile_plan(spec), batch))
+    calls = []
+    cls = type(program.kernel)
+    original = cls.run
+
+    def counting(self, *args, **kwargs):
+        calls.append(kwargs.get("grid"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "run", counting)
+    return calls
+
+
+@pytest.mark.parametrize("name", ["layoutlmv3-token-classification", "ctc"])
+def test_exactly_one_launch_per_check_valid_or_not(monkeypatch, name):
+    spec = spec_for(name)
+    batch = make_batch(spec)
+    calls = _count_launches(monkeypatch, spec, batch)
+    assert tc.check(batch, spec, backend="triton").ok
+    assert len(calls) == 1
+    for _, mutate in corruptions(spec, batch):
+        mutate()
+    report = tc.check(batch, spec, backend="triton")
+    assert len(report.violations) > 3
+    assert len(calls) == 2
+
+
+def test_a_dirty_buffer_is_reset_before_reuse():
+    spec = spec_for("bert-sequence-classification")
+    plan = compile_plan(spec)
+    good = make_batch(spec)
+    bad = make_batch(spec)
+    bad["labels"][0] = 99
+    assert [v.code for v in tb.run(plan, tc._plan.bind(plan, bad))] == ["above_max"]
+    assert tb.run(plan, tc._plan.bind(plan, good)) == []
+    assert [v.code for v in tb.run(plan, tc._plan.bind(plan, bad))] == ["above_max"]
+
+
+def test_a_valid_batch_writes_nothing():
+    spec = spec_for("mse")
+    plan = compile_plan(spec)
+    good = make_batch(spec)
+    first = tb.launch(plan, tc._plan.bind(plan, good))
+    slot = first.slot
+    assert first.result() == []  # the slot goes back to the pool
+    slot.device.fill_(-7)        # poison it: a launch that writes nothing leaves the poison
+    pending = tb.launch(plan, tc._plan.bind(plan, good))
+    assert pending.slot is slot
+    assert set(slot.device.tolist()) == {-7}
+    slot.device.zero_()
+    assert pending.result() == []
+    bad = make_batch(spec)
+    bad["input"][1, 1] = float("nan")
+    pending = tb.launch(plan, tc._plan.bind(plan, bad))
+    assert set(pending.slot.device.tolist()) != {0}  # and a bad one does write
+    assert [v.code for v in pending.result()] == ["non_finite"]
+
+
+def test_threads_get_their_own_buffers():
+    spec = spec_for("cross-entropy")
+    batches = []
+    for i in range(6):
+        b = make_batch(spec, seed=i)
+        if i % 2:
+            b["target"][i % 3] = 5 + i
+        batches.append(b)
+    expected = [[key(v) for v in tc.check(b, spec, backend="torch").violations] for b in batches]
+    results: dict[int, list] = {}
+
+    def work(i):
+        results[i] = [key(v) for v in tc.check(batches[i], spec, backend="triton").violations]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [results[i] for i in range(6)] == expected
+
+
+def test_deferred_validate_raises_at_next_call_or_wait():
+    spec = spec_for("cross-entropy")
+    good = make_batch(spec)
+    bad = make_batch(spec)
+    bad["target"][1] = 42
+    assert tc.validate(good, spec, deferred=True, backend="triton") is good
+    assert tc.validate(bad, spec, deferred=True, backend="triton") is bad  # no raise yet
+    with pytest.raises(tc.BatchValidationError) as info:
+        tc.validate(good, spec, deferred=True, backend="triton")
+    assert [key(v) for v in info.value.report.violations] == [key(v) for v in tc.check(bad, spec).violations]
+    tc.wait()  # the good batch that followed is fine
+    tc.validate(bad, spec, deferred=True)  # auto backend on CPU: torch, raise deferred too
+    with pytest.raises(tc.BatchValidationError):
+        tc.wait()
+    tc.wait()  # nothing pending any more

@@ -1,0 +1,329 @@
+"""Validation inside DataLoader workers: `ValidatingCollate` and `IndexedDataset`.
+
+A worker checks each batch right after collating it, on the CPU with the torch backend, so a bad
+batch is caught before it is pinned, copied to the GPU or seen by the model. What happens next is
+`on_error`:
+
+- "raise": the main process raises `BatchValidationError` with the full `Report`.
+- "skip": the samples that break the contract are dropped and the rest re-collated; each dropped
+  sample is recorded as a JSON file in `log_dir`.
+- "quarantine": like "skip", and each dropped sample is also saved with `torch.save` next to its
+  record in `quarantine_dir`, so it can be inspected and nothing is lost.
+
+Workers are separate processes, so the record directory (not an in-memory counter) is the shared
+source of truth: `collate.records()` and `collate.stats()` read it from any process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import uuid
+from collections import Counter
+from dataclasses import replace
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from torch._utils import ExceptionWrapper
+
+from ._api import Backend, check, disabled
+from ._plan import Plan, compile_plan
+from ._report import BatchValidationError, Report, Violation
+from ._spec import BatchSpec
+
+OnError = Literal["raise", "skip", "quarantine"]
+logger = logging.getLogger("tritoncheck")
+
+
+class Indexed(NamedTuple):
+    """A sample with its index in the dataset, as `IndexedDataset` returns it."""
+
+    index: int
+    sample: Any
+
+
+class IndexedDataset:
+    """Wrap a map-style dataset so each sample carries its dataset index through collation.
+
+    `ValidatingCollate` unwraps the `Indexed(index, sample)` pairs, so skipped and quarantined
+    samples, and the error raised for a bad batch, name dataset indices rather than batch positions.
+    """
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Indexed:
+        return Indexed(int(index), self.dataset[index])
+
+
+class ValidatingCollate:
+    """A DataLoader `collate_fn` that collates, then checks the batch against `spec`.
+
+    Picklable, so it works with any number of workers under fork or spawn. With the default
+    `backend="torch"` on CPU tensors it never initialises CUDA or imports Triton in a worker.
+
+    Args:
+        spec: the contract of the collated batch (see `tc.load_spec`).
+        collate_fn: what builds the batch; `torch.utils.data.default_collate` by default. Samples
+            are assumed to map one-to-one, in order, onto the spec's batch dim; when the collated
+            batch size differs, culprits are found by checking each sample alone.
+        on_error: "raise", "skip" or "quarantine" (see the module docstring).
+        quarantine_dir: where "quarantine" writes each bad sample (`<key>.pt`) and its record
+            (`<key>.json`: dataset index, batch position, violations). Required for "quarantine".
+        log_dir: where "skip" writes its records; a fresh temporary directory by default.
+        backend: the backend for the data checks; "torch" is right for worker processes.
+
+    A batch whose every sample is bad has nothing left to yield: the collate returns `None`
+    (a DataLoader needs a value), and the training loop should `continue` on it. Every dropped
+    sample is recorded and logged as a warning on the "tritoncheck" logger.
+    """
+
+    def __init__(
+        self,
+        spec: BatchSpec,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        on_error: OnError = "raise",
+        quarantine_dir: str | os.PathLike | None = None,
+        *,
+        log_dir: str | os.PathLike | None = None,
+        backend: Backend = "torch",
+    ):
+        if not isinstance(spec, BatchSpec):
+            raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
+        if on_error not in ("raise", "skip", "quarantine"):
+            raise ValueError(f"on_error must be 'raise', 'skip' or 'quarantine', got {on_error!r}")
+        if backend not in ("auto", "torch", "triton"):
+            raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+        if on_error == "quarantine" and quarantine_dir is None:
+            raise ValueError("on_error='quarantine' needs quarantine_dir, where bad samples are written")
+        if collate_fn is None:
+            from torch.utils.data import default_collate
+
+            collate_fn = default_collate
+        self.spec = spec
+        self.collate_fn = collate_fn
+        self.on_error = on_error
+        self.backend = backend
+        self.record_dir: Path | None = None
+        if on_error == "quarantine":
+            self.record_dir = Path(quarantine_dir)  # type: ignore[arg-type]
+        elif on_error == "skip":
+            self.record_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="tritoncheck-skipped-"))
+        if self.record_dir is not None:
+            self.record_dir.mkdir(parents=True, exist_ok=True)  # created here, before workers start
+
+    def __call__(self, samples: Sequence[Any]) -> Any:
+        samples = list(samples)
+        indices: list[int | None] = [None] * len(samples)
+        if samples and all(isinstance(s, Indexed) for s in samples):
+            indices = [s.index for s in samples]
+            samples = [s.sample for s in samples]
+        batch = self.collate_fn(samples)
+        if disabled():
+            return batch
+        report = check(batch, self.spec, backend=self.backend)
+        if report.ok:
+            return batch
+        if self.on_error == "raise":
+            return self._reject(report, indices)
+        good, bad, good_batch = split_bad(len(samples), self._subset_checker(samples), report, batch, compile_plan(self.spec))
+        for pos, violations in bad.items():
+            self._record(pos, indices[pos], samples[pos], violations)
+        logger.warning(
+            "tritoncheck: %s %d bad sample(s) of %d (dataset indices %s); records in %s",
+            "skipped" if self.on_error == "skip" else "quarantined", len(bad), len(samples),
+            [indices[p] for p in sorted(bad)], self.record_dir,
+        )
+        return good_batch if good else self._all_bad(report, indices)
+
+    def _all_bad(self, report: Report, indices: list[int | None]) -> Any:
+        """What a batch with no good sample left becomes: None (subclasses may raise instead)."""
+        return None
+
+    def _subset_checker(self, samples: list[Any]) -> Callable[[list[int]], tuple[Report, Any]]:
+        def run(positions: list[int]) -> tuple[Report, Any]:
+            batch = self.collate_fn([samples[i] for i in positions])
+            return check(batch, self.spec, backend=self.backend), batch
+
+        return run
+
+    def _reject(self, report: Report, indices: list[int | None]) -> Any:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        if info is None:  # the main process (num_workers=0): raise here
+            raise _with_indices(BatchValidationError(report), report, indices)
+        return _RejectedBatch(report, indices, info.id)
+
+    def _record(self, position: int, index: int | None, sample: Any, violations: list[Violation]) -> None:
+        if self.record_dir is None:  # only skip and quarantine record, and both set record_dir
+            return
+        key = f"{'x' if index is None else index}-{uuid.uuid4().hex[:12]}"
+        record = {
+            "index": index,
+            "position": position,
+            "spec": self.spec.name,
+            "mode": self.on_error,
+            "violations": [v.to_dict() for v in violations],
+            "sample": None,
+        }
+        if self.on_error == "quarantine":
+            import torch
+
+            record["sample"] = f"{key}.pt"
+            _atomic_write(self.record_dir / f"{key}.pt", lambda f: torch.save(sample, f))
+        # the JSON file is written last: a record exists only once everything it names does
+        _atomic_write(self.record_dir / f"{key}.json", lambda f: f.write(json.dumps(record, indent=1).encode()))
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every skipped or quarantined sample recorded so far, by any worker (read from disk)."""
+        if self.record_dir is None or not self.record_dir.is_dir():
+            return []
+        out = []
+        for path in sorted(self.record_dir.glob("*.json")):
+            rec = json.loads(path.read_text(encoding="utf-8"))
+            rec["record"] = str(path)
+            out.append(rec)
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of dropped samples: total, dataset indices, and samples per violation code."""
+        recs = self.records()
+        codes: Counter[str] = Counter()
+        for r in recs:
+            codes.update({v["code"] for v in r["violations"]})
+        indices = sorted({r["index"] for r in recs if r["index"] is not None})
+        return {"mode": self.on_error, "samples": len(recs), "indices": indices, "codes": dict(codes)}
+
+    def clear(self) -> None:
+        """Forget the records (and quarantined samples) written so far, e.g. between epochs."""
+        if self.record_dir is None:
+            return
+        for path in self.record_dir.glob("*.json"):
+            pt = path.with_suffix(".pt")
+            path.unlink(missing_ok=True)
+            pt.unlink(missing_ok=True)
+
+
+def split_bad(
+    n: int,
+    check_subset: Callable[[list[int]], tuple[Report, Any]],
+    report: Report,
+    batch: Any,
+    plan: Plan,
+) -> tuple[list[int], dict[int, list[Violation]], Any]:
+    """Find which of `n` samples break the contract; return (good positions, {bad: violations}, good batch).
+
+    `report` and `batch` are the check of all `n` samples, whose positions lie along the plan's batch
+    dim; `check_subset(positions)` checks the batch made of just those samples. A violation that names its samples convicts exactly those; one that
+    names none (a dtype, a batch-level rule such as all labels ignored) is resolved by checking each
+    remaining sample alone, so no good sample is dropped for it. The good ones are checked again
+    together, and if they still fail while each passes alone, they are all dropped: nothing bad
+    passes. Each bad sample's violations come from checking it alone where that fails, so their
+    values are its own; their sample and index are moved back to its position in the full batch.
+    """
+    batch_dim = plan.batch_dim
+    alive = list(range(n))
+    bad: dict[int, list[Violation]] = {}
+    alone: dict[int, Report] = {}
+    while True:
+        if report.ok:
+            break
+        size = report.dims.get(batch_dim, (None, ""))[0]
+        flagged: set[int] = set()
+        if size == len(alive):
+            for v in report.violations:
+                for p in v.samples:
+                    if 0 <= p < len(alive):
+                        flagged.add(alive[p])
+                        bad.setdefault(alive[p], []).append(v)
+        if not flagged or size != len(alive) or any(not v.samples for v in report.violations):
+            for i in alive:
+                if i in flagged:
+                    continue
+                if i not in alone:
+                    alone[i] = check_subset([i])[0]
+                if not alone[i].ok:
+                    flagged.add(i)
+        if not flagged:  # every sample passes alone but not together: drop them all
+            for i in alive:
+                bad[i] = list(report.violations)
+            alive = []
+            break
+        alive = [i for i in alive if i not in flagged]
+        if not alive:
+            break
+        report, batch = check_subset(alive)
+    for i in bad.keys() | {i for i, r in alone.items() if not r.ok}:
+        own = alone[i] if i in alone else check_subset([i])[0]
+        if not own.ok:
+            bad[i] = [relocate(v, i, plan) for v in own.violations]
+    return alive, dict(sorted(bad.items())), batch if alive else None
+
+
+def relocate(v: Violation, position: int, plan: Plan) -> Violation:
+    """A violation found in a one-sample batch, moved to `position` of the full batch.
+
+    The batch coordinate of `v.index` is rewritten only where the check's axes are certain: every
+    check with this field and code iterates the same axes, of the index's length.
+    """
+    if not v.samples:
+        return v
+    index = v.index
+    axes = {c.axes for c in plan.checks if c.field == v.field and c.code == v.code}
+    if index is not None and len(axes) == 1:
+        (only,) = axes
+        if len(only) == len(index) and plan.batch_dim in only:
+            k = only.index(plan.batch_dim)
+            index = index[:k] + (position,) + index[k + 1:]
+    return replace(v, samples=(position,), index=index)
+
+
+def _with_indices(exc: BatchValidationError, report: Report, indices: Sequence[int | None]) -> BatchValidationError:
+    """Attach the dataset indices of the batch (when known) and name the bad ones in a note."""
+    exc.dataset_indices = tuple(indices)  # type: ignore[attr-defined]
+    if any(i is not None for i in indices):
+        positions = sorted({p for v in report.violations for p in v.samples if p < len(indices)})
+        if positions:
+            _note(exc, "dataset indices of the bad samples: " + ", ".join(f"{indices[p]} (sample {p})" for p in positions))
+    return exc
+
+
+class _RejectedBatch(ExceptionWrapper):
+    """A bad batch on its way from a worker to the main process, which raises it with its report.
+
+    A worker's exception reaches the main process as a torch `ExceptionWrapper`, re-raised as
+    `exc_type(traceback_text)`: a BatchValidationError rebuilt that way would hold a string, not
+    the report. The DataLoader calls `.reraise()` on any ExceptionWrapper it receives, so
+    returning this one instead lets the main process raise the real error, report and all.
+    """
+
+    def __init__(self, report: Report, indices: Sequence[int | None], worker: int):
+        self.report = report
+        self.indices = tuple(indices)
+        self.exc_type = BatchValidationError
+        self.exc_msg = str(report)
+        self.where = f"in DataLoader worker process {worker}"
+
+    def reraise(self):
+        exc = _with_indices(BatchValidationError(self.report), self.report, self.indices)
+        _note(exc, f"(found {self.where})")
+        raise exc
+
+
+def _note(exc: BaseException, text: str) -> None:
+    if hasattr(exc, "add_note"):  # Python >= 3.11
+        exc.add_note(text)
+
+
+def _atomic_write(path: Path, write: Callable[[Any], Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, path)

@@ -1,0 +1,446 @@
+"""Contracts derived from a model: `tc.spec_for(model)`.
+
+A Hugging Face model says most of its contract in its config and modules, but not where a user
+looks: the id bound is the input embedding's row count (which `resize_token_embeddings` changes
+while tokenizers and configs lag), RoBERTa-style position tables start at `pad_token_id + 1`, a
+`type_vocab_size` of 1 makes every `token_type_id` but 0 a crash, and the head decides what a
+label is. `spec_for` reads those from the loaded model itself (config for the semantics, modules
+for the sizes), so the contract matches the weights that will actually run.
+
+Position handling, by what the model has:
+- an absolute table (BERT, ELECTRA, DistilBERT, GPT-2 `wpe`, BART/mBART `embed_positions` with
+  their offset of 2, DeBERTa-v2 with `position_biased_input`): `L <= rows - offset`, a crash if broken;
+- a RoBERTa-style table (roberta, xlm-roberta, camembert, layoutlmv3, ...): positions count only
+  non-pad tokens from `pad_token_id + 1`, so at most `max_position_embeddings - pad_token_id - 1`
+  non-pad tokens per row;
+- rotary embeddings (Llama and friends): nothing crashes past `max_position_embeddings`, but the
+  model was never trained there and degrades silently. We treat it as a bound anyway (a batch
+  that long is almost always a missing truncation); pass `max_position_embeddings=...` to
+  `spec_for` to allow longer sequences on purpose (e.g. with RoPE scaling);
+- relative positions (T5, DeBERTa-v2 without `position_biased_input`): no length bound.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any
+
+from torch import nn
+
+from ._spec import BatchSpec, ParamValue, SpecError, spec_from_dict
+
+INT_IDS = ["int64", "int32"]
+MASK = ["int64", "int32", "bool"]
+# Model types whose position ids start at pad_token_id + 1 and skip padding.
+ROBERTA_STYLE = frozenset(
+    {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "layoutlmv3", "roberta-prelayernorm", "data2vec-text"}
+)
+# Relative attention buckets: any length maps into the table.
+RELATIVE = frozenset({"t5", "mt5", "umt5", "longt5", "switch_transformers"})
+# token_type_ids go through the word embeddings (no table of their own).
+TYPES_IN_WORD_EMBEDDINGS = frozenset({"gpt2", "gpt_neo"})
+POSITION_TABLE_NAMES = ("position_embeddings", "wpe", "embed_positions")
+HEADS = (
+    ("ForTokenClassification", "token_classification"),
+    ("ForSequenceClassification", "sequence_classification"),
+    ("ForQuestionAnswering", "question_answering"),
+    ("ForMaskedLM", "masked_lm"),
+    ("ForCausalLM", "causal_lm"),
+    ("LMHeadModel", "causal_lm"),
+    ("ForConditionalGeneration", "conditional_generation"),
+)
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+
+ID_HINTS = {
+    "above_max": "ids past the embedding rows usually mean tokens were added to the tokenizer without "
+    "model.resize_token_embeddings(len(tokenizer)), or tokenizer and model come from different checkpoints",
+    "below_min": "negative ids (often -100 used as padding) belong only in labels; pad with the tokenizer's pad_token_id",
+}
+ALL_IGNORED = {"code": "all_ignored", "hint": "every label is -100, so the mean cross-entropy is NaN"}
+NO_ATTENDED = {"code": "no_attended_position", "hint": "a row with no attended token has no context; drop empty samples"}
+
+
+def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValue) -> BatchSpec:
+    """The batch contract of `model`, derived from its config and modules.
+
+    Args:
+        model: a Hugging Face `PreTrainedModel` (the head class decides the labels), or a plain
+            `torch.nn.Module` (what its first and last layers reveal; a warning lists the rest).
+        problem_type: for a sequence-classification head, overrides `config.problem_type`
+            ("single_label_classification", "multi_label_classification" or "regression").
+        **params: override a derived parameter, such as `max_position_embeddings=8192`.
+
+    Raises:
+        SpecError: nothing at all could be derived, or an unknown parameter or problem type.
+    """
+    if problem_type is not None and problem_type not in PROBLEM_TYPES:
+        raise SpecError(f"problem_type must be one of {', '.join(PROBLEM_TYPES)}, got {problem_type!r}")
+    name = type(model).__name__
+    if isinstance(model, nn.Module) and hasattr(getattr(model, "config", None), "model_type"):
+        data, notes = _Derivation(model, problem_type).build()
+    elif isinstance(model, nn.Module):
+        data, notes = _module_spec(model)
+    else:
+        raise TypeError(f"spec_for needs a torch.nn.Module (a Hugging Face model or your own), got {name}")
+    if notes:
+        data["description"] += " Not derived (add these to the contract yourself): " + "; ".join(notes) + "."
+        warnings.warn(f"spec_for({name}): could not derive: " + "; ".join(notes), UserWarning, stacklevel=2)
+    return spec_from_dict(data, f"spec_for({name})").with_params(**params)
+
+
+class _Derivation:
+    """Builds the spec mapping for one Hugging Face model; `notes` collects what it could not derive."""
+
+    def __init__(self, model: nn.Module, problem_type: str | None):
+        self.model = model
+        self.config = model.config
+        self.model_type = str(getattr(self.config, "model_type", "") or "")
+        self.cls = type(model).__name__
+        self.problem_type = problem_type
+        self.accepted = _forward_args(model)
+        self.modules = dict(model.named_modules())
+        self.params: dict[str, ParamValue] = {}
+        self.fields: dict[str, dict[str, Any]] = {}
+        self.rules: list[dict[str, Any]] = []
+        self.desc: list[str] = [f"Derived by tc.spec_for from {self.cls} (model_type {self.model_type or '?'})."]
+        self.notes: list[str] = []
+
+    def build(self) -> tuple[dict[str, Any], list[str]]:
+        head = self._head()
+        seq2seq = bool(getattr(self.config, "is_encoder_decoder", False))
+        self._ids()
+        if "attention_mask" in self.accepted:
+            self.fields["attention_mask"] = _mask("L")
+            self.rules.append({"rule": "any(attention_mask != 0, dim=L)", **NO_ATTENDED})
+        self._token_types()
+        self._layout()
+        self._positions("L", side="encoder" if seq2seq else None)
+        if seq2seq:
+            if "decoder_input_ids" in self.accepted:
+                self.fields["decoder_input_ids"] = {
+                    **_ids_field("T"), "optional": True,
+                    "hints": {"below_min": "-100 belongs only in labels; the model builds decoder_input_ids from labels itself"},
+                }
+            if "decoder_attention_mask" in self.accepted:
+                self.fields["decoder_attention_mask"] = _mask("T")
+            self._positions("T", side="decoder")
+        self._labels(head, seq2seq)
+        data = {"name": f"{self.model_type or self.cls}-derived", "description": " ".join(self.desc),
+                "params": self.params, "fields": self.fields, "rules": self.rules}
+        return data, self.notes
+
+    def _head(self) -> str | None:
+        for suffix, kind in HEADS:
+            if self.cls.endswith(suffix):
+                return kind
+        return None
+
+    def _ids(self) -> None:
+        rows = None
+        try:
+            emb = self.model.get_input_embeddings()
+            rows = getattr(emb, "num_embeddings", None)
+        except (NotImplementedError, AttributeError):
+            pass
+        configured = getattr(self.config, "vocab_size", None)
+        if rows is None:
+            rows = configured
+            if rows is None:
+                self.notes.append("the token id bound (no input embedding and no config.vocab_size)")
+        elif configured is not None and configured != rows:
+            self.desc.append(f"Ids are bounded by the input embedding's {rows} rows, not config.vocab_size={configured} (resized embeddings).")
+        field = {"dtype": INT_IDS, "shape": ["B", "L"], "min": 0, "hints": ID_HINTS}
+        if rows is not None:
+            self.params["vocab_size"] = int(rows)
+            field["max"] = "vocab_size - 1"
+        self.fields["input_ids"] = field
+
+    def _token_types(self) -> None:
+        if "token_type_ids" not in self.accepted:
+            if getattr(self.config, "type_vocab_size", None):
+                self.desc.append("The model takes no token_type_ids.")
+            return
+        field: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "L"], "min": 0, "optional": True}
+        table = self._find_embedding("token_type_embeddings")
+        if table is not None:
+            self.params["type_vocab_size"] = table.num_embeddings
+            field["max"] = "type_vocab_size - 1"
+            if table.num_embeddings == 1:
+                field["hints"] = {"above_max": "type_vocab_size is 1: token_type_ids must be all zeros or left out "
+                                  "(a BERT-style pair encoding sets 1s)"}
+        elif self.model_type in TYPES_IN_WORD_EMBEDDINGS and "vocab_size" in self.params:
+            field["max"] = "vocab_size - 1"
+            field["description"] = "embedded with the word embeddings"
+        elif getattr(self.config, "type_vocab_size", None) == 0:
+            field["description"] = "ignored by the model (type_vocab_size 0)"
+        else:
+            self.notes.append("the token_type_ids bound (no token type table found)")
+        self.fields["token_type_ids"] = field
+
+    def _layout(self) -> None:
+        if "bbox" in self.accepted:
+            table = self._find_embedding("x_position_embeddings")
+            size = table.num_embeddings if table is not None else getattr(self.config, "max_2d_position_embeddings", None)
+            box: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "L", 4], "min": 0, "hints": {
+                "above_max": "bbox looks like pixels: normalise to 0-1000 by page width/height, int(1000 * x / width)"}}
+            if size is None:
+                self.notes.append("the bbox coordinate bound")
+            else:
+                self.params["max_2d_position_embeddings"] = int(size)
+                box["max"] = "max_2d_position_embeddings - 1"
+            self.fields["bbox"] = box
+            for a, b, axis in ((0, 2, "x"), (1, 3, "y")):
+                self.rules.append({"rule": f"bbox[..., {a}] <= bbox[..., {b}]", "code": "box_corners",
+                                   "hint": f"{axis}1 < {axis}0: boxes may be (x, y, width, height) instead of (x0, y0, x1, y1)"})
+        if "pixel_values" in self.accepted:
+            channels = getattr(self.config, "num_channels", None)
+            size = getattr(self.config, "input_size", None) or getattr(self.config, "image_size", None)
+            if channels is None or not isinstance(size, int):
+                self.notes.append("the pixel_values shape")
+                shape: list[Any] = ["B", "C", "H", "W"]
+            else:
+                self.params.update(num_channels=int(channels), input_size=int(size))
+                shape = ["B", "num_channels", "input_size", "input_size"]
+            self.fields["pixel_values"] = {"dtype": ["float"], "shape": shape, "finite": True,
+                                           "optional": self.model_type == "layoutlmv3"}
+
+    def _positions(self, dim: str, side: str | None) -> None:
+        """Add the length rule for `dim` (and bound position_ids), by the kind of positions."""
+        ids = "input_ids" if dim == "L" else "decoder_input_ids"
+        table = self._position_table(side)
+        rotary = any("rotary" in type(m).__name__.lower() for m in self.modules.values())
+        max_param = "max_position_embeddings" if dim == "L" else "max_target_positions"
+        if self.model_type in RELATIVE or (table is None and getattr(self.config, "relative_attention", False)):
+            self.desc.append(f"Relative positions: no bound on {dim}.")
+            bound = None
+        elif table is not None and (self.model_type in ROBERTA_STYLE or table.padding_idx is not None) and dim == "L":
+            pad = table.padding_idx if table.padding_idx is not None else getattr(self.config, "pad_token_id", None)
+            if pad is None:
+                self.notes.append("the pad id that offsets RoBERTa-style positions")
+                return
+            self.params.update(max_position_embeddings=table.num_embeddings, pad_token_id=int(pad))
+            self.rules.append({
+                "rule": f"sum({ids} != pad_token_id, dim={dim}) <= max_position_embeddings - pad_token_id - 1",
+                "code": "sequence_too_long",
+                "hint": "RoBERTa-style positions start at pad_token_id + 1, so a row holds at most "
+                "max_position_embeddings - pad_token_id - 1 non-pad tokens; truncate in the tokenizer"})
+            self.desc.append("Positions start at pad_token_id + 1 and skip padding.")
+            bound = "max_position_embeddings - 1"
+        elif table is not None:
+            offset = int(getattr(table, "offset", 0) or 0)
+            self.params[max_param] = table.num_embeddings - offset
+            self.rules.append({"rule": f"{dim} <= {max_param}", "code": "sequence_too_long",
+                               "hint": f"the position table has {max_param} rows; truncate (truncation=True, max_length=...)"})
+            bound = f"{max_param} - 1"
+        elif rotary and getattr(self.config, "max_position_embeddings", None):
+            self.params[max_param] = int(self.config.max_position_embeddings)
+            self.rules.append({"rule": f"{dim} <= {max_param}", "code": "sequence_too_long",
+                               "hint": "longer than the trained context: rotary positions run but degrade silently; "
+                               "truncate, or pass max_position_embeddings=... to spec_for if this is intended"})
+            self.desc.append("Rotary positions: the trained context is treated as a (soft) length bound.")
+            bound = f"{max_param} - 1"
+        else:
+            self.notes.append(f"a bound on {dim} (no position table, rotary embedding or known relative scheme)")
+            bound = None
+        if dim == "L" and "position_ids" in self.accepted:
+            field: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "L"], "min": 0, "optional": True}
+            if bound is not None:
+                field["max"] = bound
+            self.fields["position_ids"] = field
+
+    def _position_table(self, side: str | None) -> nn.Embedding | None:
+        for name, m in self.modules.items():
+            if not isinstance(m, nn.Embedding) or name.rsplit(".", 1)[-1] not in POSITION_TABLE_NAMES:
+                continue
+            if side == "encoder" and "decoder" in name or side == "decoder" and "decoder" not in name:
+                continue
+            return m
+        return None
+
+    def _find_embedding(self, last: str) -> nn.Embedding | None:
+        for name, m in self.modules.items():
+            if isinstance(m, nn.Embedding) and name.rsplit(".", 1)[-1] == last:
+                return m
+        return None
+
+    def _labels(self, head: str | None, seq2seq: bool) -> None:
+        if head in ("masked_lm", "causal_lm") or (head == "conditional_generation" and not seq2seq):
+            self._lm_labels("L")
+        elif head == "conditional_generation":
+            self._lm_labels("T")
+        elif head == "token_classification":
+            self._num_labels()
+            self.fields["labels"] = {"dtype": ["int64"], "shape": ["B", "L"], "min": 0, "max": "num_labels - 1",
+                                     "allow": [-100], "optional": True,
+                                     "hints": {"above_max": "a label id >= num_labels; check label2id against config.num_labels"}}
+            self.rules.append({"rule": "any(labels != -100)", **ALL_IGNORED})
+        elif head == "sequence_classification":
+            self._sequence_labels()
+        elif head == "question_answering":
+            for f in ("start_positions", "end_positions"):
+                self.fields[f] = {"dtype": ["int64"], "shape": ["B"], "min": 0, "max": "L - 1", "optional": True,
+                                  "hints": {"above_max": "a position past the sequence is clamped to L and silently ignored "
+                                            "(the answer was truncated away?)"}}
+            self.rules.append({"rule": "start_positions <= end_positions",
+                               "hint": "an answer that ends before it starts; were character offsets mapped to tokens?"})
+        elif "labels" in self.accepted:
+            self.notes.append(f"labels (no known head in {self.cls})")
+
+    def _lm_labels(self, dim: str) -> None:
+        rows = None
+        try:
+            out = self.model.get_output_embeddings()
+            rows = getattr(out, "out_features", None) or getattr(out, "num_embeddings", None)
+        except (NotImplementedError, AttributeError):
+            pass
+        name = "vocab_size"
+        if rows is not None and rows != self.params.get("vocab_size"):
+            name = "output_vocab_size"
+            self.params[name] = int(rows)
+        if name not in self.params:
+            self.notes.append("the label id bound (no output embedding)")
+        field: dict[str, Any] = {"dtype": ["int64"], "shape": ["B", dim], "min": 0, "allow": [-100], "optional": True,
+                                 "hints": {"below_min": "ignored positions must be exactly -100"}}
+        if name in self.params:
+            field["max"] = f"{name} - 1"
+            field["hints"]["above_max"] = "label ids past the output vocabulary; tokenized with a different tokenizer?"
+        self.fields["labels"] = field
+        self.rules.append({"rule": "any(labels != -100)", **ALL_IGNORED})
+
+    def _num_labels(self) -> int:
+        """The head's real width (its last Linear outside the base model), which may differ from
+        config.num_labels when the head was replaced."""
+        configured = getattr(self.config, "num_labels", None)
+        base = str(getattr(self.model, "base_model_prefix", "") or "") + "."
+        linears = [m for n, m in self.modules.items() if isinstance(m, nn.Linear) and not (base != "." and n.startswith(base))]
+        width = linears[-1].out_features if linears else configured
+        if width is None:
+            raise SpecError(f"spec_for({self.cls}): cannot tell the number of labels (no config.num_labels, no Linear head)")
+        if configured is not None and configured != width:
+            self.desc.append(f"The classifier has {width} outputs (config.num_labels says {configured}).")
+        self.params["num_labels"] = int(width)
+        return int(width)
+
+    def _sequence_labels(self) -> None:
+        n = self._num_labels()
+        pt = self.problem_type or getattr(self.config, "problem_type", None)
+        if pt is None:
+            # What Hugging Face does when problem_type is unset: one output -> regression; otherwise
+            # integer labels -> single-label. Float [B, num_labels] labels would go to multi-label,
+            # which a second contract covers (problem_type="multi_label_classification").
+            pt = "regression" if n == 1 else "single_label_classification"
+            self.desc.append(f"config.problem_type is unset; as Hugging Face infers it from num_labels={n}, the labels are {pt}.")
+        if pt == "single_label_classification":
+            self.fields["labels"] = {"dtype": ["int64"], "shape": ["B"], "min": 0, "max": "num_labels - 1", "optional": True,
+                                     "hints": {"above_max": "a label id >= num_labels; check label2id against config.num_labels (1-based labels?)",
+                                               "below_min": "negative labels; single-label classification takes class indices"}}
+        elif pt == "multi_label_classification":
+            self.fields["labels"] = {"dtype": ["float"], "shape": ["B", "num_labels"], "min": 0, "max": 1, "finite": True,
+                                     "optional": True, "description": "multi-hot targets for BCEWithLogitsLoss",
+                                     "hints": {"above_max": "multi-label targets must be 0/1 (or probabilities), one column per label"}}
+        elif pt == "regression":
+            self.fields["labels"] = {"dtype": ["float", "int64", "int32"], "shape": ["B"] if n == 1 else ["B", "num_labels"],
+                                     "finite": True, "optional": True, "description": "regression targets for MSELoss"}
+        else:
+            raise SpecError(f"spec_for({self.cls}): unknown config.problem_type {pt!r}; pass problem_type=...")
+
+
+def _ids_field(dim: str) -> dict[str, Any]:
+    return {"dtype": INT_IDS, "shape": ["B", dim], "min": 0, "max": "vocab_size - 1"}
+
+
+def _mask(dim: str) -> dict[str, Any]:
+    return {"dtype": MASK, "shape": ["B", dim], "values": [0, 1], "optional": True}
+
+
+def _forward_args(model: nn.Module) -> set[str]:
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+# --- plain nn.Module -------------------------------------------------------------------------
+
+_POOLS = (nn.MaxPool1d, nn.AvgPool1d)
+
+
+def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[str]]:
+    """What the first and last layers reveal. Layers are taken in registration order, which is the
+    order they run in for nn.Sequential and for most hand-written models."""
+    name = type(model).__name__
+    layers = [m for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag, nn.Conv1d, nn.Conv2d, nn.Linear))]
+    params: dict[str, ParamValue] = {}
+    fields: dict[str, dict[str, Any]] = {}
+    rules: list[dict[str, Any]] = []
+    notes: list[str] = []
+    desc = [f"Derived by tc.spec_for from the modules of {name}."]
+    first = layers[0] if layers else None
+    if isinstance(first, (nn.Embedding, nn.EmbeddingBag)):
+        params["vocab_size"] = first.num_embeddings
+        fields["input_ids"] = {"dtype": INT_IDS, "shape": ["B", "L"], "min": 0, "max": "vocab_size - 1", "hints": ID_HINTS}
+        desc.append(f"The first layer is an {type(first).__name__} with {first.num_embeddings} rows; its input is assumed to be [B, L].")
+        notes.append("a bound on L (no position table)")
+    elif isinstance(first, nn.Conv1d):
+        params["in_channels"] = first.in_channels
+        params["min_length"] = _min_conv_length(model)
+        fields["inputs"] = {"dtype": ["float"], "shape": ["B", "in_channels", "L"], "finite": True}
+        rules.append({"rule": "L >= min_length", "code": "dim_bound",
+                      "hint": "shorter than the receptive field of the Conv1d stack (kernel_size, dilation, padding, stride); pad short samples"})
+        desc.append("The first layer is a Conv1d: channels-first input, at least min_length steps for the conv/pool stack.")
+        notes.append("the value range of inputs (only finiteness is checked)")
+    elif isinstance(first, nn.Conv2d):
+        params["in_channels"] = first.in_channels
+        fields["inputs"] = {"dtype": ["float"], "shape": ["B", "in_channels", "H", "W"], "finite": True}
+        notes.append("the minimum image size and the value range of inputs")
+    elif isinstance(first, nn.Linear):
+        params["in_features"] = first.in_features
+        fields["inputs"] = {"dtype": ["float"], "shape": ["B", "in_features"], "finite": True}
+        notes.append("the value range of inputs (only finiteness is checked)")
+    else:
+        notes.append("the input (no nn.Embedding, nn.Conv1d, nn.Conv2d or nn.Linear found)")
+
+    last = next((m for m in reversed(layers) if isinstance(m, nn.Linear)), None)
+    if last is not None and last is not first and last.out_features > 1:
+        params["num_classes"] = last.out_features
+        fields["labels"] = {"dtype": ["int64"], "shape": ["B"], "min": 0, "max": "num_classes - 1", "optional": True,
+                            "hints": {"above_max": "a class index >= the final Linear's out_features (1-based labels?)"}}
+        desc.append(f"The final Linear has {last.out_features} outputs: labels are assumed to be one class index per sample.")
+    elif last is not None and last is not first:
+        notes.append("labels (the final Linear has one output: regression or binary targets?)")
+    else:
+        notes.append("labels (no final nn.Linear)")
+    if not fields:
+        raise SpecError(
+            f"spec_for({name}): nothing to derive: the module has no nn.Embedding, nn.Conv1d, nn.Conv2d or nn.Linear; "
+            "write the contract in YAML and load it with tc.load_spec"
+        )
+    return {"name": f"{name}-derived", "description": " ".join(desc), "params": params, "fields": fields, "rules": rules}, notes
+
+
+def _min_conv_length(model: nn.Module) -> int:
+    """The shortest input that leaves every Conv1d/pool output at least one step long.
+
+    Walking backwards from an output of 1: a layer (k, s, p, d) gives floor((n + 2p - d(k-1) - 1) / s) + 1
+    steps, so it needs n >= s(r - 1) + d(k - 1) + 1 - 2p to produce r.
+    """
+    need = 1
+    for m in reversed([m for m in model.modules() if isinstance(m, (nn.Conv1d, *_POOLS))]):
+        k, s, p, d = _conv_geometry(m)
+        if p is None:  # padding="same" keeps the length
+            continue
+        need = max(1, s * (need - 1) + d * (k - 1) + 1 - 2 * p)
+    return need
+
+
+def _conv_geometry(m: nn.Module) -> tuple[int, int, int | None, int]:
+    def one(v: Any) -> int:
+        return int(v[0] if isinstance(v, (tuple, list)) else v)
+
+    k, s = one(m.kernel_size), one(m.stride if m.stride is not None else m.kernel_size)
+    d = one(getattr(m, "dilation", 1))
+    pad = m.padding
+    if pad == "same":
+        return k, s, None, d
+    return k, s, 0 if pad == "valid" else one(pad), d

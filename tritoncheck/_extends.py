@@ -1,0 +1,140 @@
+"""`extends:` in spec files: a contract written as the changes to another one.
+
+    extends: bert-sequence-classification    # a built-in name, or a path relative to this file
+    name: my-classifier
+    fields:
+      token_type_ids: null                   # removes the field (and the base rules that name it)
+      labels: {max: 9}                       # overrides these keys of the base field only
+    rules:
+      - rule: L <= 128                       # appended after the base rules
+
+Merging is done on the raw YAML mappings before validation, so the result is checked as one spec:
+top-level keys override, `params` merge key by key, a field's keys override one by one (a null key
+resets it to its default; `hints` merge by code), `fields: {x: null}` removes x, rules append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import _expr
+from ._spec import SpecError, _builtin_dir, _import_yaml, builtin_spec_names, split_where
+
+MAX_DEPTH = 16
+
+
+def resolve(data: Any, path: str | Path) -> Any:
+    """Return `data` (a spec mapping read from `path`) with its `extends:` chain merged in."""
+    return _resolve(data, Path(path), chain=())
+
+
+def _resolve(data: Any, path: Path, chain: tuple[Path, ...]) -> Any:
+    if not isinstance(data, Mapping) or "extends" not in data:
+        return data
+    here = _key(path)
+    if here in chain:
+        cycle = " -> ".join(str(p) for p in (*chain, here))
+        raise SpecError(f"{path}: extends cycle: {cycle}")
+    if len(chain) >= MAX_DEPTH:
+        raise SpecError(f"{path}: extends chain deeper than {MAX_DEPTH} files")
+    base_ref = data["extends"]
+    if not isinstance(base_ref, str) or not base_ref.strip():
+        raise SpecError(f"{path}: extends must be a built-in spec name or a relative path, got {base_ref!r}")
+    base_path = _locate(base_ref.strip(), path)
+    base = _resolve(_read(base_path, path), base_path, (*chain, here))
+    if not isinstance(base, Mapping):
+        raise SpecError(f"{path}: the base spec {base_path} is not a mapping")
+    child = {k: v for k, v in data.items() if k != "extends"}
+    return merge(base, child, str(path))
+
+
+def merge(base: Mapping[str, Any], child: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The spec mapping `base` with `child`'s changes applied (see the module docstring)."""
+    out = dict(base)
+    for key, value in child.items():
+        if key == "params":
+            out["params"] = {**_mapping(base.get("params"), f"{source}: base params"), **_mapping(value, f"{source}: params")}
+        elif key == "fields":
+            out["fields"] = _merge_fields(_mapping(base.get("fields"), f"{source}: base fields"), _mapping(value, f"{source}: fields"))
+        elif key == "rules":
+            if value is not None and not isinstance(value, list):
+                raise SpecError(f"{source}: rules must be a list, got {type(value).__name__}")
+            out["rules"] = list(base.get("rules") or []) + list(value or [])
+        else:
+            out[key] = value
+    removed = set(_mapping(base.get("fields"), source)) - set(out.get("fields") or {})
+    if removed and isinstance(out.get("rules"), list):
+        out["rules"] = [r for r in out["rules"] if not (_rule_names(r) & removed)]
+    return out
+
+
+def _merge_fields(base: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for name, override in child.items():
+        if override is None:
+            out.pop(name, None)
+            continue
+        if not isinstance(override, Mapping) or not isinstance(base.get(name), Mapping):
+            out[name] = override  # a new field, or a malformed one that validation will report
+            continue
+        merged = dict(base[name])
+        for key, value in override.items():
+            if value is None:
+                merged.pop(key, None)
+            elif key == "hints" and isinstance(value, Mapping) and isinstance(merged.get("hints"), Mapping):
+                hints = {**merged["hints"], **value}
+                merged["hints"] = {k: v for k, v in hints.items() if v is not None}
+            else:
+                merged[key] = value
+        out[name] = merged
+    return out
+
+
+def _rule_names(rule: Any) -> set[str]:
+    """Names a rule uses; an unparsable rule names nothing here (validation reports it later)."""
+    text = rule.get("rule") if isinstance(rule, Mapping) else rule
+    if not isinstance(text, str):
+        return set()
+    try:
+        return set().union(*(_expr.names(_expr.parse(part)) for part in split_where(text)))
+    except ValueError:
+        return set()
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _locate(ref: str, child: Path) -> Path:
+    candidate = Path(ref)
+    if not candidate.is_absolute():
+        candidate = child.parent / candidate
+    if candidate.is_file():
+        return candidate
+    if not Path(ref).suffix and ref in builtin_spec_names():
+        return _builtin_dir() / f"{ref}.yaml"
+    raise SpecError(
+        f"{child}: extends {ref!r}: no such file ({candidate}) and no built-in spec of that name; "
+        f"built-ins: {', '.join(builtin_spec_names())}"
+    )
+
+
+def _read(path: Path, child: Path) -> Any:
+    yaml = _import_yaml()
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{child}: cannot read the base spec {path}: {exc}") from None
+
+
+def _key(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path

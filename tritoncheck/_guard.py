@@ -1,0 +1,111 @@
+"""`tc.guard(model)`: check a module's inputs in a forward pre-hook, before its forward runs.
+
+The hook maps positional and keyword arguments to `forward`'s parameter names, keeps the ones the
+spec names (flags such as `output_attentions=False` and `None` values are left out), and
+validates them. A bad batch raises `BatchValidationError` before a single kernel of the model runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from ._api import Backend, disabled, validate
+from ._spec import BatchSpec
+
+
+def guard(
+    model: Any,
+    spec: BatchSpec | None = None,
+    *,
+    deferred: bool = False,
+    backend: Backend = "auto",
+    group: Any = None,
+) -> Any:
+    """Validate every call's inputs to `model` against `spec` before its forward runs.
+
+    Args:
+        model: a `torch.nn.Module`.
+        spec: the contract of the forward's inputs; by default the model's own (`tc.spec_for(model)`).
+        deferred: with the Triton backend, launch the check without blocking and raise at the next
+            call or at `tc.wait()`. Falls back to checking synchronously (with a warning) where the
+            deferred Triton backend is not available.
+        backend: "auto" (Triton for CUDA tensors, torch otherwise), "torch" or "triton".
+        group: a torch.distributed process group, or True for the default one: every rank raises
+            together when any rank's batch is bad (see `tc.validate`).
+
+    Returns:
+        the hook's handle; `handle.remove()` takes the guard off. `TRITONCHECK_DISABLE=1` turns the
+        check off without removing it.
+    """
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"guard needs a torch.nn.Module, got {type(model).__name__}")
+    if spec is None:
+        spec = _model_spec(model)
+    if not isinstance(spec, BatchSpec):
+        raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
+    if deferred and not _deferred_available():
+        warnings.warn(
+            "tc.guard(deferred=True) needs the Triton backend's deferred mode, which is not available here; "
+            "checking synchronously instead",
+            stacklevel=2,
+        )
+        deferred = False
+    signature = inspect.signature(model.forward)
+    fields = set(spec.fields)
+    extra = {"deferred": True} if deferred else {}
+
+    def hook(module: Any, args: tuple, kwargs: dict) -> None:
+        if disabled():
+            return None
+        validate(_inputs(signature, fields, args, kwargs), spec, backend=backend, group=group, **extra)
+        return None
+
+    return model.register_forward_pre_hook(hook, with_kwargs=True, prepend=True)
+
+
+def _inputs(signature: inspect.Signature, fields: set[str], args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments that the spec names, by parameter name; None values are left out."""
+    try:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+    except TypeError:  # the call does not fit forward's signature: forward itself will say why
+        bound = dict(kwargs)
+    named: dict[str, Any] = {}
+    for name, value in bound.items():
+        param = signature.parameters.get(name)
+        if param is not None and param.kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
+    picked = {k: v for k, v in named.items() if k in fields and v is not None}
+    if not picked:
+        # forward(self, batch) called with the whole batch as one mapping
+        mappings = [v for v in named.values() if isinstance(v, Mapping)]
+        if len(mappings) == 1:
+            picked = {k: v for k, v in mappings[0].items() if k in fields and v is not None}
+    return picked
+
+
+def _model_spec(model: Any) -> BatchSpec:
+    try:
+        from ._derive import spec_for
+    except ModuleNotFoundError as exc:
+        if exc.name != "tritoncheck._derive":
+            raise
+        raise NotImplementedError(
+            "tc.guard(model) without a spec needs tc.spec_for, which this installation lacks; "
+            "pass one: tc.guard(model, tc.load_spec(...))"
+        ) from None
+    return spec_for(model)
+
+
+def _deferred_available() -> bool:
+    try:
+        import tritoncheck._triton.deferred  # noqa: F401
+    except ImportError:
+        return False
+    return "deferred" in inspect.signature(validate).parameters

@@ -1,0 +1,676 @@
+"""Generate one Triton kernel that runs every data check of a plan in a single launch.
+
+The kernel has one flat grid. Checks that iterate the same axes (and hold no reduction) form a
+*group*; each group owns a contiguous range of program ids, and a program evaluates every check
+of its group on one tile, so a field checked for min, max and allowed values is read once. A
+group with a reduction (`any(mask != 0, dim=L)`) gives each program a block of output rows and
+loops over the reduced axes. Axis sizes, strides and group ranges are runtime arguments, so one
+compiled kernel serves every batch shape; the source depends only on the plan, the runnable
+checks and the field dtypes.
+
+Output (one int64 buffer, zero at launch): slot k holds BIG - first offending flat index of
+check k (so `atomic_max` keeps the first), slot K + k the count of a check without a batch axis,
+and a row of `B` per-sample counts after 2K for each check over the batch axis. A program that
+finds nothing wrong writes nothing.
+
+Generated source is written to a real file (Triton's JIT reads it with `inspect`), atomically,
+under TRITONCHECK_CACHE_DIR (default ~/.cache/tritoncheck).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import math
+import os
+import re
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .. import _expr
+from .._dtypes import compute_dtype, dtype_name
+from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from .._plan import DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, describe, expr_dims, _refs
+
+BIG = 2**62
+BLOCK = 1024  # elements per program for element-wise groups
+BLOCK_ROWS = 16  # output rows per program for groups with a reduction
+BLOCK_RED = 128  # reduced elements per loop step
+KERNEL_NAME = "tritoncheck_kernel"
+
+
+class Unsupported(Exception):
+    """A construct the generator does not lower (e.g. a reduction inside a reduction)."""
+
+
+class IndentedBuffer:
+    """Lines of source with an indentation level (FlagGems' code buffer)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.level = 0
+
+    def writeline(self, line: str = "") -> None:
+        self.lines.append(("    " * self.level + line) if line else "")
+
+    def writelines(self, lines: list[str]) -> None:
+        for line in lines:
+            self.writeline(line)
+
+    @contextlib.contextmanager
+    def indent(self, by: int = 1):
+        self.level += by
+        try:
+            yield
+        finally:
+            self.level -= by
+
+    def getvalue(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+class NameSpace:
+    """Unique Python identifiers derived from arbitrary names (`bbox.2` -> `bbox_2`)."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def create_name(self, base: str) -> str:
+        name = re.sub(r"\W", "_", base)
+        if not name or name[0].isdigit():
+            name = "_" + name
+        out, i = name, 1
+        while out in self.used:
+            out, i = f"{name}_{i}", i + 1
+        self.used.add(out)
+        return out
+
+
+_KIND = {torch.int64: "i", torch.float32: "f", torch.float64: "d"}
+_TL = {"i": "tl.int64", "f": "tl.float32", "d": "tl.float64"}
+
+
+@dataclass
+class Group:
+    """Checks sharing one iteration space; `reduce` groups loop over reduced axes per row."""
+
+    axes: tuple[str, ...]
+    checks: list[int]  # indices into Program.checks
+    reduce: bool
+    block: int
+
+
+@dataclass
+class Program:
+    """A generated kernel and what the launcher needs to fill its arguments."""
+
+    source: str
+    checks: tuple[DataCheck, ...]
+    groups: list[Group]
+    fields: dict[str, str]  # field -> identifier prefix
+    sizes: dict[str, str]  # axis -> size argument
+    reduces: list[tuple[str, tuple[str, ...]]]  # (argument, reduced axes) per reduction
+    limits: dict[int, str]  # check index -> runtime bound argument
+    batch_dim: str
+    batch_checks: list[int]  # checks over the batch axis, in buffer order
+    ends: list[str] = field(default_factory=list)  # argument: end of each group's program range
+    numels: list[str] = field(default_factory=list)  # argument: elements (rows) of each group
+    kernel: Any = None
+    path: str | None = None
+    launch_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def buffer_len(self, batch: int) -> int:
+        return 2 * len(self.checks) + len(self.batch_checks) * batch
+
+
+def generate(plan: Plan, checks: tuple[DataCheck, ...], dtypes: dict[str, torch.dtype]) -> Program:
+    """Lower `checks` (the runnable data checks of `plan`) for fields of the given dtypes."""
+    return _Gen(plan, checks, dtypes).run()
+
+
+class _Gen:
+    def __init__(self, plan: Plan, checks: tuple[DataCheck, ...], dtypes: dict[str, torch.dtype]):
+        self.plan, self.checks, self.dtypes = plan, checks, dtypes
+        self.ns = NameSpace()
+        for reserved in ("pid", "tile", "offs", "live", "rest", "out_ptr", "tl", "triton", "n_bad", "first", "BIG"):
+            self.ns.create_name(reserved)
+        self.fields: dict[str, str] = {}
+        self.sizes: dict[str, str] = {}
+        self.reduces: list[tuple[str, tuple[str, ...]]] = []
+        self.limits: dict[int, str] = {}
+        self.numels: list[str] = []
+
+    # -- names -------------------------------------------------------------------------------
+    def field_name(self, f: str) -> str:
+        if f not in self.fields:
+            self.fields[f] = self.ns.create_name(f)
+        return self.fields[f]
+
+    def size(self, axis: str) -> str:
+        if axis not in self.sizes:
+            self.sizes[axis] = self.ns.create_name("size_" + axis)
+        return self.sizes[axis]
+
+    def kind(self, f: str) -> str:
+        return _KIND[compute_dtype(self.dtypes[f])]
+
+    # -- driver ------------------------------------------------------------------------------
+    def run(self) -> Program:
+        groups = self.group()
+        batch_checks = [k for k, c in enumerate(self.checks) if self.plan.batch_dim in c.axes]
+        self.batch_slot = {k: j for j, k in enumerate(batch_checks)}
+        body = IndentedBuffer()
+        body.level = 1
+        body.writeline("pid = tl.program_id(0)")
+        ends = []
+        for g_i, g in enumerate(groups):
+            end = self.ns.create_name(f"end_{g_i}")
+            ends.append(end)
+            kw = "if" if g_i == 0 else "elif"
+            body.writeline(f"# group {g_i}: over [{', '.join(g.axes)}] - " + "; ".join(describe(self.checks[k]) for k in g.checks))
+            body.writeline(f"{kw} pid < {end}:")
+            with body.indent():
+                start = "0" if g_i == 0 else ends[g_i - 1]
+                self.emit_group(body, g, start, g_i)
+        # arguments: fields, sizes, limits, ranges, out
+        args: list[str] = []
+        for f, ident in self.fields.items():
+            args.append(f"{ident}_ptr")
+            args.extend(f"{ident}_stride{i}" for i in range(len(self.plan.field(f).axes)))
+        args.extend(self.sizes.values())
+        args.extend(self.numels)
+        args.extend(name for name, _ in self.reduces)
+        for k, name in self.limits.items():
+            args.append(name + (": tl.constexpr" if self.kind(self.checks[k].field) == "d" else ""))
+        args.extend(ends)
+        args.append("out_ptr")
+        out = IndentedBuffer()
+        out.writeline(self.header(groups))
+        out.writelines(["import triton", "import triton.language as tl", ""])
+        out.writelines(_HELPERS.splitlines())
+        out.writeline("")
+        out.writeline("")
+        out.writeline("@triton.jit")
+        out.writeline(f"def {KERNEL_NAME}(")
+        with out.indent():
+            for a in args:
+                out.writeline(a + ",")
+        out.writeline("):")
+        out.lines.extend(body.lines)
+        return Program(out.getvalue(), self.checks, groups, dict(self.fields), dict(self.sizes), self.reduces, self.limits,
+                       self.plan.batch_dim, batch_checks, ends, self.numels)
+
+    def group(self) -> list[Group]:
+        groups: dict[tuple, Group] = {}
+        for k, c in enumerate(self.checks):
+            has_reduce = isinstance(c, RuleCheck) and (_has_reduce(c.expr) or (c.where is not None and _has_reduce(c.where)))
+            key = (c.axes, has_reduce)
+            if key not in groups:
+                groups[key] = Group(c.axes, [], has_reduce, BLOCK_ROWS if has_reduce else BLOCK)
+            groups[key].checks.append(k)
+        return list(groups.values())
+
+    # -- one group ---------------------------------------------------------------------------
+    def emit_group(self, buf: IndentedBuffer, g: Group, start: str, g_i: int) -> None:
+        self.idx: dict[str, str] = {}
+        self.loads: dict[tuple, str] = {}
+        self.tmp = 0
+        buf.writeline("tile = pid.to(tl.int64)" if start == "0" else f"tile = (pid - {start}).to(tl.int64)")
+        buf.writeline(f"offs = tile * {g.block} + tl.arange(0, {g.block}).to(tl.int64)  # int64: > 2**31 elements are fine")
+        numel = self.ns.create_name(f"numel_{g_i}")
+        self.numels.append(numel)
+        buf.writeline(f"live = offs < {numel}  # {' * '.join(g.axes) or '1'} on the host, in int64")
+        self.unravel(buf, "offs", g.axes, "i_")
+        # loads and checks are emitted together; each value is computed once per group (CSE)
+        buf.writeline("# loads")
+        pre = IndentedBuffer()
+        pre.level = buf.level
+        bads = []
+        checks_buf = IndentedBuffer()
+        checks_buf.level = buf.level
+        self.load_buf = pre
+        for k in g.checks:
+            bads.append(self.emit_check(k, checks_buf))
+        buf.lines.extend(pre.lines)
+        buf.writeline("# checks")
+        buf.lines.extend(checks_buf.lines)
+        buf.writeline("# store: only a program that found a violation writes")
+        for k, bad in zip(g.checks, bads, strict=True):
+            buf.writeline(f"n_bad = tl.sum({bad}.to(tl.int32), axis=0)")
+            buf.writeline("if n_bad > 0:")
+            with buf.indent():
+                if k in self.batch_slot:
+                    base = f"{2 * len(self.checks)} + {self.batch_slot[k]} * {self.size(self.plan.batch_dim)}"
+                    buf.writeline(f"tl.atomic_add(out_ptr + ({base}) + {self.idx[self.plan.batch_dim]}, {bad}.to(tl.int64), mask={bad})")
+                else:
+                    buf.writeline(f"tl.atomic_add(out_ptr + {len(self.checks) + k}, n_bad.to(tl.int64))")
+                buf.writeline(f"first = tl.min(tl.where({bad}, offs, {BIG}), axis=0)")
+                buf.writeline(f"tl.atomic_max(out_ptr + {k}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
+
+    def unravel(self, buf: IndentedBuffer, flat: str, axes: tuple[str, ...], prefix: str) -> None:
+        """Row-major flat index -> one index vector per axis."""
+        if not axes:
+            return
+        buf.writeline(f"rest = {flat}")
+        for pos in range(len(axes) - 1, -1, -1):
+            a = axes[pos]
+            name = self.ns.create_name(prefix + a)
+            self.idx[a] = name
+            if pos == 0:
+                buf.writeline(f"{name} = rest")
+            else:
+                buf.writeline(f"{name} = rest % {self.size(a)}")
+                buf.writeline(f"rest = rest // {self.size(a)}")
+
+    def emit_check(self, k: int, cb: IndentedBuffer) -> str:
+        c = self.checks[k]
+        bad = self.ns.create_name(f"bad_{k}")
+        self.mode2d = None
+        if isinstance(c, RuleCheck):
+            ok, ok_kind = self.expr(c.expr, cb)
+            cond = f"~{_truth(ok, ok_kind)}"
+            if c.where is not None:
+                w, w_kind = self.expr(c.where, cb)
+                cond = f"{cond} & {_truth(w, w_kind)}"
+            cb.writeline(f"{bad} = live & ({cond})  # {c.text}")
+            return bad
+        x, kind = self.expr(Ref(c.field, (None,) * len(self.plan.field(c.field).axes)), cb)
+        if isinstance(c, FiniteCheck):
+            cond = f"~{self.finite(x, kind)}"
+        elif isinstance(c, RangeCheck):
+            op = "<" if c.kind == "min" else ">"
+            cond = f"{x} {op} {self.limit(k, c, kind)}"
+        else:
+            cond = " & ".join(f"({x} != {self.const(v, kind)})" for v in _cast(c.values, kind)) or f"({x} == {x}) | ({x} != {x})"
+        if not isinstance(c, FiniteCheck) and c.allow:
+            cond = f"({cond})" + "".join(f" & ({x} != {self.const(v, kind)})" for v in _cast(c.allow, kind))
+        cb.writeline(f"{bad} = live & ({cond})  # {describe(c)}")
+        return bad
+
+    def limit(self, k: int, c: RangeCheck, kind: str) -> str:
+        if isinstance(c.bound, Const):
+            value = c.bound.value
+            if kind == "i" and isinstance(value, float):
+                value = math.ceil(value) if c.kind == "min" else math.floor(value)
+            return self.const(value, kind)
+        name = self.ns.create_name(f"limit_{k}")
+        self.limits[k] = name
+        return name
+
+    def finite(self, x: str, kind: str) -> str:
+        """isfinite: NaN fails ==, and +-Inf is above the dtype's largest finite value."""
+        if kind in ("i", "b"):
+            return f"({x} == {x})"
+        big = self.const(torch.finfo(torch.float64 if kind == "d" else torch.float32).max, "d" if kind == "d" else "f")
+        return f"(tl.abs({x}) <= {big})"
+
+    def const(self, v: Any, kind: str) -> str:
+        if isinstance(v, bool):
+            v = int(v)
+        if isinstance(v, float):
+            if kind == "d" or not math.isfinite(v):
+                return f"tl.full((), {_float_lit(v)}, {'tl.float64' if kind == 'd' else 'tl.float32'})"
+            return _float_lit(v)
+        return repr(v)
+
+    # -- expressions -------------------------------------------------------------------------
+    def fresh(self, base: str = "t") -> str:
+        return self.ns.create_name(base)
+
+    def expr(self, e: Expr, buf: IndentedBuffer) -> tuple[str, str]:
+        """Emit `e`; return (variable or literal, kind) with kind b/i/f/d (bool, int64, fp32, fp64)."""
+        if isinstance(e, Const):
+            v = e.value
+            if isinstance(v, bool):
+                return ("1" if v else "0"), "i"
+            return (repr(v) if isinstance(v, int) else _float_lit(v)), ("i" if isinstance(v, int) else "w")
+        if isinstance(e, Dim):
+            return self.size(e.name), "i"
+        if isinstance(e, Arange):
+            return self.index(e.dim), "i"
+        if isinstance(e, Ref):
+            return self.load(e, buf)
+        if isinstance(e, Unary):
+            x, k = self.expr(e.x, buf)
+            name = self.fresh()
+            if e.op == "neg":
+                buf.writeline(f"{name} = -{_num(x, k)}")
+                return name, _arith_kind(k)
+            if e.op == "not":
+                buf.writeline(f"{name} = {x} == 0")
+                return name, "b"
+            if e.op == "abs":
+                buf.writeline(f"{name} = tl.abs({_num(x, k)})")
+                return name, _arith_kind(k)
+            buf.writeline(f"{name} = {self.finite(x, k)}")
+            return name, "b"
+        if isinstance(e, Binary):
+            a, ka = self.expr(e.a, buf)
+            b, kb = self.expr(e.b, buf)
+            a, b = self.promote_const(a, ka, e.a, kb), self.promote_const(b, kb, e.b, ka)
+            name = self.fresh()
+            if e.op in ("&", "|"):
+                buf.writeline(f"{name} = {_truth(a, ka)} {e.op} {_truth(b, kb)}")
+                return name, "b"
+            if e.op in ("==", "!=", "<", "<=", ">", ">="):
+                buf.writeline(f"{name} = {_num(a, ka)} {e.op} {_num(b, kb)}")
+                return name, "b"
+            kind = _result_kind(ka, kb)
+            if e.op in ("//", "%"):
+                fn = ("_floordiv" if e.op == "//" else "_remainder") + ("_int" if kind == "i" else "_float")
+                buf.writeline(f"{name} = {fn}({_num(a, ka)}, {_num(b, kb)})")
+            else:
+                buf.writeline(f"{name} = {_num(a, ka)} {e.op} {_num(b, kb)}")
+            return name, kind
+        if isinstance(e, Reduce):
+            return self.reduce(e, buf)
+        raise Unsupported(f"cannot lower {type(e).__name__}")
+
+    def promote_const(self, text: str, kind: str, e: Expr, other: str) -> str:
+        # a float literal next to fp64 data must keep double precision (torch compares in fp64)
+        if isinstance(e, Const) and kind == "w" and other == "d":
+            return self.const(float(e.value), "d")
+        if isinstance(e, Const) and kind == "w" and not math.isfinite(e.value):
+            return self.const(float(e.value), "f")
+        return text
+
+    def index(self, axis: str) -> str:
+        if axis not in self.idx:
+            raise Unsupported(f"axis {axis} is not in the iteration space")
+        i = self.idx[axis]
+        return self.shape_for(axis, i)
+
+    def shape_for(self, axis: str, i: str) -> str:
+        """In a reduction loop, outer indices are columns ([:, None]) and reduced ones rows."""
+        if self.mode2d is None:
+            return i
+        return f"{i}[None, :]" if axis in self.mode2d else f"{i}[:, None]"
+
+    def load(self, e: Ref, buf: IndentedBuffer) -> tuple[str, str]:
+        key = (e, self.mode2d)
+        kind = self.kind(e.field)
+        if key in self.loads:
+            return self.loads[key], kind
+        fp = self.plan.field(e.field)
+        ident = self.field_name(e.field)
+        terms = []
+        for pos, (axis, sel) in enumerate(zip(fp.axes, e.index, strict=True)):
+            stride = f"{ident}_stride{pos}"
+            if sel is None:
+                terms.append(f"{self.index(axis)} * {stride}")
+            elif sel >= 0:
+                terms.append(f"{sel} * {stride}")
+            else:
+                terms.append(f"({self.size(axis)} - {-sel}) * {stride}")
+        mask = "live" if self.mode2d is None else self.live2
+        name = self.fresh(f"x_{ident}")
+        offset = " + ".join(terms) or "0"
+        if self.mode2d is None:
+            buf = self.load_buf
+        buf.writeline(f"{name} = tl.load({ident}_ptr + {offset}, mask={mask}, other=0).to({_TL[kind]})  # {_expr.to_text(e)}")
+        self.loads[key] = name
+        return name, kind
+
+    def reduce(self, e: Reduce, buf: IndentedBuffer) -> tuple[str, str]:
+        if self.mode2d is not None:
+            raise Unsupported("a reduction inside a reduction")
+        x_axes = _axes(self.plan, e.x)
+        red = x_axes if e.dims is None else tuple(a for a in x_axes if a in e.dims)
+        arg = self.ns.create_name(f"rnumel_{len(self.reduces)}")
+        self.reduces.append((arg, red))
+        acc = self.fresh("acc")
+        rb = BLOCK_RED
+        # the accumulator's dtype depends on the reduced value, so evaluate its kind first
+        kind = self.kind_of(e.x)
+        acc_kind = {"b": "i", "w": "f"}.get(kind, kind) if e.op == "sum" else "i"
+        buf.writeline(f"# reduce: {_expr.to_text(e)} over [{', '.join(red)}]")
+        buf.writeline(f"{acc} = tl.zeros([{BLOCK_ROWS}], dtype={_TL[acc_kind]})")
+        r0 = self.fresh("r0")
+        buf.writeline(f"for {r0} in range(0, {arg}, {rb}):")
+        saved_idx, saved_loads = dict(self.idx), self.loads
+        with buf.indent():
+            r = self.fresh("r")
+            self.live2 = self.fresh("live2")
+            buf.writeline(f"{r} = {r0} + tl.arange(0, {rb}).to(tl.int64)")
+            buf.writeline(f"{self.live2} = live[:, None] & ({r} < {arg})[None, :]")
+            rest = self.fresh("rest")  # its own name: a loop-carried variable may not change shape
+            buf.writeline(f"{rest} = {r}")
+            for pos in range(len(red) - 1, -1, -1):
+                a = red[pos]
+                name = self.ns.create_name("j_" + a)
+                self.idx[a] = name
+                if pos == 0:
+                    buf.writeline(f"{name} = {rest}")
+                else:
+                    buf.writeline(f"{name} = {rest} % {self.size(a)}")
+                    buf.writeline(f"{rest} = {rest} // {self.size(a)}")
+            self.mode2d = frozenset(red)
+            self.loads = {}
+            x, k = self.expr(e.x, buf)
+            self.mode2d = None
+            if e.op == "sum":
+                val = x if k != "b" else f"{x}.to(tl.int64)"
+                if k == "w":
+                    val = f"tl.full((), {x}, tl.float32)"
+            elif e.op == "any":
+                val = f"{_truth(x, k)}.to(tl.int64)"
+            else:
+                val = f"({x} == 0).to(tl.int64)"
+            buf.writeline(f"{acc} += tl.sum(tl.where({self.live2}, {val}, 0), axis=1).to({_TL[acc_kind]})")
+        self.idx, self.loads = saved_idx, saved_loads
+        if e.op == "sum":
+            return acc, acc_kind
+        name = self.fresh()
+        buf.writeline(f"{name} = {acc} {'>' if e.op == 'any' else '=='} 0")
+        return name, "b"
+
+    def kind_of(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            return "w" if isinstance(e.value, float) else "i"
+        if isinstance(e, (Dim, Arange)):
+            return "i"
+        if isinstance(e, Ref):
+            return self.kind(e.field)
+        if isinstance(e, Unary):
+            return "b" if e.op in ("not", "isfinite") else _arith_kind(self.kind_of(e.x))
+        if isinstance(e, Binary):
+            if e.op in ("&", "|", "==", "!=", "<", "<=", ">", ">="):
+                return "b"
+            return _result_kind(self.kind_of(e.a), self.kind_of(e.b))
+        if isinstance(e, Reduce):
+            k = self.kind_of(e.x)
+            return ({"b": "i", "w": "f"}.get(k, k)) if e.op == "sum" else "b"
+        raise Unsupported(type(e).__name__)
+
+    # -- header ------------------------------------------------------------------------------
+    def header(self, groups: list[Group]) -> str:
+        plan = self.plan
+        lines = [f'"""Generated by tritoncheck for spec {plan.spec_name!r}: every data check in one launch.', ""]
+        lines.append("fields:")
+        used = [f for f in plan.fields if f.name in self.fields]
+        for f in used:
+            lines.append(f"  {f.name}: {dtype_name(self.dtypes[f.name])} [{', '.join(f.shape_text)}]  (axes {', '.join(f.axes)})")
+        dims = sorted({a for f in used for a in f.shape if isinstance(a, str)})
+        lines.append(f"dims: {', '.join(dims) or '-'} (batch dim {plan.batch_dim}); sizes and strides are runtime arguments")
+        lines.append("checks:")
+        for k, c in enumerate(self.checks):
+            lines.append(f"  [{k}] {c.code}: {describe(c)}  over [{', '.join(c.axes)}]")
+        lines.append("groups (program ranges, in order):")
+        total = []
+        for g_i, g in enumerate(groups):
+            reads = []
+            for k in g.checks:
+                c = self.checks[k]
+                used_fields = (_refs(c.expr) | (_refs(c.where) if c.where is not None else set())) if isinstance(c, RuleCheck) else {c.field}
+                for f in sorted(used_fields):
+                    item = f"{f} ({self.dtypes[f].itemsize} B/elem)"
+                    if item not in reads:
+                        reads.append(item)
+            unit = "rows" if g.reduce else "elements"
+            lines.append(f"  {g_i}: [{', '.join(g.axes)}], {g.block} {unit} per program, checks {g.checks}; reads {', '.join(reads)}")
+        for f in used:
+            numel = "*".join(str(s) for s in f.shape) or "1"
+            total.append(f"{self.dtypes[f.name].itemsize}*{numel}")
+        lines.append(f"bytes read, at least (each field once): {' + '.join(total) or '0'}; a field used by several groups is read by each")
+        lines.append(f"writes: nothing on a valid batch; on violations int64 counts into {2}*{len(self.checks)} + "
+                     f"{plan.batch_dim}*{sum(plan.batch_dim in c.axes for c in self.checks)} slots")
+        lines.append('"""')
+        return "\n".join(lines)
+
+
+def _axes(plan: Plan, e: Expr) -> tuple[str, ...]:
+    if isinstance(e, Ref):
+        f = plan.field(e.field)
+        return tuple(a for a, i in zip(f.axes, e.index, strict=True) if i is None)
+    if isinstance(e, Arange):
+        return (e.dim,)
+    if isinstance(e, Unary):
+        return _axes(plan, e.x)
+    if isinstance(e, Binary):
+        a = _axes(plan, e.a)
+        return a + tuple(x for x in _axes(plan, e.b) if x not in a)
+    if isinstance(e, Reduce):
+        return () if e.dims is None else tuple(a for a in _axes(plan, e.x) if a not in e.dims)
+    return ()
+
+
+def _has_reduce(e: Expr) -> bool:
+    if isinstance(e, Reduce):
+        return True
+    if isinstance(e, Unary):
+        return _has_reduce(e.x)
+    if isinstance(e, Binary):
+        return _has_reduce(e.a) or _has_reduce(e.b)
+    return False
+
+
+def _truth(x: str, kind: str = "") -> str:
+    return x if kind == "b" else f"({x} != 0)"
+
+
+def _num(x: str, kind: str) -> str:
+    """Booleans take part in arithmetic and comparisons as int64, as torch's promotion does."""
+    return f"{x}.to(tl.int64)" if kind == "b" else x
+
+
+def _arith_kind(k: str) -> str:
+    return "i" if k == "b" else k
+
+
+def _result_kind(a: str, b: str) -> str:
+    a, b = _arith_kind(a), _arith_kind(b)
+    if "d" in (a, b):
+        return "d"
+    if "f" in (a, b) or "w" in (a, b):
+        return "f"
+    return "i"
+
+
+def _float_lit(v: float) -> str:
+    if math.isnan(v):
+        return 'float("nan")'
+    if math.isinf(v):
+        return 'float("inf")' if v > 0 else 'float("-inf")'
+    return repr(float(v))
+
+
+def _cast(values: tuple[int | float, ...], kind: str) -> list[int | float]:
+    """Constants as torch sees them: cast to the field's compute dtype (0.5 -> 0 for ints)."""
+    dtype = {"i": torch.int64, "f": torch.float32, "d": torch.float64}[kind]
+    out = torch.tensor(values, dtype=dtype).tolist() if values else []
+    return [v for v in dict.fromkeys(out) if not (isinstance(v, float) and math.isnan(v))]
+
+
+_HELPERS = '''
+@triton.jit
+def _floordiv_int(a, b):
+    """torch.div(a, b, rounding_mode="floor") for integers (Triton's // truncates)."""
+    b = tl.where(b == 0, 1, b)
+    q = a // b
+    r = a - q * b
+    return q - ((r != 0) & ((r < 0) != (b < 0))).to(q.dtype)
+
+
+@triton.jit
+def _remainder_int(a, b):
+    """torch.remainder for integers: the result takes the divisor's sign."""
+    b = tl.where(b == 0, 1, b)
+    r = a - (a // b) * b
+    return r + tl.where((r != 0) & ((r < 0) != (b < 0)), b, 0)
+
+
+@triton.jit
+def _floordiv_float(a, b):
+    """torch's floor division for floats (fmod-based, as in ATen's div_floor)."""
+    mod = a % b
+    div = (a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floored = tl.floor(div)
+    floored = tl.where(div - floored > 0.5, floored + 1, floored)
+    return tl.where(div == 0, 0.0 * (a / b), tl.where(b == 0, a / b, floored))
+
+
+@triton.jit
+def _remainder_float(a, b):
+    """torch.remainder for floats: fmod, shifted into the divisor's sign."""
+    mod = a % b
+    return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+'''.strip("\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing and importing the generated module.
+
+_lock = threading.Lock()
+
+
+def cache_dir() -> str:
+    return os.environ.get("TRITONCHECK_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tritoncheck")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write via a temporary file and os.replace, so a reader never sees half a file."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".py")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load(program: Program) -> Program:
+    """Write the program's source to the cache dir and import its kernel."""
+    digest = hashlib.sha256(program.source.encode()).hexdigest()[:20]
+    # NOTE: Triton's JIT reads a kernel's source with `inspect`, so it must live in a real file.
+    path = os.path.join(cache_dir(), f"tc_{digest}.py")
+    with _lock:
+        existing = None
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                existing = fh.read()
+        if existing != program.source:
+            write_atomic(path, program.source)
+        mod_name = f"tritoncheck_generated.tc_{digest}"
+        module = sys.modules.get(mod_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[mod_name] = module
+    program.kernel = getattr(module, KERNEL_NAME)
+    program.path = path
+    return program
+
+
+__all__ = ["generate", "load", "Program", "Unsupported", "cache_dir", "expr_dims"]

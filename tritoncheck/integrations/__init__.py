@@ -1,0 +1,5 @@
+"""Hooks into training frameworks. Each submodule imports its framework only when imported itself:
+
+- `tritoncheck.integrations.hf.ValidatingDataCollator`: wraps a Hugging Face Trainer data collator.
+- `tritoncheck.integrations.lightning.TritoncheckCallback`: validates in `on_train_batch_start`.
+"""

@@ -1,0 +1,1047 @@
+"""Hypothesis strategies built from a spec: valid batches, and batches with exactly one violation.
+
+Values are *constructed* to satisfy the contract, never filtered: each field gets a value domain
+narrowed by its checks (min/max with their `allow` sentinels, value sets, and rules of the form
+`field <op> scalar`), dims are drawn inside intervals narrowed by the host dim rules, and a few
+rule shapes recognised structurally are repaired in place (sort box corners, force one attended
+position, pad the tail past a token budget, clip a length to another). Large tensors are filled
+from one drawn seed with a torch generator, so a 1M-element batch costs one draw.
+
+`REGISTRY` binds, once per plan-node kind, the valid-data constraint, the mutation that breaks it
+and the code that mutation causes; `RULE_SHAPES` does the same for rule shapes. A test walks every
+built-in plan and asserts nothing is missing.
+
+    from hypothesis import given
+    import tritoncheck as tc
+
+    @given(tc.strategies.valid_batches(spec, B=(1, 4), L=(1, 32)))
+    def test_forward(batch):
+        model(**batch)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+try:
+    from hypothesis import strategies as st
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("tritoncheck.strategies needs hypothesis: pip install 'tritoncheck[strategies]'") from exc
+
+from . import _torch_backend
+from ._dtypes import DTYPES, compute_dtype
+from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from ._plan import (
+    DimCheck,
+    FieldPlan,
+    FiniteCheck,
+    Plan,
+    RangeCheck,
+    RuleCheck,
+    ValueSetCheck,
+    bind,
+    compile_plan,
+    evaluate_scalar,
+    expr_dims,
+    referenced_fields,
+)
+from ._spec import BatchSpec
+
+__all__ = ["Expected", "UnsatisfiableSpecError", "malformed_batches", "valid_batches"]
+
+DEFAULT_BATCH = (1, 4)
+DEFAULT_DIM = (1, 8)
+DEFAULT_SPAN = 50  # an unbounded int field draws from [lo, lo + 50]; floats from a span of 8
+MAX_TRIES = 8
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+_CMP = ("<", "<=", ">", ">=", "==", "!=")
+
+
+class UnsatisfiableSpecError(ValueError):
+    """The strategies cannot build data for a spec: an empty domain or a rule they cannot satisfy."""
+
+
+UnsatisfiableSpecError.__module__ = "tritoncheck"
+
+
+class _Infeasible(Exception):
+    """This draw (dims, dtype) left a domain empty; another draw may work."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a malformed batch must be reported for: exactly one violation of `code` on `field`.
+
+    Attributes:
+        field: the field the violation is reported on.
+        code: the violation code the mutation causes.
+        samples: the batch positions it must name (empty for batch-level and metadata violations).
+        mutation: what was done, in words, for failure messages.
+    """
+
+    field: str
+    code: str
+    samples: tuple[int, ...]
+    mutation: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Value domains
+
+
+@dataclass
+class Domain:
+    """The values a field may hold: [lo, hi] (or `values`), minus `exclude`, plus sentinels in `allow`."""
+
+    name: str
+    lo: float | None = None
+    hi: float | None = None
+    values: list[int | float] | None = None
+    allow: tuple[int | float, ...] = ()
+    exclude: set[int | float] = field(default_factory=set)
+    finite: bool = False
+
+    def narrow(self, op: str, k: float) -> None:
+        """Intersect with `x <op> k` (the valid-data constraint of a range or a simple rule)."""
+        if op in (">=", ">"):
+            self.lo = k if self.lo is None else max(self.lo, k)
+            if op == ">":
+                self.exclude.add(k)
+        elif op in ("<=", "<"):
+            self.hi = k if self.hi is None else min(self.hi, k)
+            if op == "<":
+                self.exclude.add(k)
+        elif op == "!=":
+            self.exclude.add(k)
+        elif op == "==":
+            self.values = [v for v in (self.values if self.values is not None else [k]) if v == k]
+
+    def admits(self, v: float) -> bool:
+        """True if `v` satisfies the field's own checks (sentinels count as allowed)."""
+        if v in self.allow:
+            return True
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        return (
+            (self.lo is None or v >= self.lo)
+            and (self.hi is None or v <= self.hi)
+            and (self.values is None or v in self.values)
+            and v not in self.exclude
+        )
+
+
+def _int_range(dom: Domain, dtype: torch.dtype) -> tuple[int, int]:
+    info = torch.iinfo(dtype) if dtype != torch.bool else None
+    dlo, dhi = (0, 1) if info is None else (info.min, info.max)
+    lo = math.ceil(dom.lo) if dom.lo is not None else None
+    hi = math.floor(dom.hi) if dom.hi is not None else None
+    if lo is None and hi is None:
+        lo = 0
+    lo = (0 if hi >= 0 else hi - DEFAULT_SPAN) if lo is None else lo
+    hi = lo + DEFAULT_SPAN if hi is None else hi
+    return max(lo, dlo), min(hi, dhi)
+
+
+def _float_range(dom: Domain) -> tuple[float, float]:
+    lo, hi = dom.lo, dom.hi
+    if lo is None and hi is None:
+        lo, hi = -4.0, 4.0
+    lo = hi - 8.0 if lo is None else lo
+    hi = lo + 8.0 if hi is None else hi
+    return float(lo), float(hi)
+
+
+def _candidates(dom: Domain, dtype: torch.dtype, limit: int = 4096) -> list[int | float] | None:
+    """The explicit list of allowed (non-sentinel) values, or None when it is a wide interval."""
+    if dom.values is not None:
+        return [v for v in dom.values if dom.admits(v) and v not in dom.allow and _representable(v, dtype)]
+    if dtype.is_floating_point:
+        return None
+    lo, hi = _int_range(dom, dtype)
+    if hi - lo > limit:
+        return None
+    return [v for v in range(lo, hi + 1) if v not in dom.exclude]
+
+
+def _representable(v: float, dtype: torch.dtype) -> bool:
+    if isinstance(v, float) and not math.isfinite(v):
+        return dtype.is_floating_point
+    if dtype == torch.bool:
+        return v in (0, 1)
+    if dtype.is_floating_point:
+        return float(torch.tensor(v, dtype=torch.float64).to(dtype).to(torch.float64)) == v
+    info = torch.iinfo(dtype)
+    return float(v).is_integer() and info.min <= v <= info.max
+
+
+def pick(dom: Domain, dtype: torch.dtype, pred: Callable[[float], bool] = lambda v: True) -> int | float | None:
+    """One allowed, representable value satisfying `pred`, or None."""
+    cands = _candidates(dom, dtype, limit=1 << 16)
+    if cands is None:
+        lo, hi = _float_range(dom) if dtype.is_floating_point else _int_range(dom, dtype)
+        cands = [lo, hi, (lo + hi) / 2 if dtype.is_floating_point else (lo + hi) // 2]
+    for v in cands:
+        if dom.admits(v) and pred(v) and _representable(v, dtype):
+            return v
+    return None
+
+
+def _fill(dom: Domain, dtype: torch.dtype, shape: tuple[int, ...], g: torch.Generator, edge: float, sentinel: float) -> torch.Tensor:
+    """A tensor of `shape` with every element in `dom`; `edge` and `sentinel` are mixing rates."""
+    n = math.prod(shape)
+    cands = _candidates(dom, dtype)
+    if cands is not None:
+        if not cands:
+            raise _Infeasible(f"{dom.name}: no allowed value for dtype {dtype}")
+        pool = torch.tensor(cands, dtype=torch.float64)
+        flat = pool[torch.randint(len(cands), (n,), generator=g)]
+        ends = pool[[0, -1]]
+    elif dtype.is_floating_point:
+        lo, hi = _representable_range(*_float_range(dom), dtype, dom.name)
+        flat = torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo
+        ends = torch.tensor([lo, hi], dtype=torch.float64)
+    else:  # a wide int interval
+        lo, hi = _int_range(dom, dtype)
+        if lo > hi:
+            raise _Infeasible(f"{dom.name}: empty range [{lo}, {hi}] for dtype {dtype}")
+        flat = torch.randint(lo, hi + 1, (n,), generator=g, dtype=torch.int64).to(torch.float64)
+        ends = torch.tensor([lo, hi], dtype=torch.float64)
+        for v in dom.exclude:  # rare in a wide range: move to a neighbour that is allowed
+            flat[flat == v] = float(pick(dom, dtype) if pick(dom, dtype) is not None else lo)
+    if edge and n:
+        at = torch.rand(n, generator=g) < edge
+        flat[at] = ends[torch.randint(2, (int(at.sum()),), generator=g)]
+    sentinels = [a for a in dom.allow if _representable(a, dtype)]
+    if sentinel and sentinels and n:
+        at = torch.rand(n, generator=g) < sentinel
+        flat[at] = torch.tensor(sentinels, dtype=torch.float64)[torch.randint(len(sentinels), (int(at.sum()),), generator=g)]
+    out = flat.to(dtype) if dtype != torch.bool else flat != 0
+    if dtype.is_floating_point and dtype not in (torch.float64,) and dom.lo is not None and dom.hi is not None:
+        # rounding to a narrow float may step just outside a bound such as 0.1; compare in compute dtype
+        c = out.to(compute_dtype(dtype))
+        lo, hi = _representable_range(dom.lo, dom.hi, dtype, dom.name)
+        out = torch.where((c < dom.lo) | (c > dom.hi), torch.tensor(lo, dtype=dtype), out)
+    return out.reshape(shape)
+
+
+def _representable_range(lo: float, hi: float, dtype: torch.dtype, name: str) -> tuple[float, float]:
+    """[lo, hi] shrunk to values that stay inside after rounding to `dtype` (and its compute dtype)."""
+    cd = compute_dtype(dtype)
+
+    def rounded(v: float) -> float:
+        return float(torch.tensor(v, dtype=torch.float64).to(dtype).to(cd))
+
+    step = torch.finfo(dtype).eps
+    for _ in range(64):
+        if rounded(lo) >= lo or lo > hi:
+            break
+        lo = lo + max(abs(lo) * step, torch.finfo(dtype).tiny)
+    for _ in range(64):
+        if rounded(hi) <= hi or lo > hi:
+            break
+        hi = hi - max(abs(hi) * step, torch.finfo(dtype).tiny)
+    if lo > hi or rounded(lo) < lo or rounded(hi) > hi:
+        raise _Infeasible(f"{name}: no {dtype} value lies in the allowed range")
+    return rounded(lo), rounded(hi)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rule shapes recognised structurally
+
+
+def _full_ref(e: Expr) -> bool:
+    return isinstance(e, Ref) and all(i is None for i in e.index)
+
+
+def _scalar(e: Expr) -> bool:
+    """No field data and no positions: a constant or an expression over dims."""
+    if isinstance(e, (Const, Dim)):
+        return True
+    if isinstance(e, Unary):
+        return _scalar(e.x)
+    if isinstance(e, Binary):
+        return _scalar(e.a) and _scalar(e.b)
+    return False
+
+
+def _as_field_cmp(e: Expr) -> tuple[Ref, str, Expr] | None:
+    """`field[...] <op> scalar` (either side), as (ref, op, scalar)."""
+    if isinstance(e, Binary) and e.op in _CMP:
+        if isinstance(e.a, Ref) and _scalar(e.b):
+            return e.a, e.op, e.b
+        if isinstance(e.b, Ref) and _scalar(e.a):
+            return e.b, _FLIP[e.op], e.a
+    return None
+
+
+def _as_any(e: Expr) -> tuple[Ref, str, Expr, tuple[str, ...] | None] | None:
+    """`any(field <op> scalar, dim=...)` or `any(field, dim=...)`."""
+    if not (isinstance(e, Reduce) and e.op == "any"):
+        return None
+    if _full_ref(e.x):
+        return e.x, "!=", Const(0), e.dims
+    cmp = _as_field_cmp(e.x)
+    if cmp and _full_ref(cmp[0]):
+        return cmp[0], cmp[1], cmp[2], e.dims
+    return None
+
+
+def _as_count_bound(e: Expr) -> tuple[Ref, Expr, tuple[str, ...], Expr, str] | None:
+    """`sum(field != pad, dim=L) <= K`, as (ref, pad, dims, K, op)."""
+    if isinstance(e, Binary) and e.op in ("<=", "<") and isinstance(e.a, Reduce) and e.a.op == "sum" and e.a.dims:
+        inner = _as_field_cmp(e.a.x)
+        if inner and inner[1] == "!=" and _full_ref(inner[0]) and _scalar(e.b):
+            return inner[0], inner[2], e.a.dims, e.b, e.op
+    return None
+
+
+def _as_pair(e: Expr) -> tuple[Ref, str, Ref] | None:
+    """`a <op> b` over two field refs (`bbox[..., 0] <= bbox[..., 2]`, `target_lengths <= input_lengths`)."""
+    if isinstance(e, Binary) and e.op in ("<", "<=", ">", ">=") and isinstance(e.a, Ref) and isinstance(e.b, Ref):
+        return e.a, e.op, e.b
+    return None
+
+
+@dataclass(frozen=True)
+class RuleShape:
+    """One recognised rule shape: how to keep it true in valid data, and how to break it."""
+
+    name: str
+    match: Callable[[RuleCheck], Any]
+    constrain: Callable[[RuleCheck, Any, _Draw], None] | None  # narrows domains before values are drawn
+    repair: Callable[[RuleCheck, Any, _Draw], None] | None  # fixes drawn values in place
+    mutate: Callable[[RuleCheck, Any, _Draw, random.Random], Any]  # -> (description, samples) or None
+
+
+def rule_shape(check: RuleCheck) -> tuple[RuleShape, Any] | None:
+    """The first registered shape matching a rule, with what its matcher extracted."""
+    for shape in RULE_SHAPES:
+        m = shape.match(check)
+        if m is not None:
+            return shape, m
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing one batch
+
+
+@dataclass
+class _Draw:
+    plan: Plan
+    dims: dict[str, int]
+    dtypes: dict[str, torch.dtype]
+    domains: dict[str, Domain]
+    batch: dict[str, torch.Tensor]
+    gen: torch.Generator
+
+    def axes(self, ref: Ref) -> tuple[str, ...]:
+        return self.plan.field(ref.field).axes
+
+    def shape(self, fp: FieldPlan) -> tuple[int, ...]:
+        return tuple(s if isinstance(s, int) else self.dims[s] for s in fp.shape)
+
+    def view(self, ref: Ref) -> torch.Tensor:
+        """The field's tensor selected by the ref's index (a view: writes go through)."""
+        t = self.batch[ref.field]
+        for axis in reversed(range(len(ref.index))):
+            if ref.index[axis] is not None:
+                t = t.select(axis, ref.index[axis])
+        return t
+
+    def ref_axes(self, ref: Ref) -> tuple[str, ...]:
+        return tuple(a for a, i in zip(self.axes(ref), ref.index, strict=True) if i is None)
+
+    def scalar(self, e: Expr) -> Any:
+        return evaluate_scalar(e, self.dims)
+
+
+def _dim_intervals(plan: Plan, spec: BatchSpec, dim_bounds: dict[str, tuple[int, int]]) -> dict[str, list[int]]:
+    names = []
+    for fp in plan.fields:
+        names += [s for s in fp.shape if isinstance(s, str) and s not in names]
+    unknown = set(dim_bounds) - set(names)
+    if unknown:
+        raise ValueError(f"{plan.spec_name}: {sorted(unknown)} are not dims of the spec; its dims are {names}")
+    out = {}
+    for n in names:
+        default = DEFAULT_BATCH if n == plan.batch_dim else DEFAULT_DIM
+        lo, hi = dim_bounds.get(n, default)
+        out[n] = [int(lo), int(hi)]
+    for c in plan.dim_checks:  # valid-data constraint of dim_bound: narrow the interval
+        for d, op, k in _linear_dim_terms(c.expr):
+            iv = out[d]
+            k_int = math.floor(k) if op in ("<", "<=") else math.ceil(k)
+            if op == "<=":
+                iv[1] = min(iv[1], k_int)
+            elif op == "<":
+                iv[1] = min(iv[1], k_int - 1 if k_int == k else k_int)
+            elif op == ">=":
+                iv[0] = max(iv[0], k_int)
+            elif op == ">":
+                iv[0] = max(iv[0], k_int + 1 if k_int == k else k_int)
+            elif op == "==":
+                iv[0], iv[1] = max(iv[0], k_int), min(iv[1], k_int)
+    for n, iv in out.items():  # raise a dim's floor past sizes that leave some field no value (C=1 with blank=0)
+        while iv[0] < iv[1] and not _domains_nonempty(plan, {m: (iv[0] if m == n else jv[1]) for m, jv in out.items()}):
+            iv[0] += 1
+    for n, (lo, hi) in out.items():
+        if lo > hi or hi < 0:
+            raise UnsatisfiableSpecError(
+                f"{plan.spec_name}: dim {n} has no allowed size in [{lo}, {hi}] after the spec's dim rules; "
+                f"widen it with {n}=(lo, hi)"
+            )
+    return out
+
+
+def _domains_nonempty(plan: Plan, dims: dict[str, int]) -> bool:
+    ctx = _Draw(plan, dims, {}, {}, {}, torch.Generator())
+    try:
+        doms = _domains(ctx)
+        return all(any(pick(doms[fp.name], d) is not None for d in fp.dtypes) for fp in plan.fields)
+    except (_Infeasible, KeyError, ArithmeticError):
+        return False
+
+
+def _linear_dim_terms(e: Expr) -> Iterable[tuple[str, str, float]]:
+    """`D <op> const` terms of a conjunction (`(0 >= 0) & (0 < C)` gives C > 0)."""
+    if isinstance(e, Binary) and e.op == "&":
+        yield from _linear_dim_terms(e.a)
+        yield from _linear_dim_terms(e.b)
+    elif isinstance(e, Binary) and e.op in _CMP:
+        if isinstance(e.a, Dim) and isinstance(e.b, Const):
+            yield e.a.name, e.op, e.b.value
+        elif isinstance(e.b, Dim) and isinstance(e.a, Const):
+            yield e.b.name, _FLIP[e.op], e.a.value
+
+
+def _draw_batch(draw, plan: Plan, intervals: dict[str, list[int]], overrides: dict[str, int] | None = None,
+                force_present: set[str] = frozenset(), breaking: DimCheck | None = None) -> _Draw:
+    """Draw dims, presence and dtypes from hypothesis, then values from one seeded generator."""
+    dims = {n: draw(st.integers(lo, hi), label=n) for n, (lo, hi) in intervals.items()}
+    dims.update(overrides or {})
+    present = [fp for fp in plan.fields if not fp.optional or fp.name in force_present or draw(st.booleans(), label=f"has {fp.name}")]
+    dtypes = {fp.name: draw(st.sampled_from(fp.dtypes), label=f"{fp.name}.dtype") for fp in present}
+    seed = draw(st.integers(0, 2**32 - 1), label="seed")
+    edge = draw(st.sampled_from([0.0, 0.1, 0.5]), label="edge rate")
+    sentinel = draw(st.sampled_from([0.0, 0.2, 1.0]), label="sentinel rate")
+    g = torch.Generator().manual_seed(seed)
+    ctx = _Draw(plan, dims, dtypes, {}, {}, g)
+    for c in plan.dim_checks:
+        if c is not breaking and expr_dims(c.expr) <= dims.keys() and not evaluate_scalar(c.expr, dims):
+            raise _Infeasible(f"dims {dims} break {c.text!r}")
+    ctx.domains = _domains(ctx)
+    for fp in present:
+        ctx.batch[fp.name] = _fill(ctx.domains[fp.name], dtypes[fp.name], ctx.shape(fp), g, edge, sentinel)
+    for c in plan.checks:
+        if isinstance(c, RuleCheck) and referenced_fields(c) <= ctx.batch.keys():
+            found = rule_shape(c)
+            if found and found[0].repair:
+                found[0].repair(c, found[1], ctx)
+    return ctx
+
+
+def _domains(ctx: _Draw) -> dict[str, Domain]:
+    """Every field's domain: the `constrain` hook of each check kind, applied in plan order."""
+    doms = {fp.name: Domain(fp.name) for fp in ctx.plan.fields}
+    ctx.domains = doms
+    for c in ctx.plan.checks:
+        REGISTRY[c.kind].constrain(c, doms, ctx)
+    return doms
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry: one entry per plan-node kind
+
+
+@dataclass(frozen=True)
+class CheckStrategy:
+    """A check kind's strategies: its valid-data constraint, and the mutation that breaks it.
+
+    `mutate(check, ctx, rng)` changes `ctx.batch` (or returns a new one) and gives back
+    `(description, field, code, samples)`, or None when it does not apply to this batch.
+    """
+
+    kind: str
+    codes: str  # the code(s) the mutation causes, in words, for docs and the coverage test
+    constrain: Callable[[Any, dict[str, Domain], _Draw], None]
+    mutate: Callable[[Any, _Draw, random.Random], Any]
+
+
+def _constrain_range(c: RangeCheck, doms: dict[str, Domain], ctx: _Draw) -> None:
+    d = doms[c.field]
+    d.allow = c.allow
+    d.narrow(">=" if c.kind == "min" else "<=", ctx.scalar(c.bound))
+
+
+def _constrain_values(c: ValueSetCheck, doms: dict[str, Domain], ctx: _Draw) -> None:
+    d = doms[c.field]
+    d.allow = c.allow
+    d.values = [v for v in c.values if d.values is None or v in d.values]
+
+
+def _constrain_finite(c: FiniteCheck, doms: dict[str, Domain], ctx: _Draw) -> None:
+    doms[c.field].finite = True  # drawn values are always finite; recorded for mutations
+
+
+def _constrain_rule(c: RuleCheck, doms: dict[str, Domain], ctx: _Draw) -> None:
+    found = rule_shape(c)
+    if found and found[0].constrain:
+        found[0].constrain(c, found[1], ctx)
+
+
+def _constrain_nothing(c: Any, doms: dict[str, Domain], ctx: _Draw) -> None:
+    """Dim rules narrow the dim draw (`_dim_intervals`); field metadata is drawn from the plan."""
+
+
+def _own_codes(ctx: _Draw, name: str, v: float) -> set[str]:
+    """The codes a single value `v` in field `name` causes among the field's own checks."""
+    out = set()
+    for c in ctx.plan.checks:
+        if getattr(c, "field", None) != name or isinstance(c, RuleCheck):
+            continue
+        if isinstance(c, FiniteCheck) and not math.isfinite(v):
+            out.add(c.code)
+        if v in c.allow if not isinstance(c, FiniteCheck) else False:
+            continue
+        if isinstance(c, RangeCheck):
+            limit = _torch_backend._Context.bound_value(_BoundShim(ctx, c.field), c)
+            if (c.kind == "min" and v < limit) or (c.kind == "max" and v > limit):
+                out.add(c.code)
+        elif isinstance(c, ValueSetCheck) and v == v and v not in c.values:
+            out.add(c.code)
+    return out
+
+
+class _BoundShim:
+    """Just enough of the backend's context to reuse its bound rounding (`bound_value`)."""
+
+    def __init__(self, ctx: _Draw, name: str):
+        self.dims = ctx.dims
+        self.bound = type("B", (), {"tensors": {name: ctx.batch[name]}})()
+
+
+def _set_one(ctx: _Draw, name: str, v: float, rng: random.Random, avoid: Callable | None = None) -> tuple[int, ...] | None:
+    """Write `v` at a random position of field `name` that keeps every other check true."""
+    t = ctx.batch[name]
+    if t.numel() == 0 or not _representable(v, t.dtype):
+        return None
+    for _ in range(MAX_TRIES):
+        pos = tuple(rng.randrange(s) for s in t.shape)
+        old = t[pos].clone()
+        t[pos] = v
+        if avoid is None or avoid():
+            return pos
+        t[pos] = old
+    return None
+
+
+def _sample_of(ctx: _Draw, name: str, pos: tuple[int, ...]) -> tuple[int, ...]:
+    axes = ctx.plan.field(name).axes
+    return (pos[axes.index(ctx.plan.batch_dim)],) if ctx.plan.batch_dim in axes else ()
+
+
+def _mutate_range(c: RangeCheck, ctx: _Draw, rng: random.Random):
+    if c.field not in ctx.batch:
+        return None
+    t = ctx.batch[c.field]
+    limit = _torch_backend._Context.bound_value(_BoundShim(ctx, c.field), c)
+    step = -1 if c.kind == "min" else 1
+    v = limit + step
+    while v in c.allow:
+        v += step
+    if t.dtype.is_floating_point:
+        v = float(limit + step * max(1.0, abs(limit)))
+    if _own_codes(ctx, c.field, v) != {c.code}:
+        return None
+    pos = _set_one(ctx, c.field, v, rng, lambda: _others_hold(ctx, c))
+    if pos is None:
+        return None
+    what = "sentinel misuse" if c.allow and c.kind == "min" else c.code
+    return f"{what}: {c.field}{list(pos)} = {v}", c.field, c.code, _sample_of(ctx, c.field, pos)
+
+
+def _mutate_values(c: ValueSetCheck, ctx: _Draw, rng: random.Random):
+    if c.field not in ctx.batch:
+        return None
+    known = [*c.values, *c.allow]
+    for v in (max(known) + 1, min(known) - 1, (c.values[0] + 0.5) if len(c.values) else 0.5):
+        if _representable(v, ctx.batch[c.field].dtype) and _own_codes(ctx, c.field, v) == {c.code}:
+            pos = _set_one(ctx, c.field, v, rng, lambda: _others_hold(ctx, c))
+            if pos is not None:
+                return f"value outside the set: {c.field}{list(pos)} = {v}", c.field, c.code, _sample_of(ctx, c.field, pos)
+    return None
+
+
+def _mutate_finite(c: FiniteCheck, ctx: _Draw, rng: random.Random):
+    if c.field not in ctx.batch or not ctx.batch[c.field].dtype.is_floating_point:
+        return None
+    for v in rng.sample([math.nan, math.inf, -math.inf], 3):
+        if _own_codes(ctx, c.field, v) == {c.code}:
+            pos = _set_one(ctx, c.field, v, rng, lambda: _others_hold(ctx, c))
+            if pos is not None:
+                return f"non-finite: {c.field}{list(pos)} = {v}", c.field, c.code, _sample_of(ctx, c.field, pos)
+    return None
+
+
+def _mutate_rule(c: RuleCheck, ctx: _Draw, rng: random.Random):
+    if not referenced_fields(c) <= ctx.batch.keys():
+        return None
+    found = rule_shape(c)
+    if found is None:
+        return None
+    out = found[0].mutate(c, found[1], ctx, rng)
+    if out is None or not _others_hold(ctx, c):
+        return None
+    what, samples = out
+    return what, c.field, c.code, samples
+
+
+def _mutate_dim_bound(c: DimCheck, ctx: _Draw, rng: random.Random):
+    """Needs a fresh batch with the dim drawn outside its bound; see `malformed_batches`."""
+    return None  # handled by _dim_bound_mutation, which redraws the whole batch
+
+
+REGISTRY: dict[str, CheckStrategy] = {
+    "min": CheckStrategy("min", "below_min", _constrain_range, _mutate_range),
+    "max": CheckStrategy("max", "above_max", _constrain_range, _mutate_range),
+    "values": CheckStrategy("values", "not_in_set", _constrain_values, _mutate_values),
+    "finite": CheckStrategy("finite", "non_finite", _constrain_finite, _mutate_finite),
+    "rule": CheckStrategy("rule", "the rule's own code", _constrain_rule, _mutate_rule),
+    "dim_bound": CheckStrategy("dim_bound", "the dim rule's code", _constrain_nothing, _mutate_dim_bound),
+    "field": CheckStrategy("field", "dtype, rank, shape, dim_mismatch, missing_field", _constrain_nothing,
+                           lambda fp, ctx, rng: _mutate_field(fp, ctx, rng)),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Rule shapes
+
+
+def _cmp_holds(op: str, a: float, b: float) -> bool:
+    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[op]
+
+
+def _breaking_values(op: str, k: float) -> list[float]:
+    return {"<": [k, k + 1], "<=": [k + 1], ">": [k, k - 1], ">=": [k - 1], "==": [k + 1, k - 1], "!=": [k]}[op]
+
+
+def _field_cmp_constrain(c: RuleCheck, m, ctx: _Draw) -> None:
+    ref, op, k = m
+    ctx.domains[ref.field].narrow(op, ctx.scalar(k))
+
+
+def _field_cmp_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
+    ref, op, k = m
+    kv = ctx.scalar(k)
+    view = ctx.view(ref)
+    axes = ctx.ref_axes(ref)
+    bctx = _torch_backend._Context(ctx.plan, bind(ctx.plan, ctx.batch))
+    where = bctx.evaluate(c.where, axes).to(torch.bool) if c.where is not None else torch.ones(view.shape, dtype=torch.bool)
+    if tuple(where.shape) != tuple(view.shape) or not bool(where.any()):
+        return None
+    spots = where.nonzero().tolist()
+    for v in _breaking_values(op, kv):
+        if not _representable(v, view.dtype) or _own_codes(ctx, ref.field, v):
+            continue
+        for _ in range(MAX_TRIES):
+            pos = tuple(rng.choice(spots))
+            old = view[pos].clone()
+            view[pos] = v
+            if _others_hold(ctx, c):
+                sample = (pos[axes.index(ctx.plan.batch_dim)],) if ctx.plan.batch_dim in axes else ()
+                return f"broke {c.text}: {ref.field} = {v} at {list(pos)}", sample
+            view[pos] = old
+    return None
+
+
+def _any_repair(c: RuleCheck, m, ctx: _Draw) -> None:
+    ref, op, k, dims = m
+    kv = ctx.scalar(k)
+    t = ctx.batch[ref.field]
+    axes = ctx.axes(ref)
+    red = list(range(t.dim())) if dims is None else [axes.index(d) for d in dims]
+    if t.numel() == 0:
+        return
+    v = pick(ctx.domains[ref.field], t.dtype, lambda x: _cmp_holds(op, x, kv))
+    if v is None:
+        raise _Infeasible(f"no value of {ref.field} satisfies {c.text!r}")
+    keep = [i for i in range(t.dim()) if i not in red]
+    moved = t.permute(keep + red).reshape(*[t.shape[i] for i in keep], -1)
+    ok = _torch_backend._binary(op, moved, kv).any(dim=-1)
+    moved[..., 0] = torch.where(ok, moved[..., 0], torch.tensor(v, dtype=t.dtype))
+    inverse = [0] * t.dim()
+    for new, old in enumerate(keep + red):
+        inverse[old] = new
+    ctx.batch[ref.field] = moved.reshape([t.shape[i] for i in keep + red]).permute(inverse).contiguous()
+
+
+def _any_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
+    ref, op, k, dims = m
+    kv = ctx.scalar(k)
+    t = ctx.batch[ref.field]
+    v = pick(ctx.domains[ref.field], t.dtype, lambda x: not _cmp_holds(op, x, kv)) if kv not in ctx.domains[ref.field].allow else kv
+    if v is None or _own_codes(ctx, ref.field, v) or t.numel() == 0:
+        return None
+    if dims is None:
+        t.fill_(v)
+        return f"made every {ref.field} {v}: {c.text}", ()
+    axes = ctx.axes(ref)
+    keep = [a for a in axes if a not in dims]
+    index = [slice(None)] * t.dim()
+    chosen = {}
+    for a in keep:
+        chosen[a] = rng.randrange(t.shape[axes.index(a)])
+        index[axes.index(a)] = chosen[a]
+    t[tuple(index)] = v
+    sample = (chosen[ctx.plan.batch_dim],) if ctx.plan.batch_dim in chosen else ()
+    return f"set {ref.field} at {chosen} to {v} along {list(dims)}: {c.text}", sample
+
+
+def _count_repair(c: RuleCheck, m, ctx: _Draw) -> None:
+    ref, pad, dims, k, op = m
+    padv, limit = ctx.scalar(pad), ctx.scalar(k) - (1 if op == "<" else 0)
+    t = ctx.batch[ref.field]
+    if not ctx.domains[ref.field].admits(padv) or not _representable(padv, t.dtype):
+        raise _Infeasible(f"{ref.field} cannot hold the pad value {padv} needed by {c.text!r}")
+    axes = ctx.axes(ref)
+    red = [axes.index(d) for d in dims]
+    keep = [i for i in range(t.dim()) if i not in red]
+    moved = t.permute(keep + red).reshape(*[t.shape[i] for i in keep], -1).clone()
+    real = moved != padv
+    moved[real & (real.cumsum(-1) > limit)] = padv  # keep the first `limit` real tokens, pad the tail
+    inverse = [0] * t.dim()
+    for new, old in enumerate(keep + red):
+        inverse[old] = new
+    ctx.batch[ref.field] = moved.reshape([t.shape[i] for i in keep + red]).permute(inverse).contiguous()
+
+
+def _count_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
+    ref, pad, dims, k, op = m
+    padv, limit = ctx.scalar(pad), ctx.scalar(k) - (1 if op == "<" else 0)
+    t = ctx.batch[ref.field]
+    axes = ctx.axes(ref)
+    if len(dims) != 1 or t.dim() != 2 or axes.index(dims[0]) != 1 or t.shape[1] <= limit:
+        return None
+    v = pick(ctx.domains[ref.field], t.dtype, lambda x: x != padv)
+    if v is None:
+        return None
+    b = rng.randrange(t.shape[0])
+    t[b] = torch.where(t[b] == padv, torch.tensor(v, dtype=t.dtype), t[b])
+    sample = (b,) if axes[0] == ctx.plan.batch_dim else ()
+    return f"filled row {b} of {ref.field} with non-pad tokens: {c.text}", sample
+
+
+def _pair_same_shape(ctx: _Draw, a: Ref, b: Ref) -> bool:
+    return ctx.ref_axes(a) == ctx.ref_axes(b)
+
+
+def _pair_repair(c: RuleCheck, m, ctx: _Draw) -> None:
+    a, op, b = m
+    if not _pair_same_shape(ctx, a, b):
+        return
+    va, vb = ctx.view(a), ctx.view(b)
+    if a.field == b.field:  # corners of one field: sort each pair
+        lo, hi = torch.minimum(va, vb), torch.maximum(va, vb)
+        first, second = (lo, hi) if op in ("<", "<=") else (hi, lo)
+        va.copy_(first.clone())
+        vb.copy_(second.clone())
+        if op in ("<", ">"):
+            ok = _torch_backend._binary(op, va, vb)
+            if not bool(ok.all()):
+                raise _Infeasible(f"equal values break the strict rule {c.text!r}")
+        return
+    shift = {"<": -1, "<=": 0, ">": 1, ">=": 0}[op]
+    clip, unclip = (torch.minimum, torch.maximum) if op in ("<", "<=") else (torch.maximum, torch.minimum)
+    moved = clip(va, vb + shift).to(va.dtype)
+    inside = _admitted(ctx.domains[a.field], moved)
+    # where a cannot move (its own bound), move b the other way instead
+    vb.copy_(torch.where(inside, vb, unclip(vb, va - shift).to(vb.dtype)))
+    va.copy_(torch.where(inside, moved, va))
+
+
+def _admitted(dom: Domain, t: torch.Tensor) -> torch.Tensor:
+    ok = torch.ones(t.shape, dtype=torch.bool)
+    if dom.lo is not None:
+        ok &= t >= dom.lo
+    if dom.hi is not None:
+        ok &= t <= dom.hi
+    for v in dom.exclude:
+        ok &= t != v
+    if dom.values is not None:
+        ok &= torch.isin(t, torch.tensor(dom.values, dtype=t.dtype))
+    return ok
+
+
+def _pair_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
+    a, op, b = m
+    if not _pair_same_shape(ctx, a, b):
+        return None
+    va, vb = ctx.view(a), ctx.view(b)
+    axes = ctx.ref_axes(a)
+    if va.numel() == 0:
+        return None
+    for _ in range(MAX_TRIES):
+        pos = tuple(rng.randrange(s) for s in va.shape)
+        old_a, old_b = va[pos].clone(), vb[pos].clone()
+        y = float(vb[pos])
+        new_a = {"<": y, "<=": y + 1, ">": y, ">=": y - 1}[op]
+        if a.field != b.field or not ctx.domains[a.field].admits(new_a):
+            # move b away instead when a cannot go there (e.g. both at the top of the range)
+            x = float(va[pos])
+            new_b = {"<": x, "<=": x - 1, ">": x, ">=": x + 1}[op]
+            cand = [(va, new_a, a.field), (vb, new_b, b.field)]
+        else:
+            cand = [(va, new_a, a.field)]
+        for view, v, name in cand:
+            if _representable(v, view.dtype) and not _own_codes(ctx, name, v) and ctx.domains[name].admits(v):
+                view[pos] = v
+                if _others_hold(ctx, c):
+                    sample = (pos[axes.index(ctx.plan.batch_dim)],) if ctx.plan.batch_dim in axes else ()
+                    return f"broke {c.text} at {list(pos)} ({name} = {v})", sample
+                va[pos], vb[pos] = old_a, old_b
+    return None
+
+
+RULE_SHAPES: tuple[RuleShape, ...] = (
+    RuleShape("field_cmp_scalar", lambda c: _as_field_cmp(c.expr), _field_cmp_constrain, None, _field_cmp_mutate),
+    RuleShape("any_along", lambda c: _as_any(c.expr) if c.where is None else None, None, _any_repair, _any_mutate),
+    RuleShape("count_bound", lambda c: _as_count_bound(c.expr) if c.where is None else None, None, _count_repair,
+              _count_mutate),
+    RuleShape("pair_order", lambda c: _as_pair(c.expr) if c.where is None else None, None, _pair_repair, _pair_mutate),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Field metadata mutations
+
+
+def _mutate_field(fp: FieldPlan, ctx: _Draw, rng: random.Random):
+    options = ["missing_field"] if not fp.optional and fp.name in ctx.batch else []
+    if fp.name in ctx.batch:
+        options += ["dtype", "rank"]
+        if any(isinstance(s, int) for s in fp.shape):
+            options.append("shape")
+        if _dim_binder(ctx, fp) is not None:
+            options.append("dim_mismatch")
+    rng.shuffle(options)
+    for code in options:
+        out = _FIELD_MUTATIONS[code](fp, ctx, rng)
+        if out is not None:
+            return out[0], fp.name, code, ()
+    return None
+
+
+def _dim_binder(ctx: _Draw, fp: FieldPlan) -> int | None:
+    """An axis of `fp` whose dim an earlier present field binds (so a wrong size there is a mismatch)."""
+    for axis, s in enumerate(fp.shape):
+        if not isinstance(s, str):
+            continue
+        for other in ctx.plan.fields:
+            if other.name == fp.name:
+                break
+            if other.name in ctx.batch and s in other.shape:
+                return axis
+    return None
+
+
+def _field_missing(fp: FieldPlan, ctx: _Draw, rng: random.Random):
+    del ctx.batch[fp.name]
+    return (f"removed required field {fp.name}",)
+
+
+def _field_dtype(fp: FieldPlan, ctx: _Draw, rng: random.Random):
+    wrong = [d for d in DTYPES.values() if d not in fp.dtypes]
+    if not wrong:
+        return None
+    d = rng.choice(wrong)
+    ctx.batch[fp.name] = ctx.batch[fp.name].to(d)
+    return (f"cast {fp.name} to {d}",)
+
+
+def _field_rank(fp: FieldPlan, ctx: _Draw, rng: random.Random):
+    ctx.batch[fp.name] = ctx.batch[fp.name].unsqueeze(-1)
+    return (f"added a size-1 axis to {fp.name}",)
+
+
+def _grow(t: torch.Tensor, axis: int) -> torch.Tensor:
+    return torch.cat([t, t.narrow(axis, 0, 1) if t.shape[axis] else torch.zeros_like(t.narrow(axis, 0, 0)).sum(axis, keepdim=True)], axis)
+
+
+def _field_shape(fp: FieldPlan, ctx: _Draw, rng: random.Random):
+    axis = next(i for i, s in enumerate(fp.shape) if isinstance(s, int))
+    ctx.batch[fp.name] = _grow(ctx.batch[fp.name], axis)
+    return (f"grew fixed axis {axis} of {fp.name} to {fp.shape[axis] + 1}",)
+
+
+def _field_dim_mismatch(fp: FieldPlan, ctx: _Draw, rng: random.Random):
+    axis = _dim_binder(ctx, fp)
+    ctx.batch[fp.name] = _grow(ctx.batch[fp.name], axis)
+    return (f"{fp.name} axis {axis} ({fp.shape[axis]}) one longer than the other fields",)
+
+
+_FIELD_MUTATIONS = {
+    "missing_field": _field_missing,
+    "dtype": _field_dtype,
+    "rank": _field_rank,
+    "shape": _field_shape,
+    "dim_mismatch": _field_dim_mismatch,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Public strategies
+
+
+def _check_spec(spec: BatchSpec) -> Plan:
+    if not isinstance(spec, BatchSpec):
+        raise TypeError(f"spec must be a BatchSpec (from tc.load_spec), got {type(spec).__name__}")
+    return compile_plan(spec)
+
+
+def _parse_bounds(plan: Plan, dim_bounds: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for name, b in dim_bounds.items():
+        if isinstance(b, int):
+            b = (b, b)
+        if not (isinstance(b, tuple) and len(b) == 2 and all(isinstance(x, int) for x in b) and 0 <= b[0] <= b[1]):
+            raise ValueError(f"{name}={b!r}: a dim bound is an int or a (lo, hi) tuple with 0 <= lo <= hi")
+        out[name] = b
+    return out
+
+
+def _valid(draw, spec: BatchSpec, plan: Plan, intervals, overrides=None, force_present=frozenset()) -> _Draw:
+    """A valid batch; retries a few fresh draws for rules no shape covers, then gives up loudly."""
+    from ._api import check
+
+    problem = ""
+    unknown = [c.text for c in plan.checks if isinstance(c, RuleCheck) and rule_shape(c) is None]
+    for _ in range(MAX_TRIES):
+        try:
+            ctx = _draw_batch(draw, plan, intervals, overrides, force_present)
+        except _Infeasible as exc:
+            problem = str(exc)
+            continue
+        report = check(ctx.batch, spec, backend="torch")
+        if report.ok:
+            return ctx
+        problem = "; ".join(f"{v.code} on {v.field}: {v.rule}" for v in report.violations)
+        if not all(any(v.rule.startswith(t) for t in unknown) for v in report.violations):
+            raise UnsatisfiableSpecError(f"{plan.spec_name}: built a batch that breaks the contract ({problem}); "
+                                         "this is a bug in tritoncheck.strategies")
+    raise UnsatisfiableSpecError(f"{plan.spec_name}: could not build a valid batch in {MAX_TRIES} tries: {problem}")
+
+
+def valid_batches(spec: BatchSpec, **dim_bounds: int | tuple[int, int]) -> st.SearchStrategy[dict[str, torch.Tensor]]:
+    """Batches (field name -> tensor) that satisfy every rule of `spec`.
+
+    Args:
+        spec: a filled `BatchSpec` (built-in or your own YAML, via `tc.load_spec`).
+        **dim_bounds: sizes for named dims, as `(lo, hi)` or an int, e.g. `B=(1, 4), L=(1, 32)`.
+            Defaults: the batch dim in [1, 4], every other dim in [1, 8]; the spec's dim rules
+            (`L <= max_position_embeddings`) narrow them further.
+
+    Each dim is drawn once and shared by every field naming it; optional fields are sometimes
+    left out; dtypes are drawn from each field's list. Raises `UnsatisfiableSpecError` (naming
+    the rule) when a rule cannot be satisfied, rather than filtering forever.
+    """
+    plan = _check_spec(spec)
+    intervals = _dim_intervals(plan, spec, _parse_bounds(plan, dim_bounds))
+
+    @st.composite
+    def build(draw):
+        return _valid(draw, spec, plan, intervals).batch
+
+    return build()
+
+
+def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
+                      **dim_bounds: int | tuple[int, int]) -> st.SearchStrategy[tuple[dict[str, torch.Tensor], Expected]]:
+    """`(batch, expected)`: a valid batch with exactly one registered mutation applied.
+
+    Args:
+        spec: a filled `BatchSpec`.
+        codes: only mutations causing one of these codes (default: any check of the spec).
+        **dim_bounds: as for `valid_batches`.
+
+    `expected` (an `Expected`) names the field, code and samples the report must show: checking
+    the batch gives violations of that one code on that one field, and nothing else.
+    """
+    plan = _check_spec(spec)
+    intervals = _dim_intervals(plan, spec, _parse_bounds(plan, dim_bounds))
+    wanted = None if codes is None else set(codes)
+    targets: list[tuple[str, Any]] = [(c.kind, c) for c in plan.checks]
+    targets += [("dim_bound", c) for c in plan.dim_checks]
+    targets += [("field", fp) for fp in plan.fields]
+    if wanted is not None:
+        targets = [t for t in targets if t[0] == "field" or _target_code(t[1]) in wanted]
+
+    @st.composite
+    def build(draw):
+        rng = draw(st.randoms(use_true_random=False))
+        order = list(targets)
+        rng.shuffle(order)
+        ctx = _valid(draw, spec, plan, intervals)
+        for kind, target in order:
+            if kind == "dim_bound":
+                out = _dim_bound_mutation(draw, spec, plan, intervals, target, rng)
+                if out is not None and (wanted is None or out[1].code in wanted):
+                    return out
+                continue
+            snapshot = {k: v.clone() for k, v in ctx.batch.items()}
+            out = REGISTRY[kind].mutate(target, ctx, rng)
+            if out is not None and (wanted is None or out[2] in wanted):
+                what, name, code, samples = out
+                return ctx.batch, Expected(name, code, samples, what)
+            ctx.batch = snapshot
+        from hypothesis import reject
+
+        reject()  # no mutation applies to this draw (e.g. every field it could break is absent)
+
+    return build()
+
+
+def _target_code(check: Any) -> str:
+    return check.code if isinstance(check, (RuleCheck, DimCheck)) or hasattr(check, "code") else ""
+
+
+def _dim_bound_mutation(draw, spec, plan: Plan, intervals, c: DimCheck, rng: random.Random):
+    """Redraw the batch with one dim just outside its `D <op> const` bound; all else valid."""
+    terms = list(_linear_dim_terms(c.expr))
+    if not terms:
+        return None
+    d, op, k = rng.choice(terms)
+    bad = {"<=": math.floor(k) + 1, "<": math.ceil(k), ">=": math.ceil(k) - 1, ">": math.floor(k)}.get(op)
+    if bad is None or bad < 1 or bad > 4096 or (d == plan.batch_dim and bad > 64):
+        return None
+    users = {fp.name for fp in plan.fields if d in fp.shape}
+    narrowed = {n: list(iv) for n, iv in intervals.items()}
+    narrowed.pop(d)
+    try:
+        ctx = _draw_batch(draw, plan, narrowed, {d: bad}, force_present=users, breaking=c)
+    except _Infeasible:
+        return None
+    if not _others_hold(ctx, c):
+        return None
+    return ctx.batch, Expected(c.field, c.code, (), f"{d} = {bad} breaks {c.text}")
+
+
+def _others_hold(ctx: _Draw, target: Any) -> bool:
+    """Every check except `target` passes on `ctx.batch` (a mutation must break exactly one check)."""
+    bound = bind(ctx.plan, ctx.batch)
+    if any(not (isinstance(target, DimCheck) and v.code == target.code and v.rule.startswith(target.text)) for v in bound.violations):
+        return False
+    bctx = _torch_backend._Context(ctx.plan, bound)
+    for c in bound.runnable:
+        if c is target:
+            continue
+        bad = bctx.bad_mask(c)
+        if bad is not None and bool(bad.any()):
+            return False
+    return True
