@@ -38,6 +38,8 @@ def main() -> int:
             if r["device"] == device and r["timestamp"] == stamp and r["median_ms"] and r["contender"] in ORDER:
                 ms[r["scenario"]][r["contender"]] = float(r["median_ms"])
         scenarios = list(ms)
+        clock = next((c for r in rows if r["timestamp"] == stamp and r["contender"] == "floor"
+                      for c in ("thread clock", "wall clock") if c in r["note"]), "")
         fig, ax = plt.subplots(figsize=(2.2 * len(scenarios) + 2, 4.5))
         width = 0.8 / len(ORDER)
         for i, name in enumerate(ORDER):
@@ -49,7 +51,7 @@ def main() -> int:
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks([j + width * (len(ORDER) - 1) / 2 for j in range(len(scenarios))], scenarios, rotation=15)
         ax.set_ylabel("time / hand-assert (log; lower is better)")
-        ax.set_title(f"{device} - {stamp}", fontsize=9)
+        ax.set_title(f"{device} - {stamp} {clock}".strip(), fontsize=9)
         ax.legend(fontsize=8, ncol=3)
         fig.tight_layout()
         out = RESULTS / (re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-").lower() + ".png")

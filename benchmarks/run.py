@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--big", action="store_true", help="add the 1 GB batch (slow on CPU: minutes, ~6 GB RAM)")
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--clock", choices=["wall", "thread"], default="wall", help="CPU timer (thread: for a loaded machine)")
+    p.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                   help="CPU timer (thread: CPU time, for a loaded machine)")
     p.add_argument("--no-step", action="store_true", help="skip the model training steps")
     p.add_argument("--scenario", action="append", dest="scenarios", choices=[s.name for s in bench.SCENARIOS])
     args = p.parse_args(argv)

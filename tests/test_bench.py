@@ -41,13 +41,16 @@ def test_broken_batch_breaks_the_intended_rule(case):
 @pytest.mark.parametrize("contender", bench.default_contenders(), ids=lambda c: c.name)
 def test_every_contender_agrees_on_the_verdict(case, contender):
     _, c = case
-    reason = contender.skip_reason(torch.device("cpu"))
-    if reason is not None:
-        pytest.skip(reason)
-    if contender.name == "hand-compiled":
-        pytest.importorskip("torch._inductor")
-    assert contender.prepare(c, c.batch)() is True
-    assert contender.prepare(c, c.bad)() is False
+    if contender.name == "tc-triton" and not torch.cuda.is_available():
+        pytest.importorskip("triton")  # not timed without a GPU, but its verdict is checked in the interpreter
+    try:
+        fn, bad_fn = contender.prepare(c, c.batch), contender.prepare(c, c.bad)
+    except Exception as exc:
+        if contender.name == "hand-compiled" and type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
+            pytest.skip(f"torch.compile does not work here: {type(exc).__name__}")
+        raise
+    assert fn() is True
+    assert bad_fn() is False
 
 
 def test_hand_rules_mirror_every_spec_rule_on_valid_batches(case):

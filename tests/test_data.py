@@ -115,7 +115,7 @@ def test_quarantine_leaves_exactly_the_bad_samples_on_disk(tmp_path):
     for index, rec in records.items():
         saved = torch.load(qdir / rec["sample"], weights_only=True)
         expected = ToyDataset()[index]
-        assert torch.equal(saved["input_ids"], expected["input_ids"]) and torch.equal(saved["labels"], expected["labels"])
+        assert all(torch.equal(saved[k], expected[k]) for k in ("input_ids", "labels"))
         codes = {(v["field"], v["code"]) for v in rec["violations"]}
         if index in BAD_IDS:
             assert codes == {("input_ids", "above_max")}
@@ -167,9 +167,32 @@ def test_split_bad_drops_samples_that_fail_only_together():
     assert good == [] and sorted(bad) == [0, 1, 2] and batch is None
 
 
+def test_quarantine_keeps_a_record_when_the_sample_cannot_be_saved(tmp_path):
+    sample = ToyDataset()[3]
+    sample["note"] = lambda: None  # torch.save cannot pickle it
+
+    def collate_fn(samples):
+        return torch.utils.data.default_collate([{k: v for k, v in s.items() if k != "note"} for s in samples])
+
+    collate = tc.ValidatingCollate(make_spec(), collate_fn, on_error="quarantine", quarantine_dir=tmp_path)
+    assert collate([Indexed(0, ToyDataset()[0]), Indexed(3, sample)])["input_ids"].shape == (1, 5)
+    (rec,) = collate.records()
+    assert rec["index"] == 3 and rec["sample"] is None and "sample_error" in rec
+    assert sorted(p.name for p in tmp_path.iterdir()) == [rec["record"].rsplit("/", 1)[1]]  # no stray temp file
+
+
+def test_unbatched_input_is_a_clear_error():
+    with pytest.raises(TypeError, match="list of samples"):
+        tc.ValidatingCollate(make_spec())(ToyDataset()[0])
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"on_error": "drop"}, "on_error"), ({"on_error": "quarantine"}, "quarantine_dir"), ({"backend": "cuda"}, "backend")],
+    [
+        ({"on_error": "drop"}, "on_error"),
+        ({"on_error": "quarantine"}, "quarantine_dir"),
+        ({"backend": "cuda"}, "backend"),
+    ],
 )
 def test_bad_arguments_are_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -18,9 +18,9 @@ T = pytest.importorskip("transformers")
 
 V = 100  # vocabulary rows of every tiny model
 B = 2
-ENC = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=20)
-S2S = dict(vocab_size=V, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-           decoder_attention_heads=2, encoder_ffn_dim=20, decoder_ffn_dim=20, max_position_embeddings=32)
+ENC = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 20}
+S2S = {"vocab_size": V, "d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+       "decoder_attention_heads": 2, "encoder_ffn_dim": 20, "decoder_ffn_dim": 20, "max_position_embeddings": 32}
 
 
 def _ids(length, low=2, high=V, seed=0):
@@ -135,7 +135,7 @@ def test_valid_batch_passes_and_the_model_runs(family):
 
 
 def test_ids_past_the_vocabulary_are_flagged(family):
-    name, model, spec, valid, *_ = family
+    _, model, spec, valid, *_ = family
     batch = valid()
     batch["input_ids"][1, 3] = V
     assert ("input_ids", "above_max") in _codes(batch, spec)
@@ -144,7 +144,7 @@ def test_ids_past_the_vocabulary_are_flagged(family):
 
 
 def test_over_long_sequences_are_flagged_where_bounded(family):
-    name, model, spec, _, long, *_ = family
+    name, _, spec, _, long, *_ = family
     has_rule = any(r.code == "sequence_too_long" for r in spec.rules)
     assert has_rule == (long is not None), name
     if long is None:
@@ -153,7 +153,7 @@ def test_over_long_sequences_are_flagged_where_bounded(family):
 
 
 def test_out_of_range_labels_are_flagged(family):
-    name, model, spec, valid, _, field, bound = family
+    _, _, spec, valid, _, field, bound = family
     batch = valid()
     batch[field].view(-1)[1] = bound
     assert (field, "above_max") in _codes(batch, spec)
@@ -274,7 +274,7 @@ class EmbeddingClassifier(nn.Module):
 
 
 def test_embedding_module():
-    with pytest.warns(UserWarning, match="could not derive: a bound on L"):
+    with pytest.warns(UserWarning, match="could not derive: an upper bound on L"):
         spec = tc.spec_for(EmbeddingClassifier())
     assert "Not derived" in spec.description
     batch = {"input_ids": torch.randint(0, 50, (3, 7)), "labels": torch.tensor([0, 3, 1])}
@@ -315,6 +315,16 @@ def test_conv1d_min_length_matches_the_real_stack(stack):
     assert ("inputs", "shape") in _codes(channels, spec)
 
 
+def test_text_cnn_and_recurrent_first_layers():
+    cnn = nn.Sequential(nn.Embedding(30, 4), nn.Conv1d(4, 4, 5), nn.AdaptiveMaxPool1d(1), nn.Flatten(), nn.Linear(4, 3))
+    with pytest.warns(UserWarning):
+        spec = tc.spec_for(cnn)
+    assert spec.params["min_length"] == 5 and spec.params["vocab_size"] == 30
+    with pytest.warns(UserWarning, match="the input \\(the first layer is a LSTM\\)"):
+        spec = tc.spec_for(nn.Sequential(nn.LSTM(4, 8), nn.Linear(8, 5)))
+    assert set(spec.fields) == {"labels"}  # the Linear after the LSTM is not mistaken for the input layer
+
+
 def test_module_with_nothing_to_derive():
     with pytest.raises(tc.SpecError, match="nothing to derive"):
         tc.spec_for(nn.Sequential(nn.ReLU(), nn.Dropout()))
@@ -326,3 +336,81 @@ def test_single_output_head_is_left_to_the_user():
     with pytest.warns(UserWarning, match="labels"):
         spec = tc.spec_for(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)))
     assert "labels" not in spec.fields and spec.params["in_features"] == 4
+
+
+# --- the new built-in family specs agree with real heads and with spec_for ---------------------
+
+
+def _bert_head(cls, **kw):
+    return getattr(T, cls)(T.BertConfig(vocab_size=V, max_position_embeddings=32, **ENC, **kw)).eval()
+
+
+def _qa(length):
+    batch = _classify(length)
+    del batch["labels"]
+    batch["start_positions"], batch["end_positions"] = torch.tensor([1, 0]), torch.tensor([3, length - 1])
+    return batch
+
+
+def _tokens(length):
+    batch = _classify(length)
+    batch["labels"] = torch.randint(0, 3, (B, length))
+    batch["labels"][:, 0] = -100
+    return batch
+
+
+def _multi(length):
+    batch = _classify(length)
+    batch["labels"] = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    return batch
+
+
+BUILTIN_HEADS = {
+    "causal-lm": (lambda: FAMILIES["gpt2"][0]().eval(), lambda: _causal(32), ("labels", "above_max", V)),
+    "bert-token-classification": (lambda: _bert_head("BertForTokenClassification", num_labels=3), lambda: _tokens(32),
+                                  ("labels", "above_max", 3)),
+    "bert-question-answering": (lambda: _bert_head("BertForQuestionAnswering"), lambda: _qa(32),
+                                ("end_positions", "above_max", 32)),
+    "bert-sequence-classification-multi-label": (
+        lambda: _bert_head("BertForSequenceClassification", num_labels=3, problem_type="multi_label_classification"),
+        lambda: _multi(32), ("labels", "above_max", 2.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_HEADS))
+def test_builtin_family_specs_match_the_real_heads(name):
+    make_model, make_batch, (field, code, bad) = BUILTIN_HEADS[name]
+    model = make_model()
+    batch = make_batch()
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).loss)
+    for spec in (tc.load_spec(name, config=model.config), _spec(model)):
+        assert tc.check(batch, spec, backend="torch").ok, spec.name
+        broken = make_batch()
+        broken[field].view(-1)[-1] = bad
+        assert (field, code) in _codes(broken, spec), spec.name
+
+
+def test_architectures_outside_every_table_are_derived_from_their_modules():
+    opt = T.OPTForCausalLM(T.OPTConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1, ffn_dim=20,
+                                       num_attention_heads=2, max_position_embeddings=20, word_embed_proj_dim=16)).eval()
+    spec = _spec(opt)
+    assert spec.params["max_position_embeddings"] == 20  # 22 rows minus OPT's offset of 2
+    with torch.no_grad():
+        assert torch.isfinite(opt(**_causal(20)).loss)
+    assert tc.check(_causal(20), spec, backend="torch").ok and not tc.check(_causal(21), spec, backend="torch").ok
+    vit = T.ViTForImageClassification(T.ViTConfig(image_size=8, patch_size=4, num_labels=3, **ENC)).eval()
+    spec = _spec(vit)
+    batch = {"pixel_values": torch.randn(2, 3, 8, 8), "labels": torch.tensor([0, 2])}
+    assert tc.check(batch, spec, backend="torch").ok
+    with torch.no_grad():
+        assert torch.isfinite(vit(**batch).loss)
+    batch["labels"][1], batch["pixel_values"][0, 0, 0, 0] = 3, float("nan")
+    assert _codes(batch, spec) == {("labels", "above_max"), ("pixel_values", "non_finite")}
+
+
+def test_model_with_unknown_inputs_is_a_clear_error():
+    model = T.Wav2Vec2ForCTC(T.Wav2Vec2Config(vocab_size=10, conv_dim=(8,), conv_kernel=(3,), conv_stride=(2,),
+                                              num_conv_pos_embeddings=3, num_conv_pos_embedding_groups=1, **ENC))
+    with pytest.raises(tc.SpecError, match="nothing to derive: its forward takes .*input_values"):
+        tc.spec_for(model)

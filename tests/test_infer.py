@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tritoncheck as tc
 from tritoncheck import cli
+from tritoncheck._cli_commands import UsageError
 from tritoncheck._infer import infer_yaml
 from tritoncheck._spec import spec_from_dict
 
@@ -130,3 +133,49 @@ def test_batches_without_a_batch_axis_are_a_usage_error(tmp_path, capsys):
     torch.save({"x": torch.tensor(3)}, tmp_path / "s.pt")
     assert cli.main(["infer", str(tmp_path / "s.pt")]) == 2
     assert "batch axis" in capsys.readouterr().err
+
+
+def test_awkward_field_names():
+    batches = [{"on": torch.tensor([[1, 2]]), "B": torch.tensor([[0.5, 0.25]]), "null": torch.tensor([3])}]
+    spec = spec_from_dict(yaml.safe_load(infer_yaml(batches)), "draft")
+    assert set(spec.fields) == {"on", "B", "null"} and spec.batch_dim == "N"
+    assert tc.check(batches[0], spec, backend="torch").ok
+
+
+DTYPES = [torch.int64, torch.int32, torch.uint8, torch.bool, torch.float32, torch.float16, torch.float64]
+
+
+def _random_batches(rnd):
+    """Random fields: dtypes, ranks, shared and varying sizes, empty batches, NaN/Inf, sentinels, absences."""
+    names = rnd.sample(["a", "b", "mask_x", "labels", "attention_mask", "on"], rnd.randint(1, 4))
+    kinds = {k: (rnd.choice(DTYPES), rnd.randint(0, 3), [rnd.choice([0, 1, 2, 5]) for _ in range(3)]) for k in names}
+    batches = []
+    for _ in range(rnd.randint(1, 3)):
+        size, batch = rnd.choice([0, 1, 3]), {}
+        for k, (dt, rank, dims) in kinds.items():
+            if rnd.random() < 0.2:
+                continue
+            dt = rnd.choice(DTYPES) if rnd.random() < 0.2 else dt  # a dtype that changes between batches
+            x = torch.randn(([size] + [d if rnd.random() < 0.7 else rnd.randint(1, 4) for d in dims])[:rank])
+            x = x * rnd.choice([0.5, 100])
+            if x.numel() and rnd.random() < 0.3:
+                x.view(-1)[0] = rnd.choice([float("nan"), float("inf"), -100.0])
+            if dt == torch.bool:
+                x = x > 0
+            elif not dt.is_floating_point:
+                x = torch.nan_to_num(x).clamp(0 if dt == torch.uint8 else -120, 120).round()
+            batch[k] = x.to(dt)
+        batches.append(batch)
+    return batches
+
+
+@given(st.randoms(use_true_random=False))
+def test_any_examples_give_a_draft_that_accepts_them(rnd):
+    batches = _random_batches(rnd)
+    if not any(t.dim() for b in batches for t in b.values()):
+        with pytest.raises(UsageError, match="batch axis"):  # the only error infer may raise here
+            infer_yaml(batches)
+    else:
+        spec = spec_from_dict(yaml.safe_load(infer_yaml(batches)), "draft")
+        for batch in batches:  # an empty example (B=0) is always flagged as such, and only as such
+            assert {v.code for v in tc.check(batch, spec, backend="torch").violations} <= {"empty_batch"}

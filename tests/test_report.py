@@ -64,7 +64,8 @@ def test_shape_error_names_the_bound_dims():
 def test_fixed_size_names_its_parameter(lv3):
     b = lv3_batch(2, 4)
     b["pixel_values"] = torch.zeros(2, 3, 16, 16)
-    (v,) = tc.check(b, lv3).violations
+    v, w = tc.check(b, lv3).violations
+    assert w.location == "pixel_values.shape[3]"
     assert v.message == "pixel_values.shape[2]: pixel_values axis 2 must be 8 (input_size), got 16 (shape (2, 3, 16, 16)) (found 16)"
 
 

@@ -102,8 +102,8 @@ def test_saved_hf_dataset_reports_rows(tmp_path, capsys):
         "text": ["a", "b", "c", "d", "e"],  # not in the spec: not checked
     }
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "ds"))
-    params = ["-p", "vocab_size=50", "-p", "max_position_embeddings=16", "-p", "type_vocab_size=2", "-p", "num_labels=3"]
-    code = main(["scan", "bert-sequence-classification", str(tmp_path / "ds"), *params, "--batch-size", "2", "--json", "-"])
+    params = [f"--param={p}" for p in ("vocab_size=50", "max_position_embeddings=16", "type_vocab_size=2", "num_labels=3")]
+    code = main(["scan", "bert-sequence-classification", str(tmp_path / "ds"), *params, "--batch-size=2", "--json=-"])
     assert code == 1
     report = json.loads(capsys.readouterr().out)
     assert sorted((e["sample"], e["field"], e["code"], e["value"]) for e in report["violations"]) == [

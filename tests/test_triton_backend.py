@@ -15,11 +15,20 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck._plan import FiniteCheck, RangeCheck, ValueSetCheck, compile_plan, evaluate_scalar
+from tritoncheck._expr import Ref
+from tritoncheck._plan import FiniteCheck, RangeCheck, RuleCheck, ValueSetCheck, compile_plan, evaluate_scalar
 
 pytest.importorskip("triton")
 
 from tritoncheck._triton import backend as tb  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory):
+    """Generated kernels go to a temporary cache dir, not the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITONCHECK_CACHE_DIR", str(tmp_path_factory.mktemp("tritoncheck-cache")))
+        yield
+
 
 PARAMS = {
     "vocab_size": 50,
@@ -82,6 +91,13 @@ def make_batch(spec: tc.BatchSpec, dtype: torch.dtype | None = None, sizes: dict
             t = torch.randint(lo_i, hi_i + 1, shape, generator=g)
         batch[f.name] = t.to(dt)
     _fix_rules(spec.name, batch, dims, g)
+    for c in plan.checks:  # a rule `a <= b` between two whole fields: sort each pair
+        if isinstance(c, RuleCheck) and c.where is None and getattr(c.expr, "op", None) in ("<=", ">="):
+            a, b = c.expr.a, c.expr.b
+            if isinstance(a, Ref) and isinstance(b, Ref) and set(a.index) == set(b.index) == {None}:
+                lo, hi = (a.field, b.field) if c.expr.op == "<=" else (b.field, a.field)
+                x, y = batch[lo], batch[hi]
+                batch[lo], batch[hi] = torch.minimum(x, y), torch.maximum(x, y)
     return {k: _layout(v, layout) for k, v in batch.items()}
 
 
@@ -140,7 +156,7 @@ def corruptions(spec: tc.BatchSpec, batch: dict[str, torch.Tensor]) -> list[tupl
         elif isinstance(c, ValueSetCheck) and batch[c.field].dtype != torch.bool:
             t = batch[c.field]
             out.append((f"{c.field}:not_in_set", lambda t=t: t.__setitem__(mid_index(t), 2)))
-        elif isinstance(c, FiniteCheck):
+        elif isinstance(c, FiniteCheck) and batch[c.field].dtype.is_floating_point:
             t = batch[c.field]
             out.append((f"{c.field}:nan", lambda t=t: t.__setitem__(mid_index(t), float("nan"))))
             out.append((f"{c.field}:inf", lambda t=t: t.__setitem__(last_index(t), float("-inf"))))
@@ -284,10 +300,25 @@ def test_nan_and_fractional_bounds_follow_torch(dtype):
               "m": {"dtype": "int", "shape": ["B", "L"], "min": 0.5, "max": 2.5, "values": [1, 2, 7]},
               "v": {"dtype": "float", "shape": ["B"], "values": [0.1, 0.2], "finite": True}}
     spec = _custom(["x < v + 0.2 where m != 1", "x == x"], fields)
-    x = torch.tensor([[0.1, float("nan"), -1.5, 0.3], [-0.1, 0.30001, float("inf"), -0.2]], dtype=dtype)
+    # 0.3000000001 lies between 0.3 and float32(0.3): only a float64 comparison flags it
+    x = torch.tensor([[0.1, float("nan"), -1.5, 0.3], [-0.1, 0.3000000001, float("inf"), -0.2]], dtype=dtype)
     m = torch.tensor([[1, 2, 3, 0], [2, 2, 1, 7]])
     v = torch.tensor([0.1, float("nan")], dtype=dtype)
     assert_same({"x": x, "m": m, "v": v}, spec)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bounds_that_depend_on_dims_are_runtime_arguments(dtype):
+    fields = {"x": {"dtype": "float", "shape": ["B", "L"], "max": "L * 0.1", "min": "-L"},
+              "m": {"dtype": "int", "shape": ["B", "L"], "max": "L * 0.5", "min": "L * -0.5"}}
+    spec = _custom([], fields)
+    for length in (3, 5):
+        x = torch.full((2, length), length * 0.1, dtype=torch.float64)
+        x[1, -1] = length * 0.1 + 1e-12
+        x[0, 0] = -length - 1e-12
+        m = torch.tensor([[length // 2 + 1, -(length // 2) - 1] + [0] * (length - 2)] * 2)
+        report = assert_same({"x": x.to(dtype), "m": m}, spec)
+        assert {v.code for v in report.violations} == {"above_max", "below_min"}
 
 
 def test_negative_indices_and_bool_fields():
@@ -301,6 +332,8 @@ def test_negative_indices_and_bool_fields():
 def test_nested_reduction_falls_back_to_the_torch_backend():
     spec = _custom(["any(sum(x > 0, dim=L) > 2)"])
     batch = {"x": torch.zeros(2, 3, dtype=torch.int64), "y": torch.zeros(2, dtype=torch.int64)}
+    plan = compile_plan(spec)
+    assert tb.program_for(plan, tc._plan.bind(plan, batch)) is None
     assert not assert_same(batch, spec).ok
 
 
@@ -401,3 +434,31 @@ def test_deferred_validate_raises_at_next_call_or_wait():
     with pytest.raises(tc.BatchValidationError):
         tc.wait()
     tc.wait()  # nothing pending any more
+
+
+def test_cpu_tensors_without_the_interpreter_get_a_clear_error(monkeypatch):
+    spec = spec_for("mse")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="needs CUDA tensors"):
+        tc.check(make_batch(spec), spec, backend="triton")
+
+
+@pytest.mark.parametrize("name", ["layoutlmv3-token-classification", "ctc"])
+def test_int64_indexing_path_gives_the_same_report(monkeypatch, name):
+    """Batches past 2**31 elements index in int64; force that path with a tiny limit."""
+    spec = spec_for(name)
+    batch = make_batch(spec, layout="transposed")
+    for _, mutate in corruptions(spec, batch):
+        mutate()
+    plan = compile_plan(spec)
+    small = tb.launch(plan, tc._plan.bind(plan, batch))
+    assert not tb._needs_int64(small.program, small.bound, {}, _args_of(small), 1)
+    small.result()
+    monkeypatch.setattr(tb, "INT32_LIMIT", 4)
+    assert not assert_same(batch, spec).ok
+
+
+def _args_of(pending):
+    sizes = {n: 1 for n in pending.program.numels}
+    sizes.update({n: 1 for n, _ in pending.program.reduces})
+    return sizes

@@ -114,11 +114,16 @@ class ValidatingCollate:
         if on_error == "quarantine":
             self.record_dir = Path(quarantine_dir)  # type: ignore[arg-type]
         elif on_error == "skip":
-            self.record_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="tritoncheck-skipped-"))
+            self.record_dir = Path(log_dir if log_dir is not None else tempfile.mkdtemp(prefix="tritoncheck-skipped-"))
         if self.record_dir is not None:
             self.record_dir.mkdir(parents=True, exist_ok=True)  # created here, before workers start
 
     def __call__(self, samples: Sequence[Any]) -> Any:
+        if not isinstance(samples, (list, tuple)) or isinstance(samples, Indexed):
+            raise TypeError(
+                "ValidatingCollate collates a list of samples (DataLoader with a batch_size); "
+                f"got {type(samples).__name__}. Without batching, call tc.validate on each batch instead"
+            )
         samples = list(samples)
         indices: list[int | None] = [None] * len(samples)
         if samples and all(isinstance(s, Indexed) for s in samples):
@@ -132,13 +137,15 @@ class ValidatingCollate:
             return batch
         if self.on_error == "raise":
             return self._reject(report, indices)
-        good, bad, good_batch = split_bad(len(samples), self._subset_checker(samples), report, batch, compile_plan(self.spec))
+        plan = compile_plan(self.spec)
+        good, bad, good_batch = split_bad(len(samples), self._subset_checker(samples), report, batch, plan)
         for pos, violations in bad.items():
             self._record(pos, indices[pos], samples[pos], violations)
         logger.warning(
-            "tritoncheck: %s %d bad sample(s) of %d (dataset indices %s); records in %s",
+            "tritoncheck: %s %d bad sample(s) of %d (%s); records in %s",
             "skipped" if self.on_error == "skip" else "quarantined", len(bad), len(samples),
-            [indices[p] for p in sorted(bad)], self.record_dir,
+            ", ".join(f"sample {p}" + ("" if indices[p] is None else f" = dataset index {indices[p]}") for p in bad),
+            self.record_dir,
         )
         return good_batch if good else self._all_bad(report, indices)
 
@@ -176,8 +183,11 @@ class ValidatingCollate:
         if self.on_error == "quarantine":
             import torch
 
-            record["sample"] = f"{key}.pt"
-            _atomic_write(self.record_dir / f"{key}.pt", lambda f: torch.save(sample, f))
+            try:
+                _atomic_write(self.record_dir / f"{key}.pt", lambda f: torch.save(sample, f))
+                record["sample"] = f"{key}.pt"
+            except Exception as exc:  # an unpicklable sample: keep the record, say why its data is missing
+                record["sample_error"] = f"{type(exc).__name__}: {exc}"
         # the JSON file is written last: a record exists only once everything it names does
         _atomic_write(self.record_dir / f"{key}.json", lambda f: f.write(json.dumps(record, indent=1).encode()))
 
@@ -221,9 +231,11 @@ def split_bad(
     """Find which of `n` samples break the contract; return (good positions, {bad: violations}, good batch).
 
     `report` and `batch` are the check of all `n` samples, whose positions lie along the plan's batch
-    dim; `check_subset(positions)` checks the batch made of just those samples. A violation that names its samples convicts exactly those; one that
-    names none (a dtype, a batch-level rule such as all labels ignored) is resolved by checking each
-    remaining sample alone, so no good sample is dropped for it. The good ones are checked again
+    dim; `check_subset(positions)` checks the batch made of just those samples.
+
+    A violation that names its samples convicts exactly those; one that names none (a dtype, a
+    batch-level rule such as all labels ignored) is resolved by checking each remaining sample
+    alone, so no good sample is dropped for it. The good ones are checked again
     together, and if they still fail while each passes alone, they are all dropped: nothing bad
     passes. Each bad sample's violations come from checking it alone where that fails, so their
     values are its own; their sample and index are moved back to its position in the full batch.
@@ -291,7 +303,8 @@ def _with_indices(exc: BatchValidationError, report: Report, indices: Sequence[i
     if any(i is not None for i in indices):
         positions = sorted({p for v in report.violations for p in v.samples if p < len(indices)})
         if positions:
-            _note(exc, "dataset indices of the bad samples: " + ", ".join(f"{indices[p]} (sample {p})" for p in positions))
+            named = ", ".join(f"{indices[p]} (sample {p})" for p in positions)
+            _note(exc, f"dataset indices of the bad samples: {named}")
     return exc
 
 
@@ -324,6 +337,9 @@ def _note(exc: BaseException, text: str) -> None:
 
 def _atomic_write(path: Path, write: Callable[[Any], Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -44,6 +44,7 @@ POSITION_TABLE_NAMES = ("position_embeddings", "wpe", "embed_positions")
 HEADS = (
     ("ForTokenClassification", "token_classification"),
     ("ForSequenceClassification", "sequence_classification"),
+    ("ForImageClassification", "sequence_classification"),  # same labels and problem_type logic
     ("ForQuestionAnswering", "question_answering"),
     ("ForMaskedLM", "masked_lm"),
     ("ForCausalLM", "causal_lm"),
@@ -109,23 +110,32 @@ class _Derivation:
     def build(self) -> tuple[dict[str, Any], list[str]]:
         head = self._head()
         seq2seq = bool(getattr(self.config, "is_encoder_decoder", False))
-        self._ids()
-        if "attention_mask" in self.accepted:
-            self.fields["attention_mask"] = _mask("L")
-            self.rules.append({"rule": "any(attention_mask != 0, dim=L)", **NO_ATTENDED})
-        self._token_types()
-        self._layout()
-        self._positions("L", side="encoder" if seq2seq else None)
-        if seq2seq:
+        text = "input_ids" in self.accepted
+        if text:
+            self._ids()
+            if "attention_mask" in self.accepted:
+                self.fields["attention_mask"] = _mask("L")
+                self.rules.append({"rule": "any(attention_mask != 0, dim=L)", **NO_ATTENDED})
+            self._token_types()
+            self._bbox()
+            self._positions("L", side="encoder" if seq2seq else None)
+        if text and seq2seq:
             if "decoder_input_ids" in self.accepted:
                 self.fields["decoder_input_ids"] = {
-                    **_ids_field("T"), "optional": True,
+                    **_ids_field("T", "vocab_size" in self.params), "optional": True,
                     "hints": {"below_min": "-100 belongs only in labels; the model builds decoder_input_ids from labels itself"},
                 }
             if "decoder_attention_mask" in self.accepted:
                 self.fields["decoder_attention_mask"] = _mask("T")
             self._positions("T", side="decoder")
-        self._labels(head, seq2seq)
+        self._pixels()
+        if text or head == "sequence_classification":
+            self._labels(head, seq2seq)
+        elif "labels" in self.accepted:
+            self.notes.append("labels")
+        if not self.fields:
+            raise SpecError(f"spec_for({self.cls}): nothing to derive: its forward takes {', '.join(sorted(self.accepted))}, "
+                            "none of which (input_ids, pixel_values) spec_for knows; write the contract in YAML")
         data = {"name": f"{self.model_type or self.cls}-derived", "description": " ".join(self.desc),
                 "params": self.params, "fields": self.fields, "rules": self.rules}
         return data, self.notes
@@ -149,7 +159,8 @@ class _Derivation:
             if rows is None:
                 self.notes.append("the token id bound (no input embedding and no config.vocab_size)")
         elif configured is not None and configured != rows:
-            self.desc.append(f"Ids are bounded by the input embedding's {rows} rows, not config.vocab_size={configured} (resized embeddings).")
+            self.desc.append(f"Ids are bounded by the input embedding's {rows} rows, "
+                             f"not config.vocab_size={configured} (resized embeddings).")
         field = {"dtype": INT_IDS, "shape": ["B", "L"], "min": 0, "hints": ID_HINTS}
         if rows is not None:
             self.params["vocab_size"] = int(rows)
@@ -178,7 +189,7 @@ class _Derivation:
             self.notes.append("the token_type_ids bound (no token type table found)")
         self.fields["token_type_ids"] = field
 
-    def _layout(self) -> None:
+    def _bbox(self) -> None:
         if "bbox" in self.accepted:
             table = self._find_embedding("x_position_embeddings")
             size = table.num_embeddings if table is not None else getattr(self.config, "max_2d_position_embeddings", None)
@@ -193,6 +204,8 @@ class _Derivation:
             for a, b, axis in ((0, 2, "x"), (1, 3, "y")):
                 self.rules.append({"rule": f"bbox[..., {a}] <= bbox[..., {b}]", "code": "box_corners",
                                    "hint": f"{axis}1 < {axis}0: boxes may be (x, y, width, height) instead of (x0, y0, x1, y1)"})
+
+    def _pixels(self) -> None:
         if "pixel_values" in self.accepted:
             channels = getattr(self.config, "num_channels", None)
             size = getattr(self.config, "input_size", None) or getattr(self.config, "image_size", None)
@@ -253,7 +266,7 @@ class _Derivation:
         for name, m in self.modules.items():
             if not isinstance(m, nn.Embedding) or name.rsplit(".", 1)[-1] not in POSITION_TABLE_NAMES:
                 continue
-            if side == "encoder" and "decoder" in name or side == "decoder" and "decoder" not in name:
+            if (side == "encoder" and "decoder" in name) or (side == "decoder" and "decoder" not in name):
                 continue
             return m
         return None
@@ -333,7 +346,8 @@ class _Derivation:
             self.desc.append(f"config.problem_type is unset; as Hugging Face infers it from num_labels={n}, the labels are {pt}.")
         if pt == "single_label_classification":
             self.fields["labels"] = {"dtype": ["int64"], "shape": ["B"], "min": 0, "max": "num_labels - 1", "optional": True,
-                                     "hints": {"above_max": "a label id >= num_labels; check label2id against config.num_labels (1-based labels?)",
+                                     "hints": {"above_max": "a label id >= num_labels; check label2id against "
+                                               "config.num_labels (1-based labels?)",
                                                "below_min": "negative labels; single-label classification takes class indices"}}
         elif pt == "multi_label_classification":
             self.fields["labels"] = {"dtype": ["float"], "shape": ["B", "num_labels"], "min": 0, "max": 1, "finite": True,
@@ -346,8 +360,8 @@ class _Derivation:
             raise SpecError(f"spec_for({self.cls}): unknown config.problem_type {pt!r}; pass problem_type=...")
 
 
-def _ids_field(dim: str) -> dict[str, Any]:
-    return {"dtype": INT_IDS, "shape": ["B", dim], "min": 0, "max": "vocab_size - 1"}
+def _ids_field(dim: str, bounded: bool) -> dict[str, Any]:
+    return {"dtype": INT_IDS, "shape": ["B", dim], "min": 0, **({"max": "vocab_size - 1"} if bounded else {})}
 
 
 def _mask(dim: str) -> dict[str, Any]:
@@ -364,6 +378,7 @@ def _forward_args(model: nn.Module) -> set[str]:
 # --- plain nn.Module -------------------------------------------------------------------------
 
 _POOLS = (nn.MaxPool1d, nn.AvgPool1d)
+_NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.modules.instancenorm._InstanceNorm)
 
 
 def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[str]]:
@@ -371,23 +386,31 @@ def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[str]]:
     order they run in for nn.Sequential and for most hand-written models."""
     name = type(model).__name__
     layers = [m for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag, nn.Conv1d, nn.Conv2d, nn.Linear))]
+    # the first layer with weights of its own (norms are skipped: they keep the input's shape)
+    first = next((m for m in model.modules() if not isinstance(m, _NORMS) and any(True for _ in m.parameters(recurse=False))),
+                 None)
     params: dict[str, ParamValue] = {}
     fields: dict[str, dict[str, Any]] = {}
     rules: list[dict[str, Any]] = []
     notes: list[str] = []
     desc = [f"Derived by tc.spec_for from the modules of {name}."]
-    first = layers[0] if layers else None
     if isinstance(first, (nn.Embedding, nn.EmbeddingBag)):
         params["vocab_size"] = first.num_embeddings
         fields["input_ids"] = {"dtype": INT_IDS, "shape": ["B", "L"], "min": 0, "max": "vocab_size - 1", "hints": ID_HINTS}
-        desc.append(f"The first layer is an {type(first).__name__} with {first.num_embeddings} rows; its input is assumed to be [B, L].")
-        notes.append("a bound on L (no position table)")
+        desc.append(f"The first layer is an {type(first).__name__} with {first.num_embeddings} rows; "
+                    "its input is assumed to be [B, L].")
+        if any(isinstance(m, nn.Conv1d) for m in layers):  # a text CNN: the convolutions slide over L
+            params["min_length"] = _min_conv_length(model)
+            rules.append({"rule": "L >= min_length", "code": "dim_bound",
+                          "hint": "shorter than the receptive field of the Conv1d stack; pad short samples"})
+        notes.append("an upper bound on L (no position table)")
     elif isinstance(first, nn.Conv1d):
         params["in_channels"] = first.in_channels
         params["min_length"] = _min_conv_length(model)
         fields["inputs"] = {"dtype": ["float"], "shape": ["B", "in_channels", "L"], "finite": True}
         rules.append({"rule": "L >= min_length", "code": "dim_bound",
-                      "hint": "shorter than the receptive field of the Conv1d stack (kernel_size, dilation, padding, stride); pad short samples"})
+                      "hint": "shorter than the receptive field of the Conv1d stack "
+                      "(kernel_size, dilation, padding, stride); pad short samples"})
         desc.append("The first layer is a Conv1d: channels-first input, at least min_length steps for the conv/pool stack.")
         notes.append("the value range of inputs (only finiteness is checked)")
     elif isinstance(first, nn.Conv2d):
@@ -398,8 +421,10 @@ def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[str]]:
         params["in_features"] = first.in_features
         fields["inputs"] = {"dtype": ["float"], "shape": ["B", "in_features"], "finite": True}
         notes.append("the value range of inputs (only finiteness is checked)")
+    elif first is not None:
+        notes.append(f"the input (the first layer is a {type(first).__name__})")
     else:
-        notes.append("the input (no nn.Embedding, nn.Conv1d, nn.Conv2d or nn.Linear found)")
+        notes.append("the input (no layer with weights)")
 
     last = next((m for m in reversed(layers) if isinstance(m, nn.Linear)), None)
     if last is not None and last is not first and last.out_features > 1:

@@ -55,9 +55,11 @@ def merge(base: Mapping[str, Any], child: Mapping[str, Any], source: str) -> dic
     out = dict(base)
     for key, value in child.items():
         if key == "params":
-            out["params"] = {**_mapping(base.get("params"), f"{source}: base params"), **_mapping(value, f"{source}: params")}
+            base_params = _mapping(base.get("params"), f"{source}: base params")
+            out["params"] = {**base_params, **_mapping(value, f"{source}: params")}
         elif key == "fields":
-            out["fields"] = _merge_fields(_mapping(base.get("fields"), f"{source}: base fields"), _mapping(value, f"{source}: fields"))
+            base_fields = _mapping(base.get("fields"), f"{source}: base fields")
+            out["fields"] = _merge_fields(base_fields, _mapping(value, f"{source}: fields"))
         elif key == "rules":
             if value is not None and not isinstance(value, list):
                 raise SpecError(f"{source}: rules must be a list, got {type(value).__name__}")

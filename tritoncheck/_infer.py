@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ._cli_commands import EXIT_OK, UsageError, _guarded, load_batch
-from ._dtypes import dtype_name
+from ._dtypes import GROUPS, dtype_name
 from ._plan import as_tensor
 
 DIM_NAMES = ("L", "T", "S", "D", "E", "F", "G", "K", "M", "P", "Q", "R")
@@ -85,7 +85,10 @@ class _Group:
 
     def add(self, ax: _Axis) -> None:
         self.axes.append(ax)
-        self.sizes = ax.sizes[:] if not self.sizes else [a if a is not None else b for a, b in zip(self.sizes, ax.sizes, strict=True)]
+        if not self.sizes:
+            self.sizes = ax.sizes[:]
+        else:
+            self.sizes = [a if a is not None else b for a, b in zip(self.sizes, ax.sizes, strict=True)]
 
 
 def infer_yaml(batches: Sequence[Mapping[str, Any]], sources: Sequence[str] = (), name: str = "inferred") -> str:
@@ -114,7 +117,7 @@ def infer_yaml(batches: Sequence[Mapping[str, Any]], sources: Sequence[str] = ()
     if not any(next(v for v in vs if v is not None).dim() for vs in tensors.values()):
         raise UsageError("infer needs at least one field with a batch axis (a tensor of rank >= 1)")
 
-    shapes = _name_dims(tensors, n)
+    batch_dim, shapes = _name_dims(tensors, n)
     lines = [
         f"# Draft contract inferred by `tritoncheck infer` from {n} example batch(es)"
         + (f": {', '.join(sources)}" if sources else "") + ".",
@@ -122,7 +125,7 @@ def infer_yaml(batches: Sequence[Mapping[str, Any]], sources: Sequence[str] = ()
         "# limits (e.g. vocab_size - 1, num_labels - 1) where you know them.",
         f"name: {json.dumps(name)}",
         f"description: {json.dumps(f'Inferred from {n} example batch(es); a draft to review.')}",
-        "batch_dim: B",
+        f"batch_dim: {batch_dim}",
     ]
     if skipped:
         lines.append("unexpected_fields: ignore  # fields left out of the draft: " + ", ".join(skipped))
@@ -138,13 +141,14 @@ def infer_yaml(batches: Sequence[Mapping[str, Any]], sources: Sequence[str] = ()
     return text
 
 
-def _name_dims(tensors: dict[str, list[torch.Tensor | None]], n: int) -> dict[str, list[tuple[str | int, str]]]:
-    """Per field, per axis: its dim name (or fixed size) and a comment on the sizes seen."""
+def _name_dims(tensors: dict[str, list[torch.Tensor | None]], n: int) -> tuple[str, dict[str, list[tuple[str | int, str]]]]:
+    """The batch dim's name, and per field, per axis: its dim name (or fixed size) and a comment on the sizes seen."""
     axes = {k: [_Axis(k, i, [v.shape[i] if v is not None else None for v in vs]) for i in range(_rank(vs))]
             for k, vs in tensors.items()}
     firsts = _group([a[0] for a in axes.values() if a])
     batch = max(firsts, key=lambda g: len(g.axes))
-    batch.name = "B"
+    batch_dim = next(x for x in ("B", "N", "batch", "batch_") if x not in tensors)
+    batch.name = batch_dim
     rest = [a for g in firsts if g is not batch for a in g.axes] + [a for al in axes.values() for a in al[1:]]
     rest.sort(key=lambda a: (a.axis, list(axes).index(a.field)))
     names = iter(x for x in (*DIM_NAMES, *(f"D{i}" for i in range(1, 10_000))) if x not in tensors)
@@ -156,7 +160,7 @@ def _name_dims(tensors: dict[str, list[torch.Tensor | None]], n: int) -> dict[st
     for g in (batch, *groups):
         for a in g.axes:
             out[a.field].append((a.axis, g.name, _sizes_text(g.name, g.sizes, n)))
-    return {k: [(name, text) for _, name, text in sorted(entries, key=lambda e: e[0])] for k, entries in out.items()}
+    return batch_dim, {k: [(name, text) for _, name, text in sorted(entries, key=lambda e: e[0])] for k, entries in out.items()}
 
 
 def _group(axes: list[_Axis]) -> list[_Group]:
@@ -185,20 +189,25 @@ def _field_lines(key: str, values: list[torch.Tensor | None], shape: list[tuple[
     is_float = any(v.dtype.is_floating_point for v in present)
     is_bool = all(v.dtype == torch.bool for v in present)
     is_mask = "mask" in key.lower()
-    dtypes = ["float"] if is_float else (["int64", "int32", "bool"] if is_mask else seen)
+    if is_float:  # any float (mixed precision changes them), and whatever else was seen
+        dtypes = ["float", *(d for d in seen if d not in GROUPS["float"])]
+    else:
+        dtypes = list(dict.fromkeys(["int64", "int32", "bool", *seen] if is_mask else seen))
     dnote = f"seen: {', '.join(seen)}" + ("; any float dtype accepted" if is_float else "")
     shape_text = ", ".join(str(s) for s, _ in shape)
-    lines = [f"  {key}:", f"    dtype: [{', '.join(dtypes)}]  # {dnote}",
+    lines = [f"  {_yaml_key(key)}:", f"    dtype: [{', '.join(dtypes)}]  # {dnote}",
              f"    shape: [{shape_text}]" + (f"  # {'; '.join(c for _, c in shape)}" if shape else "  # a scalar")]
     if len(present) < n:
         lines.append(f"    optional: true  # missing from {n - len(present)} of {n} batches")
     nonempty = [v for v in present if v.numel()]
     if not nonempty:
         return lines + ["    # no values seen: no value bounds inferred"]
+    # batch-level rules only when no example holds an empty tensor (any() over nothing is False)
+    rules_ok = len(nonempty) == len(present)
     if is_float:
         lines += _float_lines(nonempty)
     elif not is_bool:
-        lines += _int_lines(key, nonempty, shape, n, rules)
+        lines += _int_lines(key, nonempty, shape, n, rules if rules_ok else [])
     return lines
 
 
@@ -213,6 +222,8 @@ def _float_lines(values: list[torch.Tensor]) -> list[str]:
     fin = [v for v in fin if v.numel()]
     if not fin:
         return lines
+    if not finite:  # NaN and Inf fail any range, so bounds would reject the examples
+        return [*lines, "    # no min/max inferred: the examples hold NaN or Inf"]
     lo, hi = min(float(v.min()) for v in fin), max(float(v.max()) for v in fin)
     if lo >= 0 and hi <= 1:
         lines += [f"    min: 0  # observed min {lo:.4g}; all values in [0, 1]", f"    max: 1  # observed max {hi:.4g}"]
@@ -221,7 +232,8 @@ def _float_lines(values: list[torch.Tensor]) -> list[str]:
     return lines
 
 
-def _int_lines(key: str, values: list[torch.Tensor], shape: list[tuple[str | int, str]], n: int, rules: list[str]) -> list[str]:
+def _int_lines(key: str, values: list[torch.Tensor], shape: list[tuple[str | int, str]], n: int,
+               rules: list[str]) -> list[str]:
     flat = [v.reshape(-1).long() for v in values]
     negatives = torch.unique(torch.cat([v[v < 0] for v in flat]))
     rest_lo = [int(v[v >= 0].min()) for v in flat if bool((v >= 0).any())]
@@ -242,7 +254,7 @@ def _int_lines(key: str, values: list[torch.Tensor], shape: list[tuple[str | int
         lo = min(rest_lo)
         lines.append(f"    min: 0  # observed min {lo} apart from the sentinel {sentinel}, widened to 0")
         lines.append(f"    max: {hi}  # observed max over {n} batch(es)")
-        lines.append(f"    allow: [{sentinel}]  # sentinel: the only negative value, far below the rest (ignored positions)")
+        lines.append(f"    allow: [{sentinel}]  # sentinel: the only negative value, below the rest (ignored positions)")
         if all(bool((v != sentinel).any()) for v in flat):
             rules += [f"  - rule: any({key} != {sentinel})  # held in every example batch",
                       "    code: all_ignored", f"    hint: every {key} value is {sentinel} (all positions ignored)"]
@@ -254,6 +266,13 @@ def _int_lines(key: str, values: list[torch.Tensor], shape: list[tuple[str | int
         lines.append(f"    min: {lo}  # observed min over {n} batch(es)")
     lines.append(f"    max: {hi}  # observed max over {n} batch(es)")
     return lines
+
+
+def _yaml_key(key: str) -> str:
+    """Quote names YAML would read as something else (`on`, `no`, `null` are booleans or None)."""
+    import yaml
+
+    return key if yaml.safe_load(key) == key else json.dumps(key)
 
 
 def _rank(values: list[torch.Tensor | None]) -> int:
@@ -270,5 +289,5 @@ def _self_check(text: str, batches: Sequence[Mapping[str, Any]]) -> None:
     spec = spec_from_dict(yaml.safe_load(text), "<inferred draft>")
     for i, batch in enumerate(batches):
         report = check(batch, spec, backend="torch")
-        if not report.ok:
+        if any(v.code != "empty_batch" for v in report.violations):  # an empty example is always flagged
             raise UsageError(f"internal error: the inferred draft rejects example batch {i} (please report):\n{report}")

@@ -115,6 +115,9 @@ class Plan:
     dim_checks: tuple[DimCheck, ...]
     unexpected_fields: str
     kind: Literal["plan"] = "plan"
+    # per data check: (fields it reads, dims it needs), so that `bind` does not walk the
+    # expressions again for every batch; derived from `checks`, so left out of ==/hash
+    needs: tuple[tuple[frozenset[str], frozenset[str]], ...] = field(default=(), compare=False, repr=False)
 
     def field(self, name: str) -> FieldPlan:
         return next(f for f in self.fields if f.name == name)
@@ -238,7 +241,9 @@ def compile_plan(spec: BatchSpec) -> Plan:
         axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
         checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint))
 
-    plan = Plan(spec.name, spec.batch_dim, tuple(fields), tuple(checks), tuple(dim_checks), spec.unexpected_fields)
+    needs = tuple((frozenset(referenced_fields(c)), frozenset(_check_dims(c))) for c in checks)
+    plan = Plan(spec.name, spec.batch_dim, tuple(fields), tuple(checks), tuple(dim_checks), spec.unexpected_fields,
+                needs=needs)
     spec._plan = plan
     return plan
 
@@ -478,11 +483,8 @@ def bind(plan: Plan, batch: Any) -> Bound:
     if any(v.code == "empty_batch" for v in violations):
         # nothing to read, and `any(labels != -100)` over no samples would report a second, bogus violation
         return Bound(tensors, dims, violations, [*skipped, *(describe(c) for c in plan.checks)], runnable)
-    for c in plan.checks:
-        fields_needed = referenced_fields(c)
-        dims_needed = expr_dims(c.bound) if isinstance(c, RangeCheck) else set()
-        if isinstance(c, RuleCheck):
-            dims_needed = expr_dims(c.expr) | (expr_dims(c.where) if c.where is not None else set())
+    needs = plan.needs or tuple((frozenset(referenced_fields(c)), frozenset(_check_dims(c))) for c in plan.checks)
+    for c, (fields_needed, dims_needed) in zip(plan.checks, needs, strict=True):
         if fields_needed & bad_fields or not dims_needed <= dim_values.keys():
             absent_optional = all(plan.field(f).optional and f not in batch for f in fields_needed & bad_fields)
             if not absent_optional or not fields_needed & bad_fields:
@@ -490,6 +492,14 @@ def bind(plan: Plan, batch: Any) -> Bound:
             continue
         runnable.append(c)
     return Bound(tensors, dims, violations, skipped, runnable)
+
+
+def _check_dims(c: DataCheck) -> set[str]:
+    if isinstance(c, RangeCheck):
+        return expr_dims(c.bound)
+    if isinstance(c, RuleCheck):
+        return expr_dims(c.expr) | (expr_dims(c.where) if c.where is not None else set())
+    return set()
 
 
 def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:

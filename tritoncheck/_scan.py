@@ -17,9 +17,20 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._cli_commands import EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, UsageError, _add_param_args, _guarded, _load_spec, load_batch
+from ._cli_commands import (
+    EXIT_OK,
+    EXIT_VIOLATIONS,
+    UsageError,
+    _add_param_args,
+    _guarded,
+    _load_spec,
+    load_batch,
+)
 
 BATCH_SUFFIXES = (".pt", ".pth", ".safetensors", ".npz")
+# Problems of a tensor's metadata: a saved batch has them as a whole, so no sample is to blame.
+METADATA_CODES = frozenset({"not_a_mapping", "unexpected_field", "missing_field", "not_a_tensor", "device_mismatch",
+                            "empty_batch", "dtype", "rank", "shape", "dim_mismatch"})
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", help="a built-in spec name (see `tritoncheck specs`) or a YAML spec file")
     p.add_argument("data", help="a batch file, a directory of batch files, or a `datasets` save_to_disk directory")
     _add_param_args(p)
-    p.add_argument("--json", metavar="OUT", help="write the full report (every bad sample) as JSON to OUT ('-' for stdout)")
+    p.add_argument("--json", metavar="OUT",
+                   help="write the full report (every bad sample) as JSON to OUT ('-' for stdout)")
     p.add_argument("--batch-size", type=int, default=256, help="rows per check for a `datasets` dataset (default 256)")
     p.add_argument("--backend", choices=["auto", "torch", "triton"], default="torch", help="default: torch")
     p.set_defaults(run=_guarded(run_scan))
@@ -79,7 +91,9 @@ def run_scan(args: argparse.Namespace) -> int:
 def scan_batch(batch: Any, spec: Any, backend: str = "torch") -> tuple[list[tuple[int | None, Any]], int]:
     """The bad samples of one batch as (position or None, violation) pairs, and the batch size.
 
-    Position None marks a violation that cannot be pinned on samples (the batch dim is unbound).
+    Position None marks a violation of the batch as a whole: a metadata problem (a missing field,
+    a wrong dtype or shape), which no slice of the batch can be blamed for; then the data checks
+    that did run are reported batch-level too.
     """
     from ._api import check
     from ._data import split_bad
@@ -90,7 +104,8 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch") -> tuple[list[tupl
     size = report.dims.get(plan.batch_dim, (0, ""))[0]
     if report.ok:
         return [], size
-    if not isinstance(batch, Mapping) or plan.batch_dim not in report.dims:
+    meta = any(v.code in METADATA_CODES for v in report.violations)
+    if meta or not isinstance(batch, Mapping) or plan.batch_dim not in report.dims:
         return [(None, v) for v in report.violations], size
 
     def subset(positions: list[int]) -> tuple[Any, Any]:
@@ -144,7 +159,8 @@ def _sources(data: Path, spec: Any, batch_size: int) -> tuple[Iterator[tuple[str
 
 
 def _is_hf_dataset(path: Path) -> bool:
-    return (path / "dataset_dict.json").is_file() or ((path / "state.json").is_file() and (path / "dataset_info.json").is_file())
+    saved_dataset = (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+    return saved_dataset or (path / "dataset_dict.json").is_file()
 
 
 def _dataset_batches(path: Path, spec: Any, batch_size: int) -> tuple[Iterator[tuple[str, int, Any]], int]:
@@ -215,7 +231,8 @@ def _print_table(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    head = f"{report['bad_samples']} bad sample(s) of {report['samples']} in {report['batches']} batch(es) for {report['spec']}"
+    head = (f"{report['bad_samples']} bad sample(s) of {report['samples']} in {report['batches']} batch(es) "
+            f"for {report['spec']}")
     if report["ok"]:
         console.print(f"[green]{head}[/green]", highlight=False)
         return
@@ -233,4 +250,4 @@ def _print_table(report: dict[str, Any]) -> None:
         console.print(f"  ... and {len(report['violations']) - 10} more (see --json)", highlight=False)
 
 
-__all__ = ["add_parser", "run_scan", "scan_batch", "EXIT_USAGE"]
+__all__ = ["add_parser", "run_scan", "scan_batch"]

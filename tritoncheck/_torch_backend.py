@@ -52,16 +52,21 @@ class _Context:
         t = self.bound.tensors[name]
         return t.to(compute_dtype(t.dtype))
 
-    def summary(self, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(min, max) of a field in one sweep, or None if it is empty."""
+    def summary(self, name: str) -> tuple[int | float, int | float] | None:
+        """(min, max) of a field in one sweep, as Python numbers, or None if it is empty.
+
+        Python numbers keep every later comparison off the dispatcher. They are exact (an int64 or
+        a float32 fits a Python int or float), and comparing them with a Python bound is
+        conservative: rounding to float32 is monotonic, so whatever the summary clears, the exact
+        pass in the compute dtype would clear too.
+        """
         if name not in self._summary:
             t = self.bound.tensors[name]
             if t.numel() == 0:
                 self._summary[name] = None
             else:
                 mn, mx = torch.aminmax(t.view(torch.uint8) if t.dtype == torch.bool else t)
-                cd = compute_dtype(t.dtype)
-                self._summary[name] = (mn.to(cd), mx.to(cd))
+                self._summary[name] = (mn.item(), mx.item())
         return self._summary[name]
 
     def bound_value(self, check: RangeCheck) -> int | float:
@@ -74,6 +79,8 @@ class _Context:
     def bad_mask(self, check: DataCheck) -> torch.Tensor | None:
         """A bool tensor over `check.axes`, True where the check fails; None when the summary clears it."""
         if isinstance(check, RuleCheck):
+            if self._settled_by_summary(check):
+                return None
             ok = self.evaluate(check.expr, check.axes).to(torch.bool)
             bad = ~ok
             if check.where is not None:
@@ -85,7 +92,7 @@ class _Context:
         mn, mx = summary
         if isinstance(check, RangeCheck):
             limit = self.bound_value(check)
-            if bool(mn >= limit) if check.kind == "min" else bool(mx <= limit):
+            if (mn >= limit) if check.kind == "min" else (mx <= limit):
                 return None  # NaN compares False, so a NaN min/max falls through to the exact pass
             x = self.tensor(check.field)
             bad = x < limit if check.kind == "min" else x > limit
@@ -95,12 +102,25 @@ class _Context:
             x = self.tensor(check.field)
             bad = ~torch.isin(x, torch.tensor(check.values, dtype=x.dtype, device=x.device))
         else:  # FiniteCheck
-            if bool(torch.isfinite(mn) & torch.isfinite(mx)):
+            if math.isfinite(mn) and math.isfinite(mx):
                 return None
             return ~torch.isfinite(self.tensor(check.field))
         if check.allow:
             bad &= ~torch.isin(x, torch.tensor(check.allow, dtype=x.dtype, device=x.device))
         return bad
+
+    def _settled_by_summary(self, check: RuleCheck) -> bool:
+        """`any(labels != -100)` holds when the field's min or max is not -100: no second pass."""
+        e = check.expr
+        if check.where is not None or not (isinstance(e, Reduce) and e.op == "any" and e.dims is None):
+            return False
+        x = e.x
+        if not (isinstance(x, Binary) and x.op == "!=" and isinstance(x.a, Ref) and isinstance(x.b, Const)):
+            return False
+        if any(i is not None for i in x.a.index or ()):
+            return False
+        summary = self.summary(x.a.field)
+        return summary is not None and (summary[0] != x.b.value or summary[1] != x.b.value)
 
     def evaluate(self, expr: Expr, axes: tuple[str, ...]) -> torch.Tensor:
         """`expr` as a tensor laid out over `axes` (broadcast by axis name)."""
@@ -180,6 +200,8 @@ def _binary(op: str, a: Any, b: Any) -> torch.Tensor:
 
 def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: Mapping[str, int] | None) -> torch.Tensor:
     """Permute `t` (over `own`) into the order of `axes`, inserting size-1 axes; expand if sizes given."""
+    if own == axes:
+        return t  # already laid out (the common case): no view to build
     if own != tuple(a for a in axes if a in own):
         t = t.permute([own.index(a) for a in axes if a in own])
     shape = []
@@ -192,9 +214,9 @@ def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: 
     return t
 
 
-def _covers(mn: torch.Tensor, mx: torch.Tensor, values: tuple[int | float, ...]) -> bool:
+def _covers(mn: int | float, mx: int | float, values: tuple[int | float, ...]) -> bool:
     """True if every integer in [mn, mx] is an allowed value (so the summary settles a value set)."""
-    if mn.dtype.is_floating_point:
+    if isinstance(mn, float) or isinstance(mx, float):
         return False
     lo, hi = int(mn), int(mx)
     return hi - lo < 4096 and set(range(lo, hi + 1)) <= {v for v in values if float(v).is_integer()}

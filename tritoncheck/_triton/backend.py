@@ -15,17 +15,17 @@ import threading
 from typing import Any
 
 import torch
+import triton.language as tl
 
 from .. import _torch_backend
-from .._plan import Bound, Plan
+from .._plan import Bound, Plan, referenced_fields
 from .._report import Violation
 from . import codegen
 from .codegen import BIG, Program, Unsupported
 
 _lock = threading.Lock()
-_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _interpreter_lock = threading.Lock()  # Triton's CPU interpreter patches global state: one launch at a time
-_programs: dict[int, tuple[Plan, dict[tuple, Program | None]]] = {}
+_programs: dict[int, tuple[Plan, dict, dict]] = {}  # id(plan) -> (plan, programs, fields read)
 
 
 def run(plan: Plan, bound: Bound) -> list[Violation]:
@@ -34,31 +34,33 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
 
 
 def program_for(plan: Plan, bound: Bound) -> Program | None:
-    """The compiled program for this plan, these runnable checks and these dtypes (cached)."""
-    checks = tuple(bound.runnable)
-    fields = sorted({f for c in checks for f in _fields(c)})
-    devices = {bound.tensors[f].device.type for f in fields}
-    key = (checks, tuple((f, bound.tensors[f].dtype) for f in fields), tuple(sorted(devices)))
+    """The compiled program for this plan, these runnable checks and these dtypes (cached).
+
+    The key uses the ids of the plan's own check objects (the plan is kept alive in the cache
+    entry, so ids are not reused), so a cache hit hashes no expression trees.
+    """
     entry = _programs.get(id(plan))
-    if entry is not None and entry[0] is plan and key in entry[1]:
-        return entry[1][key]
+    if entry is None or entry[0] is not plan:
+        with _lock:
+            entry = _programs[id(plan)] = (plan, {}, {})
+    _, programs, field_cache = entry
+    checks = tuple(bound.runnable)
+    ids = tuple(map(id, checks))
+    fields = field_cache.get(ids)
+    if fields is None:
+        fields = field_cache[ids] = tuple(sorted({f for c in checks for f in referenced_fields(c)}))
+    tensors = bound.tensors
+    key = (ids, tuple((tensors[f].dtype, tensors[f].device.type) for f in fields))
+    if key in programs:
+        return programs[key]
     with _lock:  # generation and import happen once per key, even with many threads
-        entry = _programs.get(id(plan))
-        if entry is None or entry[0] is not plan:
-            entry = _programs[id(plan)] = (plan, {})
-        if key not in entry[1]:
+        if key not in programs:
             try:
-                program = codegen.generate(plan, checks, {f: bound.tensors[f].dtype for f in fields})
+                program = codegen.load(codegen.generate(plan, checks, {f: tensors[f].dtype for f in fields}))
             except Unsupported:
                 program = None  # the torch backend runs this plan instead
-            entry[1][key] = None if program is None else codegen.load(program)
-        return entry[1][key]
-
-
-def _fields(check: Any) -> set[str]:
-    from .._plan import referenced_fields
-
-    return referenced_fields(check)
+            programs[key] = program
+        return programs[key]
 
 
 class Pending:
@@ -110,18 +112,39 @@ def launch(plan: Plan, bound: Bound) -> Pending:
         end += -(-numel // g.block)
         args[program.ends[i]] = end
     device = next(iter(bound.tensors[f] for f in program.fields)).device
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"backend='triton' needs CUDA tensors (the batch is on {device}); use backend='torch', "
+                         "or set TRITON_INTERPRET=1 to run the kernel on the CPU")
     batch = sizes.get(plan.batch_dim, ctx.dims.get(plan.batch_dim, 0)) if program.batch_checks else 0
     slot = _pool.acquire(program, program.buffer_len(batch), device)
     args["out_ptr"] = slot.device
+    args["IDX"] = tl.int64 if _needs_int64(program, bound, sizes, args, end) else tl.int32
     event = None
     if end > 0:
-        with _interpreter_lock if _INTERPRET else contextlib.nullcontext():
+        with _interpreter_lock if device.type != "cuda" else contextlib.nullcontext():
             program.kernel[(end,)](**args)
     if device.type == "cuda":
         slot.host.copy_(slot.device, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
     return Pending(plan, bound, program, ctx, slot, event, batch)
+
+
+INT32_LIMIT = 2**31 - 1
+
+
+def _needs_int64(program: Program, bound: Bound, sizes: dict[str, int], args: dict[str, Any], programs: int) -> bool:
+    """True when an index, an element offset or a program's tile start could pass 2**31 - 1."""
+    limit = INT32_LIMIT
+    counts = [args[n] for n in program.numels] + [args[n] for n, _ in program.reduces]
+    counts += [programs * max((g.block for g in program.groups), default=1)] + [codegen.BLOCK_RED + c for c in counts]
+    if any(c >= limit for c in counts):
+        return True
+    for f in program.fields:
+        t = bound.tensors[f]
+        if sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n) >= limit:
+            return True
+    return False
 
 
 def decode(program: Program, ctx: Any, values: list[int], batch: int) -> list[Violation]:

@@ -138,13 +138,14 @@ class _Gen:
     def __init__(self, plan: Plan, checks: tuple[DataCheck, ...], dtypes: dict[str, torch.dtype]):
         self.plan, self.checks, self.dtypes = plan, checks, dtypes
         self.ns = NameSpace()
-        for reserved in ("pid", "tile", "offs", "live", "rest", "out_ptr", "tl", "triton", "n_bad", "first", "BIG"):
+        for reserved in ("pid", "tile", "offs", "live", "rest", "out_ptr", "tl", "triton", "n_bad", "first", "IDX"):
             self.ns.create_name(reserved)
         self.fields: dict[str, str] = {}
         self.sizes: dict[str, str] = {}
         self.reduces: list[tuple[str, tuple[str, ...]]] = []
         self.limits: dict[int, str] = {}
         self.numels: list[str] = []
+        self.helpers: set[str] = set()
 
     # -- names -------------------------------------------------------------------------------
     def field_name(self, f: str) -> str:
@@ -168,6 +169,7 @@ class _Gen:
         body = IndentedBuffer()
         body.level = 1
         body.writeline("pid = tl.program_id(0)")
+        body.writeline("# IDX is tl.int32 when every index and offset fits, else tl.int64 (> 2**31 elements)")
         ends = []
         for g_i, g in enumerate(groups):
             end = self.ns.create_name(f"end_{g_i}")
@@ -190,12 +192,14 @@ class _Gen:
             args.append(name + (": tl.constexpr" if self.kind(self.checks[k].field) == "d" else ""))
         args.extend(ends)
         args.append("out_ptr")
+        args.append("IDX: tl.constexpr")
         out = IndentedBuffer()
         out.writeline(self.header(groups))
-        out.writelines(["import triton", "import triton.language as tl", ""])
-        out.writelines(_HELPERS.splitlines())
-        out.writeline("")
-        out.writeline("")
+        out.writelines(["import triton", "import triton.language as tl", "", ""])
+        for name, text in _HELPERS.items():
+            if name in self.helpers:
+                out.writelines(text.strip("\n").splitlines())
+                out.writelines(["", ""])
         out.writeline("@triton.jit")
         out.writeline(f"def {KERNEL_NAME}(")
         with out.indent():
@@ -220,12 +224,12 @@ class _Gen:
     def emit_group(self, buf: IndentedBuffer, g: Group, start: str, g_i: int) -> None:
         self.idx: dict[str, str] = {}
         self.loads: dict[tuple, str] = {}
-        self.tmp = 0
-        buf.writeline("tile = pid.to(tl.int64)" if start == "0" else f"tile = (pid - {start}).to(tl.int64)")
-        buf.writeline(f"offs = tile * {g.block} + tl.arange(0, {g.block}).to(tl.int64)  # int64: > 2**31 elements are fine")
+        self.memo: dict[tuple, tuple[str, str]] = {}
+        buf.writeline("tile = pid.to(IDX)" if start == "0" else f"tile = (pid - {start}).to(IDX)")
+        buf.writeline(f"offs = tile * {g.block} + tl.arange(0, {g.block}).to(IDX)")
         numel = self.ns.create_name(f"numel_{g_i}")
         self.numels.append(numel)
-        buf.writeline(f"live = offs < {numel}  # {' * '.join(g.axes) or '1'} on the host, in int64")
+        buf.writeline(f"live = offs < {numel}  # {' * '.join(g.axes) or '1'}, computed on the host")
         self.unravel(buf, "offs", g.axes, "i_")
         # loads and checks are emitted together; each value is computed once per group (CSE)
         buf.writeline("# loads")
@@ -250,7 +254,7 @@ class _Gen:
                     buf.writeline(f"tl.atomic_add(out_ptr + ({base}) + {self.idx[self.plan.batch_dim]}, {bad}.to(tl.int64), mask={bad})")
                 else:
                     buf.writeline(f"tl.atomic_add(out_ptr + {len(self.checks) + k}, n_bad.to(tl.int64))")
-                buf.writeline(f"first = tl.min(tl.where({bad}, offs, {BIG}), axis=0)")
+                buf.writeline(f"first = tl.min(tl.where({bad}, offs.to(tl.int64), {BIG}), axis=0)")
                 buf.writeline(f"tl.atomic_max(out_ptr + {k}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
 
     def unravel(self, buf: IndentedBuffer, flat: str, axes: tuple[str, ...], prefix: str) -> None:
@@ -324,6 +328,15 @@ class _Gen:
         return self.ns.create_name(base)
 
     def expr(self, e: Expr, buf: IndentedBuffer) -> tuple[str, str]:
+        """Emit `e` once per group (common subexpressions are shared); return (name, kind)."""
+        if isinstance(e, (Unary, Binary, Reduce)):
+            key = (e, self.mode2d)
+            if key not in self.memo:
+                self.memo[key] = self._expr(e, buf)
+            return self.memo[key]
+        return self._expr(e, buf)
+
+    def _expr(self, e: Expr, buf: IndentedBuffer) -> tuple[str, str]:
         """Emit `e`; return (variable or literal, kind) with kind b/i/f/d (bool, int64, fp32, fp64)."""
         if isinstance(e, Const):
             v = e.value
@@ -333,7 +346,7 @@ class _Gen:
         if isinstance(e, Dim):
             return self.size(e.name), "i"
         if isinstance(e, Arange):
-            return self.index(e.dim), "i"
+            return f"{self.index(e.dim)}.to(tl.int64)", "i"  # int64 like torch.arange, even with int32 indexing
         if isinstance(e, Ref):
             return self.load(e, buf)
         if isinstance(e, Unary):
@@ -364,6 +377,7 @@ class _Gen:
             kind = _result_kind(ka, kb)
             if e.op in ("//", "%"):
                 fn = ("_floordiv" if e.op == "//" else "_remainder") + ("_int" if kind == "i" else "_float")
+                self.helpers.add(fn)
                 buf.writeline(f"{name} = {fn}({_num(a, ka)}, {_num(b, kb)})")
             else:
                 buf.writeline(f"{name} = {_num(a, ka)} {e.op} {_num(b, kb)}")
@@ -433,11 +447,11 @@ class _Gen:
         buf.writeline(f"{acc} = tl.zeros([{BLOCK_ROWS}], dtype={_TL[acc_kind]})")
         r0 = self.fresh("r0")
         buf.writeline(f"for {r0} in range(0, {arg}, {rb}):")
-        saved_idx, saved_loads = dict(self.idx), self.loads
+        saved_idx, saved_loads, saved_memo = dict(self.idx), self.loads, self.memo
         with buf.indent():
             r = self.fresh("r")
             self.live2 = self.fresh("live2")
-            buf.writeline(f"{r} = {r0} + tl.arange(0, {rb}).to(tl.int64)")
+            buf.writeline(f"{r} = {r0} + tl.arange(0, {rb}).to(IDX)")
             buf.writeline(f"{self.live2} = live[:, None] & ({r} < {arg})[None, :]")
             rest = self.fresh("rest")  # its own name: a loop-carried variable may not change shape
             buf.writeline(f"{rest} = {r}")
@@ -451,7 +465,7 @@ class _Gen:
                     buf.writeline(f"{name} = {rest} % {self.size(a)}")
                     buf.writeline(f"{rest} = {rest} // {self.size(a)}")
             self.mode2d = frozenset(red)
-            self.loads = {}
+            self.loads, self.memo = {}, {}
             x, k = self.expr(e.x, buf)
             self.mode2d = None
             if e.op == "sum":
@@ -463,7 +477,7 @@ class _Gen:
             else:
                 val = f"({x} == 0).to(tl.int64)"
             buf.writeline(f"{acc} += tl.sum(tl.where({self.live2}, {val}, 0), axis=1).to({_TL[acc_kind]})")
-        self.idx, self.loads = saved_idx, saved_loads
+        self.idx, self.loads, self.memo = saved_idx, saved_loads, saved_memo
         if e.op == "sum":
             return acc, acc_kind
         name = self.fresh()
@@ -587,7 +601,8 @@ def _cast(values: tuple[int | float, ...], kind: str) -> list[int | float]:
     return [v for v in dict.fromkeys(out) if not (isinstance(v, float) and math.isnan(v))]
 
 
-_HELPERS = '''
+_HELPERS = {
+    "_floordiv_int": '''
 @triton.jit
 def _floordiv_int(a, b):
     """torch.div(a, b, rounding_mode="floor") for integers (Triton's // truncates)."""
@@ -595,16 +610,16 @@ def _floordiv_int(a, b):
     q = a // b
     r = a - q * b
     return q - ((r != 0) & ((r < 0) != (b < 0))).to(q.dtype)
-
-
+''',
+    "_remainder_int": '''
 @triton.jit
 def _remainder_int(a, b):
     """torch.remainder for integers: the result takes the divisor's sign."""
     b = tl.where(b == 0, 1, b)
     r = a - (a // b) * b
     return r + tl.where((r != 0) & ((r < 0) != (b < 0)), b, 0)
-
-
+''',
+    "_floordiv_float": '''
 @triton.jit
 def _floordiv_float(a, b):
     """torch's floor division for floats (fmod-based, as in ATen's div_floor)."""
@@ -614,14 +629,15 @@ def _floordiv_float(a, b):
     floored = tl.floor(div)
     floored = tl.where(div - floored > 0.5, floored + 1, floored)
     return tl.where(div == 0, 0.0 * (a / b), tl.where(b == 0, a / b, floored))
-
-
+''',
+    "_remainder_float": '''
 @triton.jit
 def _remainder_float(a, b):
     """torch.remainder for floats: fmod, shifted into the divisor's sign."""
     mod = a % b
     return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
-'''.strip("\n")
+''',
+}
 
 
 # ---------------------------------------------------------------------------------------------
