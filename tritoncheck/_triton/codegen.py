@@ -36,7 +36,7 @@ import torch
 from .. import _expr
 from .._dtypes import compute_dtype, dtype_name
 from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
-from .._plan import DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, describe, expr_dims, _refs
+from .._plan import DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, _refs, describe
 
 BIG = 2**62
 BLOCK = 1024  # elements per program for element-wise groups
@@ -689,4 +689,4 @@ def load(program: Program) -> Program:
     return program
 
 
-__all__ = ["generate", "load", "Program", "Unsupported", "cache_dir", "expr_dims"]
+__all__ = ["generate", "load", "Program", "Unsupported", "cache_dir"]
