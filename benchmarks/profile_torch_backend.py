@@ -46,7 +46,8 @@ def main() -> None:
     case = {s.name: s for s in SCENARIOS}[args.scenario].build(False)
     plan = compile_plan(case.spec)
     bound = bind(plan, case.batch)
-    print(f"{case.name}: bind {ms(lambda: bind(plan, case.batch)):.3f} ms, run {ms(lambda: tb.run(plan, bound)):.3f} ms")
+    print(f"{case.name}: bind {ms(lambda: bind(plan, case.batch)):.3f} ms, "
+          f"run {ms(lambda: tb.run(plan, bound)):.3f} ms")
     acc: dict[str, list[tuple[float, float]]] = defaultdict(list)
 
     def run() -> None:

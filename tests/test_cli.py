@@ -85,6 +85,7 @@ def test_config_file(saved, tmp_path, capsys):
         (["check", "cross-entropy", "{junk}"], "cannot read batch file"),
         (["check", "cross-entropy", "{batch}", "-c", "/no/config.json"], "config file not found"),
         (["check", "{badspec}", "{batch}"], "fields.x.dtype"),
+        (["check", "cross-entropy", "{batch}", "--backend", "nope"], "invalid choice: 'nope'"),
     ],
 )
 def test_usage_errors_exit_2_with_one_message(args, message, saved, tmp_path, capsys):
@@ -97,6 +98,16 @@ def test_usage_errors_exit_2_with_one_message(args, message, saved, tmp_path, ca
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_triton_backend_on_cpu_tensors_is_a_usage_error(saved, capsys, monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU, CPU tensors would still be refused, but the message differs")
+    assert main(["check", "cross-entropy", saved(ce_batch()), "--backend", "triton"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tritoncheck: error: backend 'triton' cannot check this batch") and "Traceback" not in err
 
 
 def test_pickled_code_is_refused(tmp_path, capsys):

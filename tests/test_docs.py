@@ -15,7 +15,7 @@ NOT_RUNNABLE = {"device_mismatch", "rank_failed"}  # need a GPU / several proces
 
 
 def sections() -> dict[str, str]:
-    parts = re.split(r"^## `([a-z_]+)`\s*$", DOC.read_text(encoding="utf-8"), flags=re.M)
+    parts = re.split(r"^## `([a-z_]+)`\s*$", DOC.read_text(encoding="utf-8"), flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
@@ -25,7 +25,7 @@ def test_every_code_has_a_section_and_every_section_a_code():
 
 @pytest.mark.parametrize("code", [c for c in tc.VIOLATION_CODES if c not in NOT_RUNNABLE])
 def test_example_produces_its_code(code):
-    blocks = re.findall(r"```python\n(.*?)```", sections()[code], flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", sections()[code], flags=re.DOTALL)
     assert len(blocks) == 1, f"## `{code}` needs exactly one python example"
     scope = {"torch": torch, "tc": tc}
     exec(compile(blocks[0], f"errors.md#{code}", "exec"), scope)  # our own doc, not user input

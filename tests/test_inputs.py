@@ -197,7 +197,7 @@ def test_fuzz_well_shaped_junk_reaches_the_data_checks(seed):
     seen = set()
     for _ in range(30):
         b, n = rng.randint(1, 3), rng.randint(1, 25)
-        ints = lambda *shape: torch.tensor(  # noqa: E731
+        ints = lambda *shape: torch.tensor(
             [rng.choice([0, 1, 2, -1, -100, 49, 50, 1023, 1024, 2**40]) for _ in range(int(np.prod(shape)))]).reshape(shape)
         batch = {"input_ids": ints(b, n), "bbox": ints(b, n, 4), "attention_mask": ints(b, n).clamp(0, 2),
                  "labels": ints(b, n), "token_type_ids": ints(b, n).int(),

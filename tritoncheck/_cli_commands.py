@@ -147,7 +147,12 @@ def run_check(args: argparse.Namespace) -> int:
 
     spec = _load_spec(args)
     batch = load_batch(args.batch)
-    report = check(batch, spec, backend=args.backend)
+    try:
+        report = check(batch, spec, backend=args.backend)
+    except (ValueError, ImportError, RuntimeError) as exc:
+        if args.backend == "torch":
+            raise  # the reference backend reports bad data instead of raising: anything else is a bug
+        raise UsageError(f"backend {args.backend!r} cannot check this batch: {exc}") from None
     if args.json:
         print(report.to_json(indent=2))
     else:

@@ -17,7 +17,7 @@ import torch
 
 from ._dtypes import compute_dtype
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
-from ._plan import Bound, DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, describe, evaluate_scalar
+from ._plan import Bound, DataCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, describe, evaluate_scalar
 from ._report import Violation
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import math
 import os
 import platform
 import statistics
@@ -113,7 +112,10 @@ def _num(v: float | int | None, digits: int) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "" if v is None else f"{100 * v:.1f}%"
+    if v is None:
+        return ""
+    pct = 100 * v
+    return f"{pct:.{1 if pct >= 1 else 2 if pct >= 0.1 else 3}f}%"
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -596,6 +598,13 @@ def device_copy_gbps(device: torch.device, nbytes: int = 1 << 28) -> float:
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
+def _load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except (AttributeError, OSError):  # not on every platform
+        return "n/a"
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -636,6 +645,8 @@ def run_benchmarks(opts: Options, log: Callable[[str], None] = lambda s: None) -
     except ImportError:
         triton_version = ""
     device = torch.device(opts.device)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu or cuda, got {opts.device!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda asked for, but torch sees no CUDA device")
     torch.set_num_threads(opts.threads)
@@ -687,7 +698,7 @@ def run_benchmarks(opts: Options, log: Callable[[str], None] = lambda s: None) -
             timed = {n: _quantiles(v) for n, v in raw.items()}
             floor_ms = timed["floor"][0]
             floor_note = (f"aminmax over each tensor; {len(raw['floor'])} reps, {opts.clock} clock, "
-                          f"load average {os.getloadavg()[0]:.1f}")
+                          f"load average {_load()}")
 
         collate_ms = step_ms = None
         step_note = ""
