@@ -153,3 +153,11 @@ def test_rich_table_has_a_row_per_violation():
     console.print(report.table())
     text = console.export_text()
     assert "target[0]" in text and "above_max" in text and "0, 1" in text
+
+
+def test_error_rebuilt_from_text_as_torch_dataloader_does_keeps_message_without_report():
+    # torch.utils.data re-raises a worker's exception as type(exc)(traceback_text)
+    err = tc.BatchValidationError("Caught BatchValidationError in DataLoader worker process 0.\n...")
+    assert err.report is None
+    assert err.errors() == []
+    assert "DataLoader worker" in str(err)

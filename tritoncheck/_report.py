@@ -172,13 +172,15 @@ class Report:
 class BatchValidationError(ValueError):
     """Raised by `validate` for a batch that breaks its contract; `.report` holds every violation."""
 
-    def __init__(self, report: Report):
-        self.report = report
+    def __init__(self, report: Report | str):
+        # torch's DataLoader re-raises a worker's exception as `type(exc)(traceback_text)`, so a
+        # bare message must be accepted too; the structured report is then gone (report is None).
+        self.report = report if isinstance(report, Report) else None
         super().__init__(str(report))
 
     def errors(self) -> list[dict[str, Any]]:
         """The violations as plain dicts (field, code, rule, samples, count, index, value, hint, message)."""
-        return [v.to_dict() for v in self.report.violations]
+        return [] if self.report is None else [v.to_dict() for v in self.report.violations]
 
     def __reduce__(self):
         # DataLoader workers pickle exceptions to re-raise them in the main process.

@@ -79,13 +79,13 @@ class _Context:
     def bad_mask(self, check: DataCheck) -> torch.Tensor | None:
         """A bool tensor over `check.axes`, True where the check fails; None when the summary clears it."""
         if isinstance(check, RuleCheck):
-            if self._settled_by_summary(check):
-                return None
+            if self._settled_by_summary(check) or self.interval(check.expr) == (1, 1):
+                return None  # settled by the fields' (min, max) and the dims, without touching data
             ok = self.evaluate(check.expr, check.axes).to(torch.bool)
-            bad = ~ok
-            if check.where is not None:
-                bad = bad & self.evaluate(check.where, check.axes).to(torch.bool)
-            return bad
+            if check.where is None:
+                return None if bool(ok.all()) else ~ok  # one reduction + read instead of ~ok and a count
+            bad = ~ok & self.evaluate(check.where, check.axes).to(torch.bool)
+            return bad if bool(bad.any()) else None
         summary = self.summary(check.field)
         if summary is None:
             return None
@@ -105,8 +105,8 @@ class _Context:
             if math.isfinite(mn) and math.isfinite(mx):
                 return None
             return ~torch.isfinite(self.tensor(check.field))
-        if check.allow:
-            bad &= ~torch.isin(x, torch.tensor(check.allow, dtype=x.dtype, device=x.device))
+        for a in check.allow:  # a sentinel or two (-100): one compare each, where isin sorts
+            bad &= x != a
         return bad
 
     def _settled_by_summary(self, check: RuleCheck) -> bool:
@@ -121,6 +121,57 @@ class _Context:
             return False
         summary = self.summary(x.a.field)
         return summary is not None and (summary[0] != x.b.value or summary[1] != x.b.value)
+
+    def interval(self, expr: Expr) -> tuple[Any, Any] | None:
+        """Bounds (lo, hi) on every value of `expr` (bools as 0/1) from summaries and dims; None if unknown.
+
+        Lets a rule that must hold skip its data pass: `sum(input_ids != pad, dim=L) <= 512` with L=512.
+        Comparisons of Python numbers with a field's float32 min/max are conservative (rounding is
+        monotonic); arithmetic is tracked for integers only.
+        """
+        if isinstance(expr, Const):
+            return expr.value, expr.value
+        if isinstance(expr, Dim):
+            return self.dims[expr.name], self.dims[expr.name]
+        if isinstance(expr, Ref):
+            if expr.field not in self.bound.tensors:
+                return None
+            return self.summary(expr.field)  # a selection lies within the whole field's range
+        if isinstance(expr, Arange):
+            return 0, max(self.sizes.get(expr.dim, self.dims[expr.dim]) - 1, 0)
+        if isinstance(expr, Reduce):
+            x = self.interval(expr.x)
+            if x is None:
+                return None
+            if expr.op in ("any", "all"):  # (over a non-empty field: an empty one has no summary)
+                return (1, 1) if x[0] > 0 or x[1] < 0 else (0, 0) if x == (0, 0) else (0, 1)
+            if expr.dims is None or any(d not in self.sizes for d in expr.dims):
+                return None
+            n = math.prod(self.sizes[d] for d in expr.dims)
+            return n * x[0], n * x[1]
+        if isinstance(expr, Binary):
+            a, b = self.interval(expr.a), self.interval(expr.b)
+            if a is None or b is None:
+                return None
+            op = expr.op
+            if op in ("+", "-") and any(isinstance(v, float) for v in a + b):
+                return None  # float sums round; only integer arithmetic is exact here
+            if op == "+":
+                return a[0] + b[0], a[1] + b[1]
+            if op == "-":
+                return a[0] - b[1], a[1] - b[0]
+            if op == "&":
+                return int(a[0] > 0 and b[0] > 0), int(a != (0, 0) and b != (0, 0))
+            if op == "|":
+                return int(a[0] > 0 or b[0] > 0), int(a != (0, 0) or b != (0, 0))
+            true = {"<=": a[1] <= b[0], "<": a[1] < b[0], ">=": a[0] >= b[1], ">": a[0] > b[1],
+                    "!=": a[1] < b[0] or a[0] > b[1], "==": a[0] == a[1] == b[0] == b[1]}.get(op)
+            false = {"<=": a[0] > b[1], "<": a[0] >= b[1], ">=": a[1] < b[0], ">": a[1] <= b[0],
+                     "!=": a[0] == a[1] == b[0] == b[1], "==": a[1] < b[0] or a[0] > b[1]}.get(op)
+            if true is None:
+                return None
+            return (1, 1) if true else (0, 0) if false else (0, 1)
+        return None
 
     def evaluate(self, expr: Expr, axes: tuple[str, ...]) -> torch.Tensor:
         """`expr` as a tensor laid out over `axes` (broadcast by axis name)."""
