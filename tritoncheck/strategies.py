@@ -36,7 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from . import _torch_backend
 from ._dtypes import DTYPES, compute_dtype
-from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from ._expr import Binary, Const, Dim, Expr, Reduce, Ref, Unary
 from ._plan import (
     DimCheck,
     FieldPlan,
@@ -212,8 +212,11 @@ def _fill(dom: Domain, dtype: torch.dtype, shape: tuple[int, ...], g: torch.Gene
             raise _Infeasible(f"{dom.name}: empty range [{lo}, {hi}] for dtype {dtype}")
         flat = torch.randint(lo, hi + 1, (n,), generator=g, dtype=torch.int64).to(torch.float64)
         ends = torch.tensor([lo, hi], dtype=torch.float64)
-        for v in dom.exclude:  # rare in a wide range: move to a neighbour that is allowed
-            flat[flat == v] = float(pick(dom, dtype) if pick(dom, dtype) is not None else lo)
+        if dom.exclude:  # rare in a wide range: move those to a value that is allowed
+            spare = pick(dom, dtype)
+            if spare is None:
+                raise _Infeasible(f"{dom.name}: every value in [{lo}, {hi}] is excluded")
+            flat[torch.isin(flat, torch.tensor(sorted(dom.exclude), dtype=torch.float64))] = float(spare)
     if edge and n:
         at = torch.rand(n, generator=g) < edge
         flat[at] = ends[torch.randint(2, (int(at.sum()),), generator=g)]
@@ -340,6 +343,7 @@ class _Draw:
     domains: dict[str, Domain]
     batch: dict[str, torch.Tensor]
     gen: torch.Generator
+    redraw: Callable[..., _Draw] | None = None  # a fresh draw with dims overridden (dim_bound mutations)
 
     def axes(self, ref: Ref) -> tuple[str, ...]:
         return self.plan.field(ref.field).axes
@@ -506,15 +510,17 @@ def _own_codes(ctx: _Draw, name: str, v: float) -> set[str]:
     for c in ctx.plan.checks:
         if getattr(c, "field", None) != name or isinstance(c, RuleCheck):
             continue
-        if isinstance(c, FiniteCheck) and not math.isfinite(v):
-            out.add(c.code)
-        if v in c.allow if not isinstance(c, FiniteCheck) else False:
+        if isinstance(c, FiniteCheck):
+            if not math.isfinite(v):
+                out.add(c.code)
+            continue
+        if v in c.allow:
             continue
         if isinstance(c, RangeCheck):
             limit = _torch_backend._Context.bound_value(_BoundShim(ctx, c.field), c)
             if (c.kind == "min" and v < limit) or (c.kind == "max" and v > limit):
                 out.add(c.code)
-        elif isinstance(c, ValueSetCheck) and v == v and v not in c.values:
+        elif isinstance(c, ValueSetCheck) and not math.isnan(v) and v not in c.values:
             out.add(c.code)
     return out
 
@@ -604,8 +610,22 @@ def _mutate_rule(c: RuleCheck, ctx: _Draw, rng: random.Random):
 
 
 def _mutate_dim_bound(c: DimCheck, ctx: _Draw, rng: random.Random):
-    """Needs a fresh batch with the dim drawn outside its bound; see `malformed_batches`."""
-    return None  # handled by _dim_bound_mutation, which redraws the whole batch
+    """Redraw the whole batch with one dim just outside its `D <op> const` bound; all else valid."""
+    terms = list(_linear_dim_terms(c.expr))
+    if not terms or ctx.redraw is None:
+        return None
+    d, op, k = rng.choice(terms)
+    bad = {"<=": math.floor(k) + 1, "<": math.ceil(k), ">=": math.ceil(k) - 1, ">": math.floor(k)}.get(op)
+    if bad is None or bad < 1 or bad > 4096 or (d == ctx.plan.batch_dim and bad > 64):
+        return None
+    try:
+        fresh = ctx.redraw({d: bad}, {fp.name for fp in ctx.plan.fields if d in fp.shape}, c)
+    except _Infeasible:
+        return None
+    if not _others_hold(fresh, c):
+        return None
+    ctx.batch = fresh.batch
+    return f"{d} = {bad} breaks {c.text}", c.field, c.code, ()
 
 
 REGISTRY: dict[str, CheckStrategy] = {
@@ -938,11 +958,13 @@ def _valid(draw, spec: BatchSpec, plan: Plan, intervals, overrides=None, force_p
     raise UnsatisfiableSpecError(f"{plan.spec_name}: could not build a valid batch in {MAX_TRIES} tries: {problem}")
 
 
-def valid_batches(spec: BatchSpec, **dim_bounds: int | tuple[int, int]) -> st.SearchStrategy[dict[str, torch.Tensor]]:
+def valid_batches(spec: BatchSpec, *, require: Iterable[str] = (),
+                  **dim_bounds: int | tuple[int, int]) -> st.SearchStrategy[dict[str, torch.Tensor]]:
     """Batches (field name -> tensor) that satisfy every rule of `spec`.
 
     Args:
         spec: a filled `BatchSpec` (built-in or your own YAML, via `tc.load_spec`).
+        require: optional fields to always include (e.g. `("labels",)` when your forward computes a loss).
         **dim_bounds: sizes for named dims, as `(lo, hi)` or an int, e.g. `B=(1, 4), L=(1, 32)`.
             Defaults: the batch dim in [1, 4], every other dim in [1, 8]; the spec's dim rules
             (`L <= max_position_embeddings`) narrow them further.
@@ -953,10 +975,14 @@ def valid_batches(spec: BatchSpec, **dim_bounds: int | tuple[int, int]) -> st.Se
     """
     plan = _check_spec(spec)
     intervals = _dim_intervals(plan, spec, _parse_bounds(plan, dim_bounds))
+    required = set(require) if not isinstance(require, str) else {require}
+    unknown = required - {fp.name for fp in plan.fields}
+    if unknown:
+        raise ValueError(f"{plan.spec_name}: require names {sorted(unknown)}, which are not fields of the spec")
 
     @st.composite
     def build(draw):
-        return _valid(draw, spec, plan, intervals).batch
+        return _valid(draw, spec, plan, intervals, force_present=required).batch
 
     return build()
 
@@ -988,12 +1014,9 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
         order = list(targets)
         rng.shuffle(order)
         ctx = _valid(draw, spec, plan, intervals)
+        ctx.redraw = lambda overrides, present, breaking: _draw_batch(
+            draw, plan, {n: iv for n, iv in intervals.items() if n not in overrides}, overrides, present, breaking)
         for kind, target in order:
-            if kind == "dim_bound":
-                out = _dim_bound_mutation(draw, spec, plan, intervals, target, rng)
-                if out is not None and (wanted is None or out[1].code in wanted):
-                    return out
-                continue
             snapshot = {k: v.clone() for k, v in ctx.batch.items()}
             out = REGISTRY[kind].mutate(target, ctx, rng)
             if out is not None and (wanted is None or out[2] in wanted):
@@ -1008,28 +1031,7 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
 
 
 def _target_code(check: Any) -> str:
-    return check.code if isinstance(check, (RuleCheck, DimCheck)) or hasattr(check, "code") else ""
-
-
-def _dim_bound_mutation(draw, spec, plan: Plan, intervals, c: DimCheck, rng: random.Random):
-    """Redraw the batch with one dim just outside its `D <op> const` bound; all else valid."""
-    terms = list(_linear_dim_terms(c.expr))
-    if not terms:
-        return None
-    d, op, k = rng.choice(terms)
-    bad = {"<=": math.floor(k) + 1, "<": math.ceil(k), ">=": math.ceil(k) - 1, ">": math.floor(k)}.get(op)
-    if bad is None or bad < 1 or bad > 4096 or (d == plan.batch_dim and bad > 64):
-        return None
-    users = {fp.name for fp in plan.fields if d in fp.shape}
-    narrowed = {n: list(iv) for n, iv in intervals.items()}
-    narrowed.pop(d)
-    try:
-        ctx = _draw_batch(draw, plan, narrowed, {d: bad}, force_present=users, breaking=c)
-    except _Infeasible:
-        return None
-    if not _others_hold(ctx, c):
-        return None
-    return ctx.batch, Expected(c.field, c.code, (), f"{d} = {bad} breaks {c.text}")
+    return getattr(check, "code", "")
 
 
 def _others_hold(ctx: _Draw, target: Any) -> bool:
