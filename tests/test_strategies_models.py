@@ -74,7 +74,7 @@ class _Conv1dClassifier(torch.nn.Module):
 MODELS = {
     "bert-sequence-classification": (_bert, {"L": (1, 20)}),
     "roberta-sequence-classification": (_roberta, {"L": (1, 20)}),
-    "layoutlmv3-token-classification": (_layoutlmv3, {"L": (1, 20)}),
+    "layoutlmv3-token-classification": (_layoutlmv3, {"L": (1, 20), "require": ("pixel_values",)}),
     "bart-seq2seq": (_bart, {"L": (1, 20), "T": (1, 20)}),
     "t5-seq2seq": (_t5, {"L": (1, 8), "T": (1, 8), "require": ("labels",)}),
     "conv1d-classifier": (_Conv1dClassifier, {"L": (1, 12)}),
@@ -137,3 +137,15 @@ def test_pytest_plugin_fuzzes_a_forward(request):
 
     with pytest.raises(AssertionError, match="loss is not finite"):
         fuzz(nan_forward, spec, max_examples=2)
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="layoutlmv3 spec is too loose: without pixel_values, L must be <= max_position_embeddings")
+def test_layoutlmv3_spec_allows_long_padded_rows_without_pixels():
+    """Pad tokens past max_position_embeddings pass the token-budget rule, but a text-only forward
+    slices a buffer of max_position_embeddings positions by L and fails (with pixel_values it runs)."""
+    model = _layoutlmv3().eval()
+    spec = tc.load_spec("layoutlmv3-token-classification", config=model.config)
+    batch = {"input_ids": torch.tensor([[5] * 10 + [1] * 9]), "bbox": torch.zeros(1, 19, 4, dtype=torch.long)}
+    assert tc.check(batch, spec).ok
+    with torch.no_grad():
+        model(**batch)
