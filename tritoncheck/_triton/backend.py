@@ -85,6 +85,11 @@ def launch(plan: Plan, bound: Bound) -> Pending:
     """Launch the plan's kernel on the bound batch; return at once (no host sync on CUDA)."""
     if not bound.runnable:
         return Pending(plan, bound, None, None, None, None, 0)
+    # Refuse before generating: a kernel JIT-ed without the interpreter must not be cached for CPU use.
+    device = next(iter(bound.tensors.values())).device
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"backend='triton' needs CUDA tensors (the batch is on {device}); use backend='torch', "
+                         "or set TRITON_INTERPRET=1 to run the kernel on the CPU")
     program = program_for(plan, bound)
     if program is None:
         done = Pending(plan, bound, None, None, None, None, 0)
@@ -112,9 +117,6 @@ def launch(plan: Plan, bound: Bound) -> Pending:
         end += -(-numel // g.block)
         args[program.ends[i]] = end
     device = next(iter(bound.tensors[f] for f in program.fields)).device
-    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"backend='triton' needs CUDA tensors (the batch is on {device}); use backend='torch', "
-                         "or set TRITON_INTERPRET=1 to run the kernel on the CPU")
     batch = sizes.get(plan.batch_dim, ctx.dims.get(plan.batch_dim, 0)) if program.batch_checks else 0
     slot = _pool.acquire(program, program.buffer_len(batch), device)
     args["out_ptr"] = slot.device

@@ -677,7 +677,9 @@ def load(program: Program) -> Program:
                 existing = fh.read()
         if existing != program.source:
             write_atomic(path, program.source)
-        mod_name = f"tritoncheck_generated.tc_{digest}"
+        # triton.jit picks interpreter or compiler when the module runs, so each mode gets its own module
+        interp = "_interp" if os.environ.get("TRITON_INTERPRET") == "1" else ""
+        mod_name = f"tritoncheck_generated.tc_{digest}{interp}"
         module = sys.modules.get(mod_name)
         if module is None:
             spec = importlib.util.spec_from_file_location(mod_name, path)
