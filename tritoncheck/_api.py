@@ -24,14 +24,7 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto") -> Report:
     """
     if not isinstance(spec, BatchSpec):
         raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
-    plan = compile_plan(spec)
-    bound = bind(plan, batch)
-    chosen = backend
-    if backend == "auto":
-        on_cuda = any(t.is_cuda for t in bound.tensors.values())
-        chosen = "triton" if on_cuda and _triton_available() else "torch"
+    plan, bound, chosen = prepare(batch, spec, backend)
     if chosen == "triton":
         from ._triton import backend as triton_backend
 
@@ -91,6 +84,19 @@ def _agree(report: Report, group: Any) -> Report:
     note = Violation("<batch>", "rank_failed", f"the batch on rank(s) {bad_ranks} broke the contract; stopping every rank together",
                      value=bad_ranks)
     return Report(report.spec, (note,), report.dims, report.skipped, report.backend)
+
+
+def prepare(batch: Any, spec: BatchSpec, backend: Backend):
+    """Compile the plan, run the host checks, and pick the backend for the data checks."""
+    if backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+    plan = compile_plan(spec)
+    bound = bind(plan, batch)
+    chosen = backend
+    if backend == "auto":
+        on_cuda = any(t.is_cuda for t in bound.tensors.values())
+        chosen = "triton" if on_cuda and _triton_available() else "torch"
+    return plan, bound, chosen
 
 
 def _triton_available() -> bool:

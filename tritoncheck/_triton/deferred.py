@@ -22,17 +22,9 @@ _pending: dict[int, tuple[Any, Callable[[], Report], Any]] = {}  # id(spec) -> (
 def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None) -> Any:
     """Raise for the previous batch of `spec` if it was bad; launch the checks of this one."""
     from .. import _api, _torch_backend
-    from .._plan import bind, compile_plan
 
     _resolve(_take(id(spec)))
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
-    plan = compile_plan(spec)
-    bound = bind(plan, batch)
-    chosen = backend
-    if backend == "auto":
-        on_cuda = any(t.is_cuda for t in bound.tensors.values())
-        chosen = "triton" if on_cuda and _api._triton_available() else "torch"
+    plan, bound, chosen = _api.prepare(batch, spec, backend)
     if chosen == "triton":
         from . import backend as triton_backend
 
