@@ -20,6 +20,14 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory):
+    """Generated kernels go to a temporary cache dir, not the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITONCHECK_CACHE_DIR", str(tmp_path_factory.mktemp("tritoncheck-cache")))
+        yield
+
+
 @pytest.fixture(params=["torch", "triton"])
 def backend(request):
     """Both backends; on a machine without a GPU the Triton one runs in the interpreter."""

@@ -19,14 +19,6 @@ pytest.importorskip("triton")
 from tritoncheck._triton import backend as tb  # noqa: E402
 from tritoncheck._triton import codegen  # noqa: E402
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    """Generated kernels go to a temporary cache dir, not the user's."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITONCHECK_CACHE_DIR", str(tmp_path_factory.mktemp("tritoncheck-cache")))
-        yield
-
-
 GOLDEN = Path(__file__).parent / "golden" / "ctc_kernel.txt"
 
 
