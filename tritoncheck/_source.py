@@ -89,10 +89,8 @@ class NameSpace:
 
     def create_name(self, base: str) -> str:
         name = _NOT_IDENT.sub("_", base)[:40]
-        if not name or name[0].isdigit():
-            name = "v" + name
-        if name.startswith("__") or name.startswith("_") and name[1:2].isupper():
-            name = "v" + name  # reserved in C (`__x`, `_X`) and dunder in Python
+        if not name or not name[0].isalpha():
+            name = "v" + name  # no leading digit, and no `_x`: C reserves `__x` and `_X`, Python `__x__`
         out, i = name, 1
         while out in self.used:
             out, i = f"{name}_{i}", i + 1
