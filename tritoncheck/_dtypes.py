@@ -7,6 +7,8 @@ Triton kernel and in the torch reference and the two agree bit for bit.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 DTYPES: dict[str, torch.dtype] = {
@@ -53,3 +55,37 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def is_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def comparable_values(values: tuple[int | float, ...], dtype: torch.dtype) -> tuple[int | float, ...]:
+    """The values a field of `dtype` can equal, as every backend compares them (once, here).
+
+    A value is compared exactly, never rounded into the field's range: for an integer (or bool)
+    field a fractional, non-finite or out-of-int64 value can never be equal, so it is dropped
+    (0.5 does not allow 0). A float field compares in its compute dtype, so the value is rounded
+    to float32 for 16- and 32-bit floats, as torch does with a Python scalar; NaN never equals.
+    """
+    out: list[int | float] = []
+    if not dtype.is_floating_point:
+        for v in values:
+            if isinstance(v, bool) or isinstance(v, int):
+                v = int(v)
+            elif math.isfinite(v) and float(v).is_integer():
+                v = int(v)
+            else:
+                continue
+            if INT64_MIN <= v <= INT64_MAX and v not in out:
+                out.append(v)
+        return tuple(out)
+    for v in values:
+        f = float(v)
+        if math.isnan(f):
+            continue
+        if compute_dtype(dtype) == torch.float32:
+            f = torch.tensor(f, dtype=torch.float32).item()
+        if f not in out:
+            out.append(f)
+    return tuple(out)
