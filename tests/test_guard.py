@@ -152,3 +152,22 @@ def test_guard_rejects_what_is_not_a_module(spec):
         tc.guard(lambda x: x, spec)
     with pytest.raises(TypeError, match="BatchSpec"):
         tc.guard(DictModel(), {"fields": {}})
+
+
+def test_deferred_guard_checks_every_call_even_one_that_raises(bert, spec, calls):
+    """A loop that catches the error and goes on: each bad call raises once, at the next call."""
+    handle = tc.guard(bert, spec, deferred=True)
+    masks = []
+    try:
+        for value in (2, 3, None):
+            batch = good()
+            if value is not None:
+                batch["attention_mask"][0, 0] = value  # not a crash for the model: only the contract catches it
+            try:
+                bert(**batch)
+            except tc.BatchValidationError as exc:
+                masks.append((exc.report.violations[0].value, exc.step))
+        tc.wait()
+    finally:
+        handle.remove()
+    assert [m[0] for m in masks] == [2, 3] and masks[1][1] == masks[0][1] + 1

@@ -41,8 +41,9 @@ def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: A
         group: a torch.distributed process group (or `True` for the default group). The verdict
             is agreed across its ranks, so when any rank's batch is bad every rank raises and
             none is left waiting in the next collective. Every rank must call `validate`.
-        deferred: launch the checks and return at once, without waiting for the GPU; a bad
-            batch raises at the next deferred `validate` with the same spec, or at `tc.wait()`.
+        deferred: check the batch and return at once, without waiting for the GPU; a bad batch
+            raises at the next deferred `validate` (of any spec) or at `tc.wait()`, naming the
+            step it was submitted at (see `tritoncheck/_triton/deferred.py`).
 
     `TRITONCHECK_DISABLE=1` in the environment turns validation off (the batch is returned as is).
     """
@@ -56,7 +57,7 @@ def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: A
         return _deferred.submit(batch, spec, backend=backend, group=group)
     report = check(batch, spec, backend=backend)
     if group is not None:
-        report = _agree(report, group)
+        report = agree(report, group)
     if not report.ok:
         raise BatchValidationError(report)
     return batch
@@ -67,7 +68,7 @@ def disabled() -> bool:
     return os.environ.get("TRITONCHECK_DISABLE") == "1"
 
 
-def _agree(report: Report, group: Any) -> Report:
+def agree(report: Report, group: Any) -> Report:
     """All-reduce the verdict; a rank whose own batch is fine reports the ranks that failed."""
     import torch
     import torch.distributed as dist

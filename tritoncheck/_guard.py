@@ -29,9 +29,10 @@ def guard(
     Args:
         model: a `torch.nn.Module`.
         spec: the contract of the forward's inputs; by default the model's own (`tc.spec_for(model)`).
-        deferred: with the Triton backend, launch the check without blocking and raise at the next
-            call or at `tc.wait()`. Falls back to checking synchronously (with a warning) where the
-            deferred Triton backend is not available.
+        deferred: check without waiting for the GPU; a bad call raises at the next call (of this or
+            any guarded model, or any deferred `tc.validate`) or at `tc.wait()`, naming the step it
+            was submitted at. Every call is checked, even one that raises for an earlier call.
+            Falls back to checking synchronously (with a warning) where deferred mode is not available.
         backend: "auto" (Triton for CUDA tensors, torch otherwise), "torch" or "triton".
         group: a torch.distributed process group, or True for the default one: every rank raises
             together when any rank's batch is bad (see `tc.validate`).

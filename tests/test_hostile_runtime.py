@@ -1,0 +1,190 @@
+"""Deferred validation under a training loop that catches errors and goes on (issue 10, item 3).
+
+Every submitted batch is checked, every bad verdict raises exactly once naming its step, verdicts
+of every spec share one queue, and a queued verdict does not keep its batch alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+import tritoncheck as tc
+from tritoncheck._triton import backend as triton_backend
+
+SPEC = {"name": "ids", "fields": {"ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0, "max": 9}}}
+
+
+def make_spec() -> tc.BatchSpec:
+    return tc.BatchSpec.model_validate(SPEC)
+
+
+def good() -> dict[str, torch.Tensor]:
+    return {"ids": torch.ones(2, 3, dtype=torch.int64)}
+
+
+def bad(value: int = 42) -> dict[str, torch.Tensor]:
+    batch = good()
+    batch["ids"][1, 2] = value
+    return batch
+
+
+def drain() -> None:
+    for _ in range(100):
+        try:
+            tc.wait()
+            return
+        except tc.BatchValidationError:
+            pass
+
+
+@pytest.fixture(autouse=True)
+def empty_queue():
+    drain()
+    yield
+    drain()
+
+
+def found(exc: tc.BatchValidationError) -> list:
+    return [v.value for v in exc.report.violations]
+
+
+def test_a_call_that_raises_still_checks_its_own_batch(backend):
+    spec = make_spec()
+    tc.validate(bad(41), spec, deferred=True, backend=backend)
+    with pytest.raises(tc.BatchValidationError) as first:
+        tc.validate(bad(42), spec, deferred=True, backend=backend)  # raises for 41; 42 is checked too
+    assert found(first.value) == [41]
+    with pytest.raises(tc.BatchValidationError) as second:
+        tc.validate(good(), spec, deferred=True, backend=backend)
+    assert found(second.value) == [42]
+    assert second.value.step == first.value.step + 1
+    assert f"batch submitted at step {second.value.step} (deferred)" in second.value.__notes__
+    tc.wait()  # the good batch was checked, and nothing is raised twice
+
+
+def test_a_fresh_spec_per_step_still_raises_at_the_next_step(backend):
+    tc.validate(bad(), make_spec(), deferred=True, backend=backend)
+    with pytest.raises(tc.BatchValidationError) as info:
+        tc.validate(good(), make_spec(), deferred=True, backend=backend)
+    assert found(info.value) == [42]
+
+
+def test_a_loop_that_catches_and_goes_on_sees_every_bad_batch_once(backend):
+    spec = make_spec()
+    values = [41, None, 10, 12, None, None, 13]
+    raised = []
+    steps = []
+    for value in values:
+        try:
+            tc.validate(good() if value is None else bad(value), spec, deferred=True, backend=backend)
+        except tc.BatchValidationError as exc:
+            raised += found(exc)
+            steps.append(exc.step)
+    with pytest.raises(tc.BatchValidationError) as info:
+        tc.wait()
+    raised += found(info.value)
+    steps.append(info.value.step)
+    tc.wait()
+    assert raised == [41, 10, 12, 13]
+    assert [s - steps[0] for s in steps] == [0, 2, 3, 6]
+
+
+def test_a_queued_verdict_does_not_keep_the_batch_alive(backend):
+    spec = make_spec()
+    batch = bad()
+    ref = weakref.ref(batch["ids"])
+    tc.validate(batch, spec, deferred=True, backend=backend)
+    del batch
+    gc.collect()
+    assert ref() is None
+    with pytest.raises(tc.BatchValidationError) as info:
+        tc.wait()
+    assert found(info.value) == [42]  # the report kept what the error needs
+
+
+class FakeEvent:
+    def __init__(self):
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+
+class FakeLaunch:
+    """Stands for a CUDA launch: the verdict is readable once the event completes."""
+
+    def __init__(self, plan, bound, launch):
+        self.event = FakeEvent()
+        self.tensors = bound.tensors
+        self.read = 0
+        self.data = launch(plan, bound).result()
+
+    def result(self):
+        self.read += 1
+        return self.data
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Triton launches that behave like CUDA ones: unfinished until the test says so."""
+    made = []
+    real = triton_backend.launch
+
+    def launch(plan, bound):
+        made.append(FakeLaunch(plan, bound, real))
+        return made[-1]
+
+    monkeypatch.setattr(triton_backend, "launch", launch)
+    return made
+
+
+def test_an_unfinished_launch_never_blocks_and_is_freed_once_read(launches):
+    spec = make_spec()
+    tc.validate(bad(), spec, deferred=True, backend="triton")
+    tc.validate(good(), spec, deferred=True, backend="triton")  # the first is not finished: no wait, no raise
+    assert launches[0].read == 0
+    launches[0].event.done = True
+    ref = weakref.ref(launches.pop(0))
+    with pytest.raises(tc.BatchValidationError) as info:
+        tc.validate(good(), spec, deferred=True, backend="triton")
+    assert found(info.value) == [42]
+    gc.collect()
+    assert ref() is None  # read, so the launch and its tensors are let go
+    tc.wait()  # blocks on the rest (both good)
+    assert [launch.read for launch in launches] == [1, 1]
+
+
+def test_the_first_error_names_the_later_bad_steps(launches):
+    spec = make_spec()
+    tc.validate(bad(41), spec, deferred=True, backend="triton")
+    tc.validate(bad(43), spec, deferred=True, backend="triton")
+    with pytest.raises(tc.BatchValidationError) as info:
+        tc.wait()
+    step = info.value.step
+    assert found(info.value) == [41]
+    assert f"the batches submitted at steps {step + 1} were bad too" in " ".join(info.value.__notes__)
+    with pytest.raises(tc.BatchValidationError) as later:
+        tc.wait()
+    assert later.value.step == step + 1 and found(later.value) == [43]
+    tc.wait()
+
+
+def test_a_verdict_agreed_across_ranks_is_settled_at_the_next_call(tmp_path):
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed, not already initialised")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        spec = make_spec()
+        tc.validate(bad(), spec, deferred=True, group=True)
+        with pytest.raises(tc.BatchValidationError) as info:
+            tc.validate(good(), spec, deferred=True, group=True)
+        assert found(info.value) == [42]
+        tc.wait()
+    finally:
+        dist.destroy_process_group()
