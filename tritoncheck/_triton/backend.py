@@ -18,7 +18,7 @@ import torch
 import triton.language as tl
 
 from .. import _torch_backend
-from .._plan import Bound, Plan, referenced_fields
+from .._plan import Bound, Plan, evaluate_scalar, referenced_fields
 from .._report import Violation
 from . import codegen
 from .codegen import BIG, Program, Unsupported
@@ -99,17 +99,19 @@ def launch(plan: Plan, bound: Bound) -> Pending:
     axes = set(program.sizes) | {a for g in program.groups for a in g.axes} | {a for _, red in program.reduces for a in red}
     sizes = {a: ctx.sizes.get(a, ctx.dims.get(a, 0)) for a in axes | {plan.batch_dim}}
     args: dict[str, Any] = {}
-    for f, ident in program.fields.items():
+    for f, ptr in program.fields.items():
         t = bound.tensors[f]
-        args[f"{ident}_ptr"] = t
-        for i in range(t.dim()):
-            args[f"{ident}_stride{i}"] = t.stride(i)
+        args[ptr] = t
+        for name, stride in zip(program.strides[f], t.stride(), strict=True):
+            args[name] = stride
     for a, name in program.sizes.items():
         args[name] = sizes[a]
     for name, axes in program.reduces:
         args[name] = math.prod(sizes[a] for a in axes)
     for k, name in program.limits.items():
-        args[name] = ctx.bound_value(program.checks[k])
+        check = program.checks[k]
+        value = evaluate_scalar(check.bound, ctx.dims)
+        args[name] = codegen.int_limit(check.kind, value) if not bound.tensors[check.field].dtype.is_floating_point else value
     end = 0
     for i, g in enumerate(program.groups):
         numel = math.prod(sizes[a] for a in g.axes)

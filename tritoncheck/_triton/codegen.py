@@ -24,7 +24,6 @@ import hashlib
 import importlib.util
 import math
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -34,9 +33,10 @@ from typing import Any
 import torch
 
 from .. import _expr
-from .._dtypes import compute_dtype, dtype_name
+from .._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype, dtype_name
 from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
-from .._plan import DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, _refs, describe
+from .._plan import DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, describe, referenced_fields
+from .._source import RESERVED, IndentedBuffer, NameSpace, comment
 
 BIG = 2**62
 BLOCK = 1024  # elements per program for element-wise groups
@@ -47,49 +47,6 @@ KERNEL_NAME = "tritoncheck_kernel"
 
 class Unsupported(Exception):
     """A construct the generator does not lower (e.g. a reduction inside a reduction)."""
-
-
-class IndentedBuffer:
-    """Lines of source with an indentation level (FlagGems' code buffer)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.level = 0
-
-    def writeline(self, line: str = "") -> None:
-        self.lines.append(("    " * self.level + line) if line else "")
-
-    def writelines(self, lines: list[str]) -> None:
-        for line in lines:
-            self.writeline(line)
-
-    @contextlib.contextmanager
-    def indent(self, by: int = 1):
-        self.level += by
-        try:
-            yield
-        finally:
-            self.level -= by
-
-    def getvalue(self) -> str:
-        return "\n".join(self.lines) + "\n"
-
-
-class NameSpace:
-    """Unique Python identifiers derived from arbitrary names (`bbox.2` -> `bbox_2`)."""
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()
-
-    def create_name(self, base: str) -> str:
-        name = re.sub(r"\W", "_", base)
-        if not name or name[0].isdigit():
-            name = "_" + name
-        out, i = name, 1
-        while out in self.used:
-            out, i = f"{name}_{i}", i + 1
-        self.used.add(out)
-        return out
 
 
 _KIND = {torch.int64: "i", torch.float32: "f", torch.float64: "d"}
@@ -113,7 +70,8 @@ class Program:
     source: str
     checks: tuple[DataCheck, ...]
     groups: list[Group]
-    fields: dict[str, str]  # field -> identifier prefix
+    fields: dict[str, str]  # field -> pointer argument
+    strides: dict[str, tuple[str, ...]]  # field -> stride argument per axis
     sizes: dict[str, str]  # axis -> size argument
     reduces: list[tuple[str, tuple[str, ...]]]  # (argument, reduced axes) per reduction
     limits: dict[int, str]  # check index -> runtime bound argument
@@ -134,13 +92,16 @@ def generate(plan: Plan, checks: tuple[DataCheck, ...], dtypes: dict[str, torch.
     return _Gen(plan, checks, dtypes).run()
 
 
+# Names the kernel body uses as they are; no identifier derived from a spec may take one.
+_KERNEL_NAMES = frozenset({KERNEL_NAME, "pid", "tile", "offs", "live", "rest", "out_ptr", "n_bad", "first", "IDX"})
+
+
 class _Gen:
     def __init__(self, plan: Plan, checks: tuple[DataCheck, ...], dtypes: dict[str, torch.dtype]):
         self.plan, self.checks, self.dtypes = plan, checks, dtypes
-        self.ns = NameSpace()
-        for reserved in ("pid", "tile", "offs", "live", "rest", "out_ptr", "tl", "triton", "n_bad", "first", "IDX"):
-            self.ns.create_name(reserved)
+        self.ns = NameSpace(RESERVED | _KERNEL_NAMES)
         self.fields: dict[str, str] = {}
+        self.strides: dict[str, tuple[str, ...]] = {}
         self.sizes: dict[str, str] = {}
         self.reduces: list[tuple[str, tuple[str, ...]]] = []
         self.limits: dict[int, str] = {}
@@ -148,10 +109,12 @@ class _Gen:
         self.helpers: set[str] = set()
 
     # -- names -------------------------------------------------------------------------------
-    def field_name(self, f: str) -> str:
+    def field_args(self, f: str) -> tuple[str, tuple[str, ...]]:
+        """The field's pointer and stride arguments, named once per kernel."""
         if f not in self.fields:
-            self.fields[f] = self.ns.create_name(f)
-        return self.fields[f]
+            self.fields[f] = self.ns.create_name(f"{f}_ptr")
+            self.strides[f] = tuple(self.ns.create_name(f"{f}_stride{i}") for i in range(len(self.plan.field(f).axes)))
+        return self.fields[f], self.strides[f]
 
     def size(self, axis: str) -> str:
         if axis not in self.sizes:
@@ -166,8 +129,7 @@ class _Gen:
         groups = self.group()
         batch_checks = [k for k, c in enumerate(self.checks) if self.plan.batch_dim in c.axes]
         self.batch_slot = {k: j for j, k in enumerate(batch_checks)}
-        body = IndentedBuffer()
-        body.level = 1
+        body = IndentedBuffer(level=1)
         body.writeline("pid = tl.program_id(0)")
         body.writeline("# IDX is tl.int32 when every index and offset fits, else tl.int64 (> 2**31 elements)")
         ends = []
@@ -175,16 +137,16 @@ class _Gen:
             end = self.ns.create_name(f"end_{g_i}")
             ends.append(end)
             kw = "if" if g_i == 0 else "elif"
-            body.writeline(f"# group {g_i}: over [{', '.join(g.axes)}] - " + "; ".join(describe(self.checks[k]) for k in g.checks))
+            body.writeline(f"# group {g_i}: over [{comment(', '.join(g.axes))}] - " + "; ".join(comment(describe(self.checks[k])) for k in g.checks))
             body.writeline(f"{kw} pid < {end}:")
             with body.indent():
                 start = "0" if g_i == 0 else ends[g_i - 1]
                 self.emit_group(body, g, start, g_i)
         # arguments: fields, sizes, limits, ranges, out
         args: list[str] = []
-        for f, ident in self.fields.items():
-            args.append(f"{ident}_ptr")
-            args.extend(f"{ident}_stride{i}" for i in range(len(self.plan.field(f).axes)))
+        for f, ptr in self.fields.items():
+            args.append(ptr)
+            args.extend(self.strides[f])
         args.extend(self.sizes.values())
         args.extend(self.numels)
         args.extend(name for name, _ in self.reduces)
@@ -194,7 +156,7 @@ class _Gen:
         args.append("out_ptr")
         args.append("IDX: tl.constexpr")
         out = IndentedBuffer()
-        out.writeline(self.header(groups))
+        out.writelines(self.header(groups))
         out.writelines(["import triton", "import triton.language as tl", "", ""])
         for name, text in _HELPERS.items():
             if name in self.helpers:
@@ -206,9 +168,9 @@ class _Gen:
             for a in args:
                 out.writeline(a + ",")
         out.writeline("):")
-        out.lines.extend(body.lines)
-        return Program(out.getvalue(), self.checks, groups, dict(self.fields), dict(self.sizes), self.reduces, self.limits,
-                       self.plan.batch_dim, batch_checks, ends, self.numels)
+        out.splice(body)
+        return Program(out.getvalue(), self.checks, groups, dict(self.fields), dict(self.strides), dict(self.sizes),
+                       self.reduces, self.limits, self.plan.batch_dim, batch_checks, ends, self.numels)
 
     def group(self) -> list[Group]:
         groups: dict[tuple, Group] = {}
@@ -229,21 +191,19 @@ class _Gen:
         buf.writeline(f"offs = tile * {g.block} + tl.arange(0, {g.block}).to(IDX)")
         numel = self.ns.create_name(f"numel_{g_i}")
         self.numels.append(numel)
-        buf.writeline(f"live = offs < {numel}  # {' * '.join(g.axes) or '1'}, computed on the host")
+        buf.writeline(f"live = offs < {numel}  # {comment(' * '.join(g.axes) or '1')}, computed on the host")
         self.unravel(buf, "offs", g.axes, "i_")
         # loads and checks are emitted together; each value is computed once per group (CSE)
         buf.writeline("# loads")
-        pre = IndentedBuffer()
-        pre.level = buf.level
+        pre = IndentedBuffer(level=buf.level)
         bads = []
-        checks_buf = IndentedBuffer()
-        checks_buf.level = buf.level
+        checks_buf = IndentedBuffer(level=buf.level)
         self.load_buf = pre
         for k in g.checks:
             bads.append(self.emit_check(k, checks_buf))
-        buf.lines.extend(pre.lines)
+        buf.splice(pre)
         buf.writeline("# checks")
-        buf.lines.extend(checks_buf.lines)
+        buf.splice(checks_buf)
         buf.writeline("# store: only a program that found a violation writes")
         for k, bad in zip(g.checks, bads, strict=True):
             buf.writeline(f"n_bad = tl.sum({bad}.to(tl.int32), axis=0)")
@@ -282,7 +242,7 @@ class _Gen:
             if c.where is not None:
                 w, w_kind = self.expr(c.where, cb)
                 cond = f"{cond} & {_truth(w, w_kind)}"
-            cb.writeline(f"{bad} = live & ({cond})  # {c.text}")
+            cb.writeline(f"{bad} = live & ({cond})  # {comment(c.text)}")
             return bad
         x, kind = self.expr(Ref(c.field, (None,) * len(self.plan.field(c.field).axes)), cb)
         if isinstance(c, FiniteCheck):
@@ -290,19 +250,22 @@ class _Gen:
         elif isinstance(c, RangeCheck):
             op = "<" if c.kind == "min" else ">"
             cond = f"{x} {op} {self.limit(k, c, kind)}"
-        else:
-            cond = " & ".join(f"({x} != {self.const(v, kind)})" for v in _cast(c.values, kind)) or f"({x} == {x}) | ({x} != {x})"
-        if not isinstance(c, FiniteCheck) and c.allow:
-            cond = f"({cond})" + "".join(f" & ({x} != {self.const(v, kind)})" for v in _cast(c.allow, kind))
-        cb.writeline(f"{bad} = live & ({cond})  # {describe(c)}")
+        else:  # an empty set (nothing the dtype can equal) fails every element
+            cond = " & ".join(f"({x} != {self.const(v, kind)})" for v in self.comparable(c.field, c.values)) or f"({x} == {x}) | ({x} != {x})"
+        allow = () if isinstance(c, FiniteCheck) else self.comparable(c.field, c.allow)
+        if allow:
+            cond = f"({cond})" + "".join(f" & ({x} != {self.const(v, kind)})" for v in allow)
+        cb.writeline(f"{bad} = live & ({cond})  # {comment(describe(c))}")
         return bad
+
+    def comparable(self, f: str, values: tuple[int | float, ...]) -> tuple[int | float, ...]:
+        """The one rule for sentinels and value sets against the field's dtype (0.5 never equals an int)."""
+        return comparable_values(values, self.dtypes[f])
 
     def limit(self, k: int, c: RangeCheck, kind: str) -> str:
         if isinstance(c.bound, Const):
             value = c.bound.value
-            if kind == "i" and isinstance(value, float):
-                value = math.ceil(value) if c.kind == "min" else math.floor(value)
-            return self.const(value, kind)
+            return self.const(int_limit(c.kind, value) if kind == "i" else value, kind)
         name = self.ns.create_name(f"limit_{k}")
         self.limits[k] = name
         return name
@@ -321,7 +284,12 @@ class _Gen:
             if kind == "d" or not math.isfinite(v):
                 return f"tl.full((), {_float_lit(v)}, {'tl.float64' if kind == 'd' else 'tl.float32'})"
             return _float_lit(v)
-        return repr(v)
+        return self.int_lit(v)
+
+    @staticmethod
+    def int_lit(v: int) -> str:
+        """An int literal; -2**63 as an expression (its absolute value does not fit int64)."""
+        return f"({v + 1} - 1)" if v == INT64_MIN else repr(int(v))
 
     # -- expressions -------------------------------------------------------------------------
     def fresh(self, base: str = "t") -> str:
@@ -412,22 +380,30 @@ class _Gen:
         if key in self.loads:
             return self.loads[key], kind
         fp = self.plan.field(e.field)
-        ident = self.field_name(e.field)
+        ptr, strides = self.field_args(e.field)
         terms = []
-        for pos, (axis, sel) in enumerate(zip(fp.axes, e.index, strict=True)):
-            stride = f"{ident}_stride{pos}"
+        for axis, sel, stride in zip(fp.axes, e.index, strides, strict=True):
             if sel is None:
                 terms.append(f"{self.index(axis)} * {stride}")
             elif sel >= 0:
                 terms.append(f"{sel} * {stride}")
             else:
                 terms.append(f"({self.size(axis)} - {-sel}) * {stride}")
+        if None not in e.index:
+            # a 0-d field or a single element: a block of equal offsets, as a masked load needs
+            terms.append("offs * 0" if self.mode2d is None else "offs[:, None] * 0")
         mask = "live" if self.mode2d is None else self.live2
-        name = self.fresh(f"x_{ident}")
-        offset = " + ".join(terms) or "0"
+        name = self.fresh(f"x_{e.field}")
         if self.mode2d is None:
             buf = self.load_buf
-        buf.writeline(f"{name} = tl.load({ident}_ptr + {offset}, mask={mask}, other=0).to({_TL[kind]})  # {_expr.to_text(e)}")
+        raw = f"tl.load({ptr} + {' + '.join(terms)}, mask={mask}, other=0)"
+        if self.dtypes[e.field] == torch.bfloat16:
+            # bfloat16 is the top half of a float32: widen by bits, exact for denormals everywhere
+            # (Triton's CPU interpreter flushes them to zero in .to(tl.float32))
+            value = f"({raw}.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)"
+        else:
+            value = f"{raw}.to({_TL[kind]})"
+        buf.writeline(f"{name} = {value}  # {comment(_expr.to_text(e))}")
         self.loads[key] = name
         return name, kind
 
@@ -443,7 +419,7 @@ class _Gen:
         # the accumulator's dtype depends on the reduced value, so evaluate its kind first
         kind = self.kind_of(e.x)
         acc_kind = {"b": "i", "w": "f"}.get(kind, kind) if e.op == "sum" else "i"
-        buf.writeline(f"# reduce: {_expr.to_text(e)} over [{', '.join(red)}]")
+        buf.writeline(f"# reduce: {comment(_expr.to_text(e))} over [{comment(', '.join(red))}]")
         buf.writeline(f"{acc} = tl.zeros([{BLOCK_ROWS}], dtype={_TL[acc_kind]})")
         r0 = self.fresh("r0")
         buf.writeline(f"for {r0} in range(0, {arg}, {rb}):")
@@ -503,39 +479,58 @@ class _Gen:
         raise Unsupported(type(e).__name__)
 
     # -- header ------------------------------------------------------------------------------
-    def header(self, groups: list[Group]) -> str:
+    def header(self, groups: list[Group]) -> list[str]:
+        """The kernel in words, as `#` lines: every piece of spec text goes through `comment`."""
         plan = self.plan
-        lines = [f'"""Generated by tritoncheck for spec {plan.spec_name!r}: every data check in one launch.', ""]
+        lines = [f"Generated by tritoncheck for spec {comment(plan.spec_name)}: every data check in one launch.", ""]
         lines.append("fields:")
         used = [f for f in plan.fields if f.name in self.fields]
         for f in used:
-            lines.append(f"  {f.name}: {dtype_name(self.dtypes[f.name])} [{', '.join(f.shape_text)}]  (axes {', '.join(f.axes)})")
+            lines.append(f"  {comment(f.name)}: {dtype_name(self.dtypes[f.name])} [{_words(f.shape_text)}]  (axes {_words(f.axes)})")
         dims = sorted({a for f in used for a in f.shape if isinstance(a, str)})
-        lines.append(f"dims: {', '.join(dims) or '-'} (batch dim {plan.batch_dim}); sizes and strides are runtime arguments")
+        lines.append(f"dims: {_words(dims) or '-'} (batch dim {comment(plan.batch_dim)}); sizes and strides are runtime arguments")
         lines.append("checks:")
         for k, c in enumerate(self.checks):
-            lines.append(f"  [{k}] {c.code}: {describe(c)}  over [{', '.join(c.axes)}]")
+            lines.append(f"  [{k}] {comment(c.code)}: {comment(describe(c))}  over [{_words(c.axes)}]")
         lines.append("groups (program ranges, in order):")
         total = []
         for g_i, g in enumerate(groups):
             reads = []
             for k in g.checks:
-                c = self.checks[k]
-                used_fields = (_refs(c.expr) | (_refs(c.where) if c.where is not None else set())) if isinstance(c, RuleCheck) else {c.field}
-                for f in sorted(used_fields):
-                    item = f"{f} ({self.dtypes[f].itemsize} B/elem)"
+                for f in sorted(referenced_fields(self.checks[k])):
+                    item = f"{comment(f)} ({self.dtypes[f].itemsize} B/elem)"
                     if item not in reads:
                         reads.append(item)
             unit = "rows" if g.reduce else "elements"
-            lines.append(f"  {g_i}: [{', '.join(g.axes)}], {g.block} {unit} per program, checks {g.checks}; reads {', '.join(reads)}")
+            lines.append(f"  {g_i}: [{_words(g.axes)}], {g.block} {unit} per program, checks {g.checks}; reads {', '.join(reads)}")
         for f in used:
-            numel = "*".join(str(s) for s in f.shape) or "1"
+            numel = "*".join(str(s) if isinstance(s, int) else comment(s) for s in f.shape) or "1"
             total.append(f"{self.dtypes[f.name].itemsize}*{numel}")
         lines.append(f"bytes read, at least (each field once): {' + '.join(total) or '0'}; a field used by several groups is read by each")
         lines.append(f"writes: nothing on a valid batch; on violations int64 counts into {2}*{len(self.checks)} + "
-                     f"{plan.batch_dim}*{sum(plan.batch_dim in c.axes for c in self.checks)} slots")
-        lines.append('"""')
-        return "\n".join(lines)
+                     f"{comment(plan.batch_dim)}*{sum(plan.batch_dim in c.axes for c in self.checks)} slots")
+        return [f"# {line}" if line else "#" for line in lines]
+
+
+def _words(items) -> str:
+    """Names or text from the spec, each made safe for a comment, comma-separated."""
+    return ", ".join(comment(x) for x in items)
+
+
+def int_limit(kind: str, value: int | float) -> int:
+    """A min/max bound for an integer field, as an int64 that gives the same verdict.
+
+    A fractional bound rounds inward (x >= 0.5 is x >= 1); NaN bounds nothing (no comparison with
+    NaN holds); a bound past the int64 range is clamped to it, which is exact except where every
+    value fails (min above INT64_MAX, max below INT64_MIN): there the extreme value itself passes.
+    """
+    if isinstance(value, float):
+        if math.isnan(value):
+            return INT64_MIN if kind == "min" else INT64_MAX
+        if math.isinf(value):
+            return INT64_MAX if value > 0 else INT64_MIN
+        value = math.ceil(value) if kind == "min" else math.floor(value)
+    return min(max(int(value), INT64_MIN), INT64_MAX)
 
 
 def _axes(plan: Plan, e: Expr) -> tuple[str, ...]:
@@ -594,30 +589,25 @@ def _float_lit(v: float) -> str:
     return repr(float(v))
 
 
-def _cast(values: tuple[int | float, ...], kind: str) -> list[int | float]:
-    """Constants as torch sees them: cast to the field's compute dtype (0.5 -> 0 for ints)."""
-    dtype = {"i": torch.int64, "f": torch.float32, "d": torch.float64}[kind]
-    out = torch.tensor(values, dtype=dtype).tolist() if values else []
-    return [v for v in dict.fromkeys(out) if not (isinstance(v, float) and math.isnan(v))]
-
-
 _HELPERS = {
     "_floordiv_int": '''
 @triton.jit
 def _floordiv_int(a, b):
-    """torch.div(a, b, rounding_mode="floor") for integers (Triton's // truncates)."""
-    b = tl.where(b == 0, 1, b)
-    q = a // b
-    r = a - q * b
-    return q - ((r != 0) & ((r < 0) != (b < 0))).to(q.dtype)
+    """Floor division for integers (Triton's // truncates); a // 0 is 0, so a == (a // b) * b + a % b."""
+    nonzero = tl.where(b == 0, 1, b)
+    q = a // nonzero
+    r = a - q * nonzero
+    q = q - ((r != 0) & ((r < 0) != (nonzero < 0))).to(q.dtype)
+    return tl.where(b == 0, 0, q)
 ''',
     "_remainder_int": '''
 @triton.jit
 def _remainder_int(a, b):
-    """torch.remainder for integers: the result takes the divisor's sign."""
-    b = tl.where(b == 0, 1, b)
-    r = a - (a // b) * b
-    return r + tl.where((r != 0) & ((r < 0) != (b < 0)), b, 0)
+    """torch.remainder for integers: the result takes the divisor's sign; a % 0 is a."""
+    nonzero = tl.where(b == 0, 1, b)
+    r = a - (a // nonzero) * nonzero
+    r = r + tl.where((r != 0) & ((r < 0) != (nonzero < 0)), nonzero, 0)
+    return tl.where(b == 0, a, r)
 ''',
     "_floordiv_float": '''
 @triton.jit
