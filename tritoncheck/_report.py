@@ -3,11 +3,16 @@
 Violations are structured data from the backend to the message: code and parameters are fields,
 never parsed back out of strings. `docs/errors.md` documents every code in `VIOLATION_CODES`
 (a test keeps the two in step).
+
+Spec and batch text (names, rules, hints, values) is untrusted: every human-readable form
+(`message`, `str(report)`, `table()`) passes it through `printable`, so control characters never
+reach a terminal and `rich` never reads it as markup; `to_dict`/`to_json` keep it exact.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,6 +42,17 @@ VIOLATION_CODES: tuple[str, ...] = (
 )
 MAX_SAMPLES_SHOWN = 10
 _AXIS_CODES = ("shape", "dim_mismatch")  # their `index` is (axis,)
+# C0, DEL and C1 controls (ESC, CSI, OSC, BEL, CR, ...) and the bidi overrides that reorder a line.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: Any) -> str:
+    """`str(text)` with every control character shown as its escape (`\\x1b`, `\\n`), for terminals.
+
+    A terminal obeys what reaches it (ESC sequences recolour, move, retitle; OSC 8 makes links;
+    CR overwrites a line), so spec and batch text is shown escaped, never executed.
+    """
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 @dataclass(frozen=True)
@@ -74,8 +90,8 @@ class Violation:
 
     @property
     def message(self) -> str:
-        """One paragraph: where, what rule, how often, and a hint if one fits."""
-        text = f"{self.location}: {self.rule}"
+        """One paragraph: where, what rule, how often, and a hint if one fits (control characters escaped)."""
+        text = f"{printable(self.location)}: {printable(self.rule)}"
         if self.value is not None and self.index is not None:
             text += f" (found {_fmt(self.value)})"
         if self.samples:
@@ -83,7 +99,7 @@ class Violation:
             more = f" ... and {len(self.samples) - MAX_SAMPLES_SHOWN} more" if len(self.samples) > MAX_SAMPLES_SHOWN else ""
             text += f"; {self.count} element(s) in sample(s) {shown}{more}"
         if self.hint:
-            text += f"\n    hint: {self.hint}"
+            text += f"\n    hint: {printable(self.hint)}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,22 +139,23 @@ class Report:
         return {v.code for v in self.violations}
 
     def dims_text(self) -> str:
-        return ", ".join(f"{k}={size} (from {src})" for k, (size, src) in self.dims.items())
+        return printable(", ".join(f"{k}={size} (from {src})" for k, (size, src) in self.dims.items()))
 
     def __str__(self) -> str:
+        """The report for people: one line if valid, else one paragraph per violation (control characters escaped)."""
         if self.ok:
-            return f"batch is valid for {self.spec}" + (f" ({self.dims_text()})" if self.dims else "")
+            return f"batch is valid for {printable(self.spec)}" + (f" ({self.dims_text()})" if self.dims else "")
         n = len(self.violations)
-        head = f"{n} violation{'s' if n != 1 else ''} for {self.spec}"
+        head = f"{n} violation{'s' if n != 1 else ''} for {printable(self.spec)}"
         if self.dims:
             head += f" ({self.dims_text()})"
         lines = [head]
         for v in self.violations:
             lines.append(f"  {v.message}")
             tail = f"count={v.count}" + (f", value={_fmt(v.value)}" if v.value is not None else "")
-            lines.append(f"    [code={v.code}, {tail}]")
+            lines.append(f"    [code={printable(v.code)}, {tail}]")
         if self.skipped:
-            lines.append(f"  not checked because of the above: {'; '.join(self.skipped)}")
+            lines.append(f"  not checked because of the above: {printable('; '.join(self.skipped))}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,17 +172,22 @@ class Report:
         return json.dumps(self.to_dict(), **kwargs)
 
     def table(self):
-        """A `rich` table of the violations, for terminals."""
+        """A `rich` table of the violations, for terminals: every cell is literal `Text`, never markup."""
         from rich.table import Table
+        from rich.text import Text
 
-        title = str(self).splitlines()[0]
+        title = Text(str(self).splitlines()[0])
         table = Table(title=title, title_justify="left", show_lines=False)
         for col in ("location", "code", "rule", "found", "count", "samples"):
             table.add_column(col, overflow="fold")
         for v in self.violations:
             samples = ", ".join(map(str, v.samples[:MAX_SAMPLES_SHOWN])) + (" ..." if len(v.samples) > MAX_SAMPLES_SHOWN else "")
-            rule = v.rule + (f"\n[dim]hint: {v.hint}[/dim]" if v.hint else "")
-            table.add_row(v.location, v.code, rule, "" if v.value is None else _fmt(v.value), str(v.count), samples)
+            rule = Text(printable(v.rule))
+            if v.hint:
+                rule.append(f"\nhint: {printable(v.hint)}", style="dim")
+            found = "" if v.value is None else _fmt(v.value)
+            table.add_row(Text(printable(v.location)), Text(printable(v.code)), rule, Text(found), Text(str(v.count)),
+                          Text(samples))
         return table
 
 
@@ -183,8 +205,9 @@ class BatchValidationError(ValueError):
         return [] if self.report is None else [v.to_dict() for v in self.report.violations]
 
     def __reduce__(self):
-        # DataLoader workers pickle exceptions to re-raise them in the main process.
-        return (type(self), (self.report,))
+        # Pickle (DataLoader workers, copy, deepcopy) rebuilds from the message text, then restores
+        # every instance attribute: the report, `dataset_indices`, `__notes__`, anything set later.
+        return (type(self), self.args, self.__dict__)
 
 
 BatchValidationError.__module__ = "tritoncheck"
@@ -193,7 +216,7 @@ BatchValidationError.__module__ = "tritoncheck"
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
-    return str(value)
+    return printable(value)
 
 
 def _jsonable(value: Any) -> Any:
