@@ -11,10 +11,18 @@
 Merging is done on the raw YAML mappings before validation, so the result is checked as one spec:
 top-level keys override, `params` merge key by key, a field's keys override one by one (a null key
 resets it to its default; `hints` merge by code), `fields: {x: null}` removes x, rules append.
+
+A spec file is untrusted, so `extends:` reads little and says little. It reads a built-in by name,
+or a `.yaml`/`.yml` file of at most `MAX_BYTES` in the extending file's own directory or below it
+(after resolving symlinks). Any other path (absolute, `..` leaving that directory, a symlink
+pointing elsewhere) is refused unless `TRITONCHECK_EXTENDS_ANYWHERE=1` is set. An error in a base
+file names the file, and the line and column, never its content.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +31,9 @@ from . import _expr
 from ._spec import SpecError, _builtin_dir, _import_yaml, builtin_spec_names, split_where
 
 MAX_DEPTH = 16
+MAX_BYTES = 1 << 20  # a spec is a few KB; a base file larger than 1 MiB is refused unread
+ANYWHERE_ENV = "TRITONCHECK_EXTENDS_ANYWHERE"
+SUFFIXES = (".yaml", ".yml")
 
 
 def resolve(data: Any, path: str | Path) -> Any:
@@ -41,9 +52,9 @@ def _resolve(data: Any, path: Path, chain: tuple[Path, ...]) -> Any:
         raise SpecError(f"{path}: extends chain deeper than {MAX_DEPTH} files")
     base_ref = data["extends"]
     if not isinstance(base_ref, str) or not base_ref.strip():
-        raise SpecError(f"{path}: extends must be a built-in spec name or a relative path, got {base_ref!r}")
+        raise SpecError(f"{path}: extends must be a built-in spec name or a relative path, got {type(base_ref).__name__}")
     base_path = _locate(base_ref.strip(), path)
-    base = _resolve(_read(base_path, path), base_path, (*chain, here))
+    base = _resolve(read_yaml(base_path, f"{path}: the base spec {base_path}"), base_path, (*chain, here))
     if not isinstance(base, Mapping):
         raise SpecError(f"{path}: the base spec {base_path} is not a mapping")
     child = {k: v for k, v in data.items() if k != "extends"}
@@ -114,25 +125,51 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _locate(ref: str, child: Path) -> Path:
-    candidate = Path(ref)
-    if not candidate.is_absolute():
-        candidate = child.parent / candidate
-    if candidate.is_file():
-        return candidate
-    if not Path(ref).suffix and ref in builtin_spec_names():
-        return _builtin_dir() / f"{ref}.yaml"
-    raise SpecError(
-        f"{child}: extends {ref!r}: no such file ({candidate}) and no built-in spec of that name; "
-        f"built-ins: {', '.join(builtin_spec_names())}"
-    )
+    """The base file `ref` names: a built-in, or a YAML file beside `child` (elsewhere only with the opt-in)."""
+    if not Path(ref).suffix:
+        if ref in builtin_spec_names():
+            return _builtin_dir() / f"{ref}.yaml"
+        raise SpecError(f"{child}: extends {ref!r}: no such file and no built-in spec of that name (a file must end in "
+                        f".yaml or .yml); built-ins: {', '.join(builtin_spec_names())}")
+    candidate = child.parent / ref  # an absolute ref stays absolute
+    target = _key(candidate)
+    if candidate.suffix.lower() not in SUFFIXES or target.suffix.lower() not in SUFFIXES:
+        raise SpecError(f"{child}: extends {ref!r}: only .yaml and .yml files can be extended")
+    if os.environ.get(ANYWHERE_ENV) != "1" and (Path(ref).is_absolute() or not target.is_relative_to(_key(child.parent))):
+        raise SpecError(f"{child}: extends {ref!r}: outside the directory of {child.name}; a spec may extend only a built-in "
+                        f"or a file in its own directory or below, unless {ANYWHERE_ENV}=1 is set in the environment")
+    if not candidate.exists():
+        raise SpecError(f"{child}: extends {ref!r}: no such file ({candidate})")
+    return candidate
 
 
-def _read(path: Path, child: Path) -> Any:
+def read_yaml(path: Path, what: str) -> Any:
+    """Parse a YAML file of at most MAX_BYTES; errors start with `what` and never quote the file's content."""
     yaml = _import_yaml()
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{child}: cannot read the base spec {path}: {exc}") from None
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError(f"{what}: not a regular file")
+        if info.st_size > MAX_BYTES:
+            raise SpecError(f"{what}: {info.st_size} bytes; a spec file may hold at most {MAX_BYTES}")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(f"{what}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+    if len(raw) > MAX_BYTES:  # it grew after the stat
+        raise SpecError(f"{what}: more than {MAX_BYTES} bytes; a spec file may hold at most {MAX_BYTES}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{what}: not UTF-8 text (at byte {exc.start})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise SpecError(f"{what}: not valid YAML{where}") from None
+    except RecursionError:
+        raise SpecError(f"{what}: nested too deeply") from None
 
 
 def _key(path: Path) -> Path:
