@@ -2,17 +2,22 @@
 
 Every user mistake (a missing file, an unknown spec, a missing parameter) ends in one message on
 stderr and exit code 2, never a traceback; a batch that breaks its contract ends in exit code 1.
+Spec and batch text is printed literally: `rich` gets `Text`, never markup, and control characters
+are escaped (`printable`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_VIOLATIONS, EXIT_USAGE = 0, 1, 2
+from ._report import printable
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 class UsageError(Exception):
@@ -24,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "check",
         help="check a saved batch against a spec",
         description="Check a saved batch (torch.save dict, .safetensors or .npz) against a spec. "
-        "Exit code 0: valid; 1: violations; 2: usage or spec error.",
+        "Exit code 0: valid; 1: violations; 2: usage or spec error; 3: internal error.",
     )
     p.add_argument("spec", help="a built-in spec name (see `tritoncheck specs`) or a YAML spec file")
     p.add_argument("batch", help="the batch: a torch.save'd dict of tensors (.pt), .safetensors or .npz")
@@ -54,10 +59,15 @@ def _guarded(fn):
         try:
             return fn(args)
         except (UsageError, SpecError) as exc:
-            print(f"tritoncheck: error: {exc}", file=sys.stderr)
+            say(f"tritoncheck: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
 
     return run
+
+
+def say(text: str, file=None) -> None:
+    """Print `text` with its line breaks kept and every other control character escaped."""
+    print("\n".join(printable(line) for line in str(text).split("\n")), file=file or sys.stdout)
 
 
 def parse_value(text: str) -> Any:
@@ -137,9 +147,14 @@ def _load_spec(args: argparse.Namespace, fill: bool = True):
     params = parse_params(args.param)
     config = read_config(args.config)
     if fill:
-        return load_spec(args.spec if hasattr(args, "spec") else args.name, config=config, **params)
-    spec = read_spec(args.name)
-    return spec.with_params(config, **params) if (params or config) else spec
+        spec = load_spec(args.spec if hasattr(args, "spec") else args.name, config=config, **params)
+    else:
+        spec = read_spec(args.name)
+        spec = spec.with_params(config, **params) if (params or config) else spec
+    for name, value in spec.params.items():  # 1e400 parses as inf: never a vocabulary size
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"parameter {name} must be a finite number, got {value} (from --param or --config)")
+    return spec
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -154,23 +169,25 @@ def run_check(args: argparse.Namespace) -> int:
             raise  # the reference backend reports bad data instead of raising: anything else is a bug
         raise UsageError(f"backend {args.backend!r} cannot check this batch: {exc}") from None
     if args.json:
-        print(report.to_json(indent=2))
+        print(report.to_json(indent=2))  # exact: JSON escapes control characters itself
     else:
+        from rich.text import Text
+
         console = _console()
         if report.ok:
-            console.print(f"[green]{report}[/green]", highlight=False)
+            console.print(Text(str(report), style="green"))
         else:
             console.print(report.table())
             if report.skipped:
-                console.print(f"not checked because of the above: {'; '.join(report.skipped)}", highlight=False)
+                console.print(Text(f"not checked because of the above: {printable('; '.join(report.skipped))}"))
     return EXIT_OK if report.ok else EXIT_VIOLATIONS
 
 
 def _console():
-    """A rich console; piped output is not cut to 80 columns, so it stays greppable."""
+    """A rich console for `Text` and tables; piped output is not cut to 80 columns, so it stays greppable."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 200)
+    return Console(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False, highlight=False)
 
 
 def run_specs(args: argparse.Namespace) -> int:
@@ -178,6 +195,7 @@ def run_specs(args: argparse.Namespace) -> int:
 
     if args.name is None:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title="built-in specs", title_justify="left")
         table.add_column("name", no_wrap=True)
@@ -186,15 +204,15 @@ def run_specs(args: argparse.Namespace) -> int:
         for name in builtin_spec_names():
             spec = read_spec(name)
             params = ", ".join(k if v is None else f"{k}={v}" for k, v in spec.params.items())
-            table.add_row(name, " ".join(spec.description.split()), params or "-")
+            table.add_row(*(Text(printable(c)) for c in (name, " ".join(spec.description.split()), params or "-")))
         _console().print(table)
         return EXIT_OK
     spec = _load_spec(args, fill=False)
-    print(spec.to_yaml().rstrip())
+    say(spec.to_yaml().rstrip())
     print()
     missing = spec.missing_params()
     if missing:
-        print(f"(pass {' '.join(f'--param {m}=...' for m in missing)} or --config FILE to see the compiled plan)")
+        say(f"(pass {' '.join(f'--param {m}=...' for m in missing)} or --config FILE to see the compiled plan)")
     else:
-        print(spec.pretty())
+        say(spec.pretty())
     return EXIT_OK

@@ -1,29 +1,55 @@
 """The `tritoncheck` command: check saved batches, list built-in specs, and more.
 
-Exit codes: 0 valid, 1 violations found, 2 usage or spec errors.
+Exit codes, the same for every subcommand:
+  0  valid (or nothing to report)
+  1  violations found (`scan`: bad samples or unreadable files)
+  2  usage or spec error, said in one line on stderr
+  3  internal error: a bug in tritoncheck, please report it; `--debug` or TRITONCHECK_DEBUG=1
+     prints the traceback (`scan` also exits 3 when a batch could not be checked, after
+     scanning the rest)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from importlib import import_module
 
+from ._cli_commands import EXIT_INTERNAL, say
+
 # One module per subcommand; each has add_parser(subparsers) that sets the `run` default.
 COMMAND_MODULES = ["tritoncheck._cli_commands", "tritoncheck.bench", "tritoncheck._scan", "tritoncheck._infer"]
+EPILOG = """exit codes:
+  0  valid (or nothing to report)
+  1  violations found (scan: bad samples or unreadable files)
+  2  usage or spec error
+  3  internal error: please report it (--debug or TRITONCHECK_DEBUG=1 shows the traceback)"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tritoncheck", description="Check training batches against a contract.")
+    parser = argparse.ArgumentParser(prog="tritoncheck", description="Check training batches against a contract.",
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         import_module(module).add_parser(sub)  # each module adds its subcommand and sets `run`
+    for command in sub.choices.values():  # `tritoncheck check --debug ...` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except Exception as exc:  # every user mistake is handled below this: what is left is a bug
+        if args.debug or os.environ.get("TRITONCHECK_DEBUG", "") not in ("", "0"):
+            say(traceback.format_exc().rstrip(), file=sys.stderr)
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        say(f"tritoncheck: internal error: please report: {type(exc).__name__}: {first}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":
