@@ -4,7 +4,9 @@ DATA is a saved batch file (.pt, .safetensors, .npz), a directory of them (searc
 or a dataset saved with `datasets.Dataset.save_to_disk` (read in chunks of --batch-size rows;
 only the columns the spec names are checked). A bad batch is narrowed down to its bad samples
 (see `tritoncheck._data.split_bad`), and each is checked alone so that its reported value is its
-own. Exit code 0: clean; 1: bad samples (or unreadable files); 2: usage or spec error.
+own. A batch that cannot be read, or whose check fails with any exception, is recorded (source,
+error type, one line) and the scan goes on. Exit code 0: clean; 1: bad samples (or unreadable
+files); 2: usage or spec error; 3: some batch could not be checked (an internal error: please report).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ._cli_commands import (
+    EXIT_INTERNAL,
     EXIT_OK,
     EXIT_VIOLATIONS,
     UsageError,
@@ -25,7 +28,9 @@ from ._cli_commands import (
     _guarded,
     _load_spec,
     load_batch,
+    say,
 )
+from ._report import printable
 
 BATCH_SUFFIXES = (".pt", ".pth", ".safetensors", ".npz")
 # Problems of a tensor's metadata: a saved batch has them as a whole, so no sample is to blame.
@@ -39,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="check every sample of a dataset offline",
         description="Check a directory of saved batches (.pt, .safetensors, .npz) or a dataset saved with "
         "`datasets` against a spec, and list every bad sample. Exit code 0: clean; 1: bad samples; "
-        "2: usage or spec error.",
+        "2: usage or spec error; 3: a batch could not be checked (the rest are; see the report).",
     )
     p.add_argument("spec", help="a built-in spec name (see `tritoncheck specs`) or a YAML spec file")
     p.add_argument("data", help="a batch file, a directory of batch files, or a `datasets` save_to_disk directory")
@@ -60,6 +65,7 @@ def run_scan(args: argparse.Namespace) -> int:
     spec = _load_spec(args)
     sources, total = _sources(Path(args.data), spec, args.batch_size)
     entries: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
     n_batches = n_samples = 0
     err = Console(stderr=True)
     columns = (TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
@@ -70,22 +76,32 @@ def run_scan(args: argparse.Namespace) -> int:
             if isinstance(batch, UsageError):  # an unreadable file is a finding, not a reason to stop
                 entries.append(_entry(source, None, None, "unreadable", str(batch)))
                 continue
+            if isinstance(batch, Exception):
+                errors.append(_error(source, offset, batch))
+                continue
+            try:
+                found, size = scan_batch(batch, spec, args.backend)
+            except Exception as exc:  # a bug in one batch's check must not hide the rest of the data
+                errors.append(_error(source, offset, exc))
+                continue
             n_batches += 1
-            found, size = scan_batch(batch, spec, args.backend)
             n_samples += size
             for pos, v in found:
                 entries.append(_entry(source, None if pos is None else offset + pos, v.field, v.code, v.message,
                                       v.to_dict()["value"], v.index))
-    report = _summary(spec.name, str(args.data), n_batches, n_samples, entries)
+    report = _summary(spec.name, str(args.data), n_batches, n_samples, entries, errors)
     if args.json:
         text = json.dumps(report, indent=2)
         if args.json == "-":
             print(text)
         else:
-            Path(args.json).write_text(text + "\n", encoding="utf-8")
+            try:
+                Path(args.json).write_text(text + "\n", encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(f"cannot write {args.json}: {exc.strerror or exc}") from None
     if args.json != "-":
         _print_table(report)
-    return EXIT_VIOLATIONS if entries else EXIT_OK
+    return EXIT_INTERNAL if errors else EXIT_VIOLATIONS if entries else EXIT_OK
 
 
 def scan_batch(batch: Any, spec: Any, backend: str = "torch") -> tuple[list[tuple[int | None, Any]], int]:
@@ -168,7 +184,10 @@ def _dataset_batches(path: Path, spec: Any, batch_size: int) -> tuple[Iterator[t
         import datasets
     except ImportError:
         raise UsageError(f"{path} is a `datasets` dataset; reading it needs: pip install datasets") from None
-    loaded = datasets.load_from_disk(str(path))
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except Exception as exc:  # a damaged or foreign save: datasets raises many types
+        raise UsageError(f"cannot read dataset {path}: {_one_line(exc)}") from None
     splits = dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"": loaded}
     columns = {name: [c for c in ds.column_names if c in spec.fields] for name, ds in splits.items()}
     total = sum(-(-len(ds) // batch_size) for ds in splits.values())
@@ -177,7 +196,11 @@ def _dataset_batches(path: Path, spec: Any, batch_size: int) -> tuple[Iterator[t
         for split, ds in splits.items():
             source = f"{path}[{split}]" if split else str(path)
             for start in range(0, len(ds), batch_size):
-                rows = ds.select_columns(columns[split])[start:start + batch_size]
+                try:
+                    rows = ds.select_columns(columns[split])[start:start + batch_size]
+                except Exception as exc:  # a damaged chunk is recorded, and the scan goes on
+                    yield source, start, exc
+                    continue
                 batch = _to_batch(rows)
                 if batch is not None:
                     yield source, start, batch
@@ -209,7 +232,18 @@ def _entry(source: str, sample: int | None, field: str | None, code: str, messag
             "index": None if index is None else list(index), "message": message}
 
 
-def _summary(spec: str, data: str, n_batches: int, n_samples: int, entries: list[dict[str, Any]]) -> dict[str, Any]:
+def _error(source: str, offset: int, exc: BaseException) -> dict[str, Any]:
+    """A batch that could not be checked: where (source, first row), the error type and its first line."""
+    return {"source": source, "offset": offset, "error": type(exc).__name__, "message": _one_line(exc)}
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+def _summary(spec: str, data: str, n_batches: int, n_samples: int, entries: list[dict[str, Any]],
+             errors: list[dict[str, Any]]) -> dict[str, Any]:
     bad = {(e["source"], e["sample"]) for e in entries}
     per: Counter[tuple[str, str]] = Counter()
     for key in {(e["source"], e["sample"], e["code"], e["field"]) for e in entries}:
@@ -217,37 +251,48 @@ def _summary(spec: str, data: str, n_batches: int, n_samples: int, entries: list
     return {
         "spec": spec,
         "data": data,
-        "ok": not entries,
+        "ok": not entries and not errors,
         "batches": n_batches,
         "samples": n_samples,
         "bad_samples": len(bad),
+        "failed_batches": len(errors),
         "summary": [{"code": c, "field": f, "samples": n} for (c, f), n in sorted(per.items())],
         "violations": entries,
+        "errors": errors,
     }
 
 
 def _print_table(report: dict[str, Any]) -> None:
+    """The summary for people: every piece of spec or data text is literal `Text`, control characters escaped."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    head = (f"{report['bad_samples']} bad sample(s) of {report['samples']} in {report['batches']} batch(es) "
-            f"for {report['spec']}")
+    console = Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False, highlight=False)
+    head = printable(f"{report['bad_samples']} bad sample(s) of {report['samples']} in {report['batches']} batch(es) "
+                     f"for {report['spec']}")
     if report["ok"]:
-        console.print(f"[green]{head}[/green]", highlight=False)
+        console.print(Text(head, style="green"))
         return
-    console.print(head, highlight=False)
-    table = Table()
-    for col in ("code", "field", "bad samples"):
-        table.add_column(col)
-    for row in report["summary"]:
-        table.add_row(row["code"], row["field"], str(row["samples"]))
-    console.print(table)
+    console.print(Text(head))
+    if report["summary"]:
+        table = Table()
+        for col in ("code", "field", "bad samples"):
+            table.add_column(col)
+        for row in report["summary"]:
+            table.add_row(*(Text(printable(c)) for c in (row["code"], row["field"], row["samples"])))
+        console.print(table)
     for e in report["violations"][:10]:
         where = e["source"] if e["sample"] is None else f"{e['source']} sample {e['sample']}"
-        console.print(f"  {where}: {e['message']}", highlight=False, markup=False)
+        say(f"  {where}: {e['message']}")  # the message keeps its hint on its own line
     if len(report["violations"]) > 10:
-        console.print(f"  ... and {len(report['violations']) - 10} more (see --json)", highlight=False)
+        console.print(Text(f"  ... and {len(report['violations']) - 10} more (see --json)"))
+    if report["errors"]:
+        console.print(Text(f"{len(report['errors'])} batch(es) could not be checked (internal error: please report):",
+                           style="red"))
+        for e in report["errors"][:10]:
+            where = e["source"] + (f" from row {e['offset']}" if e["offset"] else "")
+            console.print(Text(printable(f"  {where}: {e['error']}: {e['message']}")))
 
 
 __all__ = ["add_parser", "run_scan", "scan_batch"]
