@@ -197,3 +197,87 @@ def test_unbatched_input_is_a_clear_error():
 def test_bad_arguments_are_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         tc.ValidatingCollate(make_spec(), **kwargs)
+
+
+def bad_pair(first=0, second=3):
+    """Indexed samples: a good one and a bad one (token id past the vocabulary)."""
+    return [Indexed(first, ToyDataset()[0]), Indexed(second, ToyDataset()[3])]
+
+
+def test_a_full_disk_is_loud_counted_and_never_called_quarantined(tmp_path, monkeypatch, caplog):
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    collate = tc.ValidatingCollate(make_spec(), on_error="quarantine", quarantine_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="tritoncheck"):
+        assert collate(bad_pair(0, 7))["input_ids"].shape == (1, 5)
+    (rec,) = collate.records()
+    assert rec["index"] == 7 and rec["sample"] is None and "No space left" in rec["sample_error"]
+    assert collate.stats()["failed_writes"] == 1
+    assert [p.suffix for p in tmp_path.iterdir()] == [".json"]  # no .pt, no temporary file
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "dataset index 7" in errors[0] and "No space left" in errors[0]
+    (summary,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "quarantined" not in summary and "NOT saved: sample 1 = dataset index 7" in summary
+
+
+def test_a_record_that_cannot_be_written_leaves_no_orphan_and_is_counted(tmp_path, monkeypatch, caplog):
+    import builtins
+    import errno
+
+    real_open = builtins.open
+
+    def open_(file, *args, **kwargs):
+        if str(file).endswith(".json.tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", open_)
+    collate = tc.ValidatingCollate(make_spec(), on_error="quarantine", quarantine_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="tritoncheck"):
+        collate(bad_pair(0, 3))
+    assert collate.records() == [] and not list(tmp_path.glob("*.pt"))  # the tensors went with the record
+    assert collate.stats()["failed_writes"] == 1 and collate.stats()["samples"] == 0
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "could not record dropped sample 1 = dataset index 3" in errors[0]
+    (summary,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "quarantined" not in summary and "NOT recorded: sample 1 = dataset index 3" in summary
+    collate.clear()
+    assert not list(tmp_path.iterdir()) and collate.stats()["failed_writes"] == 0
+
+
+def test_clear_removes_what_a_killed_write_left_and_nothing_else(tmp_path):
+    collate = tc.ValidatingCollate(make_spec(), on_error="quarantine", quarantine_dir=tmp_path)
+    collate(bad_pair())
+    leftovers = [".3-0123456789ab.pt.tmp", ".3-0123456789ab.json.tmp", "3-aaaaaaaaaaaa.pt"]  # killed mid-write
+    for name in leftovers:
+        (tmp_path / name).write_bytes(b"partial")
+    theirs = ["notes.txt", "model.pt", "config.json"]  # not ours: never touched
+    for name in theirs:
+        (tmp_path / name).write_text("{}")
+    assert len(collate.records()) == 1
+    collate.clear()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(theirs)
+
+
+def test_dataset_keys_never_make_a_path_outside_the_directory(tmp_path):
+    qdir, outside = tmp_path / "quarantine", tmp_path / "escaped"
+    outside.mkdir()
+    collate = tc.ValidatingCollate(make_spec(), on_error="quarantine", quarantine_dir=qdir)
+    samples = [Indexed("ok", ToyDataset()[0]), Indexed("../escaped/x", ToyDataset()[3]),
+               Indexed("/etc/y", ToyDataset()[7]), Indexed(10, ToyDataset()[10])]
+    collate(samples)
+    assert not list(outside.iterdir()) and sorted(p.parent for p in tmp_path.rglob("*.*")) == [qdir] * 6
+    assert collate.stats()["indices"] == [10, "../escaped/x", "/etc/y"]
+    for rec in collate.records():
+        assert (qdir / rec["sample"]).is_file()
+
+
+def test_indexed_dataset_keeps_keys_and_makes_integer_indices_ints():
+    data = tc.IndexedDataset({"../escaped/x": 1, "ok": 2})
+    assert data["ok"] == Indexed("ok", 2) and data["../escaped/x"].index == "../escaped/x"
+    index = tc.IndexedDataset([5, 6, 7])[torch.tensor(2)].index
+    assert index == 2 and type(index) is int

@@ -12,13 +12,24 @@ batch is caught before it is pinned, copied to the GPU or seen by the model. Wha
 
 Workers are separate processes, so the record directory (not an in-memory counter) is the shared
 source of truth: `collate.records()` and `collate.stats()` read it from any process.
+
+Each dropped sample gets a key made of safe characters only (its dataset index, sanitised, and a
+random suffix), so every file stays inside the directory. Its tensors (`<key>.pt`) are written
+first and its record (`<key>.json`) last, each to a temporary file renamed into place, so a record
+exists only once everything it names does. A write that fails is loud: an error on the
+"tritoncheck" logger naming the sample, and a count in `stats()["failed_writes"]`, read from disk
+(a record whose `sample` is None and says why in `sample_error`, or, when even the record cannot
+be written, an empty `<key>.failed` marker). A `.pt` whose record failed is removed. `clear()`
+also removes what a killed worker leaves behind (temporary files, a `.pt` without its record).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import operator
 import os
+import re
 import tempfile
 import uuid
 from collections import Counter
@@ -39,9 +50,9 @@ logger = logging.getLogger("tritoncheck")
 
 
 class Indexed(NamedTuple):
-    """A sample with its index in the dataset, as `IndexedDataset` returns it."""
+    """A sample with its index (or key) in the dataset, as `IndexedDataset` returns it."""
 
-    index: int
+    index: Any
     sample: Any
 
 
@@ -58,8 +69,12 @@ class IndexedDataset:
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int) -> Indexed:
-        return Indexed(int(index), self.dataset[index])
+    def __getitem__(self, index: Any) -> Indexed:
+        try:
+            key = operator.index(index)  # numpy and 0-d tensor ints become plain ints
+        except TypeError:
+            key = index  # a key of a dict-like dataset, kept as it is
+        return Indexed(key, self.dataset[index])
 
 
 class ValidatingCollate:
@@ -139,13 +154,13 @@ class ValidatingCollate:
             return self._reject(report, indices)
         plan = compile_plan(self.spec)
         good, bad, good_batch = split_bad(len(samples), self._subset_checker(samples), report, batch, plan)
+        outcomes: dict[str, list[str]] = {}
         for pos, violations in bad.items():
-            self._record(pos, indices[pos], samples[pos], violations)
+            outcome = self._record(pos, indices[pos], samples[pos], violations)
+            outcomes.setdefault(outcome, []).append(_sample_name(pos, indices[pos]))
         logger.warning(
-            "tritoncheck: %s %d bad sample(s) of %d (%s); records in %s",
-            "skipped" if self.on_error == "skip" else "quarantined", len(bad), len(samples),
-            ", ".join(f"sample {p}" + ("" if indices[p] is None else f" = dataset index {indices[p]}") for p in bad),
-            self.record_dir,
+            "tritoncheck: dropped %d bad sample(s) of %d: %s; records in %s", len(bad), len(samples),
+            "; ".join(f"{outcome}: {', '.join(names)}" for outcome, names in outcomes.items()), self.record_dir,
         )
         return good_batch if good else self._all_bad(report, indices)
 
@@ -168,12 +183,15 @@ class ValidatingCollate:
             raise _with_indices(BatchValidationError(report), report, indices)
         return _RejectedBatch(report, indices, info.id)
 
-    def _record(self, position: int, index: int | None, sample: Any, violations: list[Violation]) -> None:
+    def _record(self, position: int, index: Any, sample: Any, violations: list[Violation]) -> str:
+        """Write the sample's record (and, to quarantine, its tensors); return what happened, in words."""
         if self.record_dir is None:  # only skip and quarantine record, and both set record_dir
-            return
-        key = f"{'x' if index is None else index}-{uuid.uuid4().hex[:12]}"
+            return "dropped"
+        name = _sample_name(position, index)
+        key = f"{_safe(index)}-{uuid.uuid4().hex[:12]}"
+        pt = self.record_dir / f"{key}.pt"
         record = {
-            "index": index,
+            "index": index if index is None or isinstance(index, (int, str)) else repr(index),
             "position": position,
             "spec": self.spec.name,
             "mode": self.on_error,
@@ -184,41 +202,63 @@ class ValidatingCollate:
             import torch
 
             try:
-                _atomic_write(self.record_dir / f"{key}.pt", lambda f: torch.save(sample, f))
-                record["sample"] = f"{key}.pt"
-            except Exception as exc:  # an unpicklable sample: keep the record, say why its data is missing
+                _atomic_write(pt, lambda f: torch.save(sample, f))
+                record["sample"] = pt.name
+            except Exception as exc:  # a full disk, an unpicklable sample: keep the record, say why
                 record["sample_error"] = f"{type(exc).__name__}: {exc}"
-        # the JSON file is written last: a record exists only once everything it names does
-        _atomic_write(self.record_dir / f"{key}.json", lambda f: f.write(json.dumps(record, indent=1).encode()))
+                logger.error("tritoncheck: could not save the tensors of dropped %s to %s (%s); "
+                             "only its record is kept", name, self.record_dir, record["sample_error"])
+        try:  # the JSON file is written last: a record exists only once everything it names does
+            text = json.dumps(record, indent=1)
+            _atomic_write(self.record_dir / f"{key}.json", lambda f: f.write(text.encode()))
+        except Exception as exc:
+            pt.unlink(missing_ok=True)
+            _mark_failed(self.record_dir / f"{key}.failed")
+            logger.error("tritoncheck: could not record dropped %s in %s (%s: %s); the sample is lost",
+                         name, self.record_dir, type(exc).__name__, exc)
+            return "NOT recorded"
+        if self.on_error == "skip":
+            return "skipped"
+        return "quarantined" if record["sample"] else "recorded but NOT saved"
+
+    def _files(self, suffix: str) -> list[Path]:
+        """This collate's files in the record directory with `suffix`, and no one else's."""
+        if self.record_dir is None or not self.record_dir.is_dir():
+            return []
+        return sorted(p for p in self.record_dir.iterdir() if _OWN.fullmatch(p.name) and p.name.endswith(suffix))
 
     def records(self) -> list[dict[str, Any]]:
         """Every skipped or quarantined sample recorded so far, by any worker (read from disk)."""
-        if self.record_dir is None or not self.record_dir.is_dir():
-            return []
         out = []
-        for path in sorted(self.record_dir.glob("*.json")):
+        for path in self._files(".json"):
             rec = json.loads(path.read_text(encoding="utf-8"))
             rec["record"] = str(path)
             out.append(rec)
         return out
 
     def stats(self) -> dict[str, Any]:
-        """Counts of dropped samples: total, dataset indices, and samples per violation code."""
+        """Counts of dropped samples: total, dataset indices, samples per violation code, failed writes.
+
+        `failed_writes` counts dropped samples whose tensors ("quarantine") or whose record could not
+        be written; those without a record are counted there only.
+        """
         recs = self.records()
         codes: Counter[str] = Counter()
         for r in recs:
             codes.update({v["code"] for v in r["violations"]})
-        indices = sorted({r["index"] for r in recs if r["index"] is not None})
-        return {"mode": self.on_error, "samples": len(recs), "indices": indices, "codes": dict(codes)}
+        indices = sorted({r["index"] for r in recs if r["index"] is not None}, key=_index_order)
+        unsaved = sum(1 for r in recs if r.get("mode") == "quarantine" and r.get("sample") is None)
+        failed = unsaved + len(self._files(".failed"))
+        return {"mode": self.on_error, "samples": len(recs), "indices": indices, "codes": dict(codes), "failed_writes": failed}
 
     def clear(self) -> None:
-        """Forget the records (and quarantined samples) written so far, e.g. between epochs."""
-        if self.record_dir is None:
-            return
-        for path in self.record_dir.glob("*.json"):
-            pt = path.with_suffix(".pt")
+        """Forget the records (and quarantined samples) written so far, e.g. between epochs.
+
+        Also removes what an interrupted write leaves: temporary files, `.pt` files without a record,
+        and failure markers. Call it when no worker is writing.
+        """
+        for path in self._files(""):
             path.unlink(missing_ok=True)
-            pt.unlink(missing_ok=True)
 
 
 def split_bad(
@@ -328,6 +368,31 @@ class _RejectedBatch(ExceptionWrapper):
         exc = _with_indices(BatchValidationError(self.report), self.report, self.indices)
         _note(exc, f"(found {self.where})")
         raise exc
+
+
+_OWN = re.compile(r"\.?[A-Za-z0-9_-]{1,32}-[0-9a-f]{12}\.(json|pt|failed)(\.tmp)?")  # the files _record writes
+
+
+def _safe(index: Any) -> str:
+    """A file-name part for a dataset index: letters, digits, `_` and `-` only, never a path."""
+    return "x" if index is None else re.sub(r"[^A-Za-z0-9_-]", "_", str(index))[:32] or "x"
+
+
+def _index_order(index: int | str) -> tuple:
+    """Integer indices in order, then keys (a dataset indexed by strings), so mixed ones sort too."""
+    return (0, index, "") if isinstance(index, int) else (1, 0, index)
+
+
+def _sample_name(position: int, index: Any) -> str:
+    return f"sample {position}" + ("" if index is None else f" = dataset index {index!r}")
+
+
+def _mark_failed(path: Path) -> None:
+    """Leave an empty marker so that stats() counts a record that could not be written (best effort)."""
+    try:
+        path.touch()
+    except OSError:
+        pass
 
 
 def _note(exc: BaseException, text: str) -> None:
