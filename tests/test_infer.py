@@ -110,7 +110,7 @@ def test_nan_floats_and_skipped_fields_still_accept_the_examples():
     text = infer_yaml(batches)
     spec = spec_from_dict(yaml.safe_load(text), "draft")
     assert not spec.fields["x"].finite and spec.unexpected_fields == "ignore"
-    assert "'not-a-name' (not an identifier)" in text and "meta (not a tensor" in text
+    assert "'not-a-name' (not an identifier)" in text and "meta (expected a tensor or numpy array, got str)" in text
     assert tc.check(batches[0], spec, backend="torch").ok
 
 

@@ -12,13 +12,18 @@ always accepts the examples it came from (checked before it is printed). What is
   otherwise non-negative field is a sentinel (-100) and goes to `allow`;
 - {0, 1}-valued integer fields get `values: [0, 1]`; floats without NaN/Inf get `finite: true`,
   and floats inside [0, 1] get that range; other float ranges are only reported in a comment;
-- fields missing from some batches are optional.
+- fields missing from some batches are optional;
+- fields the spec format cannot describe (float8, complex, uint16 and other dtypes outside
+  `DTYPES`, sparse tensors, overlapping strided views) are left out, named on stderr and in the
+  draft, which then ignores unexpected fields.
+Values are read through a compact view: an expanded tensor's repeated axes are read once, so
+inferring from `torch.zeros(1).expand(10**12)` costs one element, not a terabyte.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import keyword
 import re
 import sys
@@ -30,8 +35,10 @@ from typing import Any
 import torch
 
 from ._cli_commands import EXIT_OK, UsageError, _guarded, load_batch
-from ._dtypes import GROUPS, dtype_name
+from ._dtypes import DTYPES, GROUPS, dtype_name
 from ._plan import as_tensor
+from ._report import printable
+from ._spec import SpecError
 
 DIM_NAMES = ("L", "T", "S", "D", "E", "F", "G", "K", "M", "P", "Q", "R")
 SHOWN = 4  # sizes listed per dim in a comment
@@ -60,7 +67,10 @@ def run_infer(args: argparse.Namespace) -> int:
                 where = path if len(items) == 1 else f"{path}[{i}]"
                 raise UsageError(f"{where}: a batch must be a mapping of field name to tensor, got {type(item).__name__}")
             batches.append(item)
-    sys.stdout.write(infer_yaml(batches, [Path(p).name for p in args.batches], name=args.name))
+    text, left_out = _draft(batches, [Path(p).name for p in args.batches], name=args.name)
+    for reason in left_out:
+        print(f"tritoncheck infer: left out of the draft: {printable(reason)}", file=sys.stderr)
+    sys.stdout.write(text)
     return EXIT_OK
 
 
@@ -93,52 +103,89 @@ class _Group:
 
 def infer_yaml(batches: Sequence[Mapping[str, Any]], sources: Sequence[str] = (), name: str = "inferred") -> str:
     """A draft spec (YAML text with comments) that accepts every batch in `batches`."""
+    return _draft(batches, sources, name)[0]
+
+
+def _draft(batches: Sequence[Mapping[str, Any]], sources: Sequence[str], name: str) -> tuple[str, list[str]]:
+    """The draft, and the fields left out of it, each with the reason."""
     if not batches:
         raise UsageError("infer needs at least one batch")
     n = len(batches)
     skipped: list[str] = []
-    tensors: dict[str, list[torch.Tensor | None]] = {}
+    tensors: dict[str, list[torch.Tensor | None]] = {}  # as given: their shapes name the dims
+    compact: dict[str, list[torch.Tensor | None]] = {}  # the same values, each stored element read once
     for key in dict.fromkeys(k for b in batches for k in b):
         if not isinstance(key, str) or not _IDENT.match(key) or keyword.iskeyword(key):
             skipped.append(f"{key!r} (not an identifier)")
             continue
-        values = [as_tensor(b[key])[0] if b.get(key) is not None else None for b in batches]
-        if any(b.get(key) is not None and v is None for b, v in zip(batches, values, strict=True)):
-            skipped.append(f"{key} (not a tensor in every batch)")
+        values, reason = _field_values(key, [b.get(key) for b in batches])
+        if reason:
+            skipped.append(f"{key} ({reason})")
             continue
-        ranks = {v.dim() for v in values if v is not None}
-        if len(ranks) != 1:
-            skipped.append(f"{key} (its rank differs between batches)")
-            continue
-        if any(v is not None and (v.is_complex() or v.layout != torch.strided) for v in values):
-            skipped.append(f"{key} (complex or sparse)")
-            continue
-        tensors[key] = [v.detach().cpu() if v is not None else None for v in values]
+        tensors[key] = values
+        compact[key] = [None if v is None else _compact(v).detach().cpu() for v in values]
     if not any(next(v for v in vs if v is not None).dim() for vs in tensors.values()):
         raise UsageError("infer needs at least one field with a batch axis (a tensor of rank >= 1)")
 
     batch_dim, shapes = _name_dims(tensors, n)
     lines = [
         f"# Draft contract inferred by `tritoncheck infer` from {n} example batch(es)"
-        + (f": {', '.join(sources)}" if sources else "") + ".",
+        + (f": {printable(', '.join(sources))}" if sources else "") + ".",
         "# Review every bound: integer maxima are exactly the observed ones, so widen them to the real",
         "# limits (e.g. vocab_size - 1, num_labels - 1) where you know them.",
-        f"name: {json.dumps(name)}",
-        f"description: {json.dumps(f'Inferred from {n} example batch(es); a draft to review.')}",
+        f"name: {_yaml_str(name)}",
+        f"description: {_yaml_str(f'Inferred from {n} example batch(es); a draft to review.')}",
         f"batch_dim: {batch_dim}",
     ]
     if skipped:
-        lines.append("unexpected_fields: ignore  # fields left out of the draft: " + ", ".join(skipped))
+        lines.append("unexpected_fields: ignore  # fields left out of the draft: " + printable(", ".join(skipped)))
     lines.append("fields:")
     rules: list[str] = []
-    for key, values in tensors.items():
+    for key, values in compact.items():
         lines += _field_lines(key, values, shapes[key], n, rules)
     if rules:
         lines.append("rules:")
         lines += rules
     text = "\n".join(lines) + "\n"
     _self_check(text, batches)
-    return text
+    return text, skipped
+
+
+def _field_values(key: str, raw: list[Any]) -> tuple[list[torch.Tensor | None], str]:
+    """One field's tensors per batch (None where absent), or the reason the draft cannot describe it."""
+    values: list[torch.Tensor | None] = []
+    for value in raw:
+        tensor, why = as_tensor(value) if value is not None else (None, "")
+        if value is not None and tensor is None:
+            return [], why
+        values.append(tensor)
+    present = [v for v in values if v is not None]
+    unsupported = sorted({dtype_name(v.dtype) for v in present} - set(DTYPES))
+    if unsupported:
+        return [], f"dtype {', '.join(unsupported)} is not one a spec can name; supported: {', '.join(DTYPES)}"
+    if len({v.dim() for v in present}) != 1:
+        return [], "its rank differs between batches"
+    if any(_compact(v).numel() > _span(v) for v in present):
+        return [], "an overlapping strided view (as_strided); pass a .contiguous() copy"
+    return values, ""
+
+
+def _compact(t: torch.Tensor) -> torch.Tensor:
+    """`t` with every expanded (stride 0) axis narrowed to one entry: the same values, read once.
+
+    Per-sample any/all over the other axes is unchanged too, since the narrowed entries are copies.
+    """
+    for axis in range(t.dim()):
+        if t.stride(axis) == 0 and t.shape[axis] > 1:
+            t = t.narrow(axis, 0, 1)
+    return t
+
+
+def _span(t: torch.Tensor) -> int:
+    """How many stored elements `t` reaches: fewer than its numel only for overlapping views."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
 def _name_dims(tensors: dict[str, list[torch.Tensor | None]], n: int) -> tuple[str, dict[str, list[tuple[str | int, str]]]]:
@@ -147,7 +194,8 @@ def _name_dims(tensors: dict[str, list[torch.Tensor | None]], n: int) -> tuple[s
             for k, vs in tensors.items()}
     firsts = _group([a[0] for a in axes.values() if a])
     batch = max(firsts, key=lambda g: len(g.axes))
-    batch_dim = next(x for x in ("B", "N", "batch", "batch_") if x not in tensors)
+    batch_dim = next(x for x in itertools.chain(("B", "N", "batch"), (f"B{i}" for i in itertools.count(1)))
+                     if x not in tensors)
     batch.name = batch_dim
     rest = [a for g in firsts if g is not batch for a in g.axes] + [a for al in axes.values() for a in al[1:]]
     rest.sort(key=lambda a: (a.axis, list(axes).index(a.field)))
@@ -272,7 +320,14 @@ def _yaml_key(key: str) -> str:
     """Quote names YAML would read as something else (`on`, `no`, `null` are booleans or None)."""
     import yaml
 
-    return key if yaml.safe_load(key) == key else json.dumps(key)
+    return key if yaml.safe_load(key) == key else _yaml_str(key)
+
+
+def _yaml_str(text: str) -> str:
+    """`text` as one double-quoted YAML scalar: control characters and non-ASCII escaped, nothing interpreted."""
+    import yaml
+
+    return yaml.safe_dump(text, default_style='"', width=2**31).strip().removesuffix("...").strip()
 
 
 def _rank(values: list[torch.Tensor | None]) -> int:
@@ -286,8 +341,11 @@ def _self_check(text: str, batches: Sequence[Mapping[str, Any]]) -> None:
     from ._api import check
     from ._spec import spec_from_dict
 
-    spec = spec_from_dict(yaml.safe_load(text), "<inferred draft>")
+    try:
+        spec = spec_from_dict(yaml.safe_load(text), "<inferred draft>")
+    except SpecError as exc:
+        raise RuntimeError(f"the inferred draft does not load: {exc}") from exc  # exit 3: a bug in infer
     for i, batch in enumerate(batches):
         report = check(batch, spec, backend="torch")
         if any(v.code != "empty_batch" for v in report.violations):  # an empty example is always flagged
-            raise UsageError(f"internal error: the inferred draft rejects example batch {i} (please report):\n{report}")
+            raise RuntimeError(f"the inferred draft rejects example batch {i}:\n{report}")
