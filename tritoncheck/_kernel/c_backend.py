@@ -1,0 +1,151 @@
+"""The C backend: a plan's data checks as one compiled C function, called once per `check`.
+
+`run(plan, bound)` looks up the program for the batch's *signature* — the runnable checks, each
+field's dtype and contiguity, and whether sizes need 64-bit loop indices — in an in-process
+cache (a warm call hashes no source and walks no expression), packs one int64 argument array
+(pointers, strides of non-contiguous fields, dim sizes, host scalars), calls the function once,
+and decodes the small result buffer only when it reports a failure. The first call for a
+signature lowers the plan to the kernel IR, generates C, and compiles it or loads it from the
+on-disk cache (`build.py`).
+
+Only CPU tensors: the function reads the tensors' memory directly. Memory is allocated in
+proportion to the number of checks and the batch size (the result buffer), never to the data.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .._plan import Bound, DataCheck, Plan, referenced_fields
+from .._report import Violation
+from . import build, c, ir
+from .decode import decode
+
+INT32_LIMIT = 2**31 - 1
+_I64P, _F64P = ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double)
+
+
+def available() -> bool:
+    """True when a C compiler is on PATH (the backend can build kernels)."""
+    return build.compiler() is not None
+
+
+class Program:
+    """A compiled kernel and what a call needs to fill its arguments."""
+
+    def __init__(self, kernel: ir.Kernel, source: c.CSource, fn: Any):
+        self.kernel, self.source, self.fn = kernel, source, fn
+        self.ptr_fields = tuple(f.name for f in kernel.fields)
+        self.stride_fields = tuple(f.name for f in kernel.fields if not f.contiguous)
+        self.size_dims = kernel.sizes
+        self.int_scalars = tuple(kernel.scalars[s] for s in kernel.int_slots)
+        self.float_scalars = tuple(kernel.scalars[s] for s in kernel.float_slots)
+        self.n_int = len(kernel.int_args())
+        self.n_float = len(self.float_scalars)
+        # selections like x[:, 1] along a dim: bind reports one past the dim; never read past it here
+        self.selections = tuple((f.name, pos, sel, axis) for f in kernel.fields for pos, axis in enumerate(f.axes)
+                                if axis not in kernel.fixed for sel in _selections(kernel, f.name, pos))
+
+    def __call__(self, bound: Bound) -> list[Violation]:
+        tensors, dims = bound.tensors, bound.dims
+        for f, pos, sel, axis in self.selections:
+            size = tensors[f].shape[pos]
+            if not -size <= sel < size:
+                raise IndexError(f"{f}: index {sel} is out of range for axis {axis} of size {size}")
+        args = [tensors[f].data_ptr() for f in self.ptr_fields]
+        for f in self.stride_fields:
+            args.extend(tensors[f].stride())
+        args.extend(dims[d][0] for d in self.size_dims)
+        if self.int_scalars or self.float_scalars:
+            values = bound.dim_values()
+            args.extend(h.value(values) for h in self.int_scalars)
+            floats = (ctypes.c_double * self.n_float)(*(h.value(values) for h in self.float_scalars))
+        else:
+            floats = None
+        batch = dims[self.kernel.batch_dim][0] if self.kernel.batch_dim in dims else 0
+        out = (ctypes.c_int64 * self.kernel.layout.length(batch))()
+        if self.fn((ctypes.c_int64 * self.n_int)(*args), floats, out):
+            return decode(self.kernel, out, bound)
+        return []
+
+
+def _selections(kernel: ir.Kernel, field: str, pos: int) -> set[int]:
+    found: set[int] = set()
+
+    def visit(ops: Sequence[ir.Op]) -> None:
+        for op in ops:
+            if op.name == "load" and op.args[0] == field and op.args[1][pos] is not None:
+                found.add(op.args[1][pos])
+            elif op.name == "reduction":
+                visit(op.args[2])
+
+    for g in kernel.groups:
+        visit(g.ops)
+    for s in kernel.subjects.values():
+        visit(s.ops)
+    return found
+
+
+class _PlanEntry:
+    def __init__(self, plan: Plan):
+        self.plan = plan  # kept alive, so the ids of its checks stay unique
+        self.fields: dict[tuple[int, ...], tuple[str, ...]] = {}
+        self.programs: dict[tuple, Program] = {}
+        self.lock = threading.Lock()
+
+
+_entries: dict[int, _PlanEntry] = {}
+_entries_lock = threading.Lock()
+
+
+def program_for(plan: Plan, bound: Bound) -> Program:
+    """The compiled program for this plan, these runnable checks and this field signature (cached)."""
+    entry = _entries.get(id(plan))
+    if entry is None or entry.plan is not plan:
+        with _entries_lock:
+            entry = _entries[id(plan)] = _PlanEntry(plan)
+    checks = bound.runnable
+    ids = tuple(map(id, checks))
+    fields = entry.fields.get(ids)
+    if fields is None:
+        fields = entry.fields[ids] = tuple(sorted({f for ch in checks for f in referenced_fields(ch)}))
+    tensors = bound.tensors
+    sig = []
+    big = False
+    for f in fields:
+        t = tensors[f]
+        if t.device.type != "cpu":
+            raise ValueError(f"backend='c' needs CPU tensors; {f} is on {t.device}")
+        sig.append((t.dtype, t.is_contiguous()))
+        big = big or t.numel() > INT32_LIMIT
+    key = (ids, tuple(sig), big or any(size > INT32_LIMIT for size, _ in bound.dims.values()))
+    program = entry.programs.get(key)
+    if program is None:
+        with entry.lock:  # lowering, generation and compilation happen once per key, even with threads
+            program = entry.programs.get(key)
+            if program is None:
+                program = entry.programs[key] = _compile(plan, tuple(checks), dict(zip(fields, sig, strict=True)), key[2])
+    return program
+
+
+def _compile(plan: Plan, checks: tuple[DataCheck, ...], sig: dict[str, tuple], big: bool) -> Program:
+    fields = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous) for f, (dtype, contiguous) in sig.items()}
+    kernel = ir.lower(plan, checks, fields)
+    source = c.generate(kernel, index_bits=64 if big else 32)
+    fn = getattr(build.load(source.text), c.FUNCTION)
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [_I64P, _F64P, _I64P]
+    return Program(kernel, source, fn)
+
+
+def run(plan: Plan, bound: Bound) -> list[Violation]:
+    """Every runnable data check of `plan` on the bound (CPU) batch, as violations."""
+    if not bound.runnable:
+        return []
+    return program_for(plan, bound)(bound)
+
+
+__all__ = ["Program", "available", "program_for", "run"]

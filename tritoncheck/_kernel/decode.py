@@ -1,0 +1,240 @@
+"""The result buffer -> violations, for every backend that fills a `Layout` buffer (C, Triton).
+
+Per failing check the buffer gives counts (per sample for checks over the batch axis) and the
+first offending flat index; the decoder unravels the index over the check's axes and reads the
+value shown there on the host: the field's element for a range, value-set or finiteness check,
+and for a rule its *subject* (the left-hand side), computed by walking the subject's IR ops
+with `PointOps` at that one position. PointOps is the eager torch ops handler of the kernel IR;
+it evaluates in the same kinds the generated kernels compute in, and reduces with torch over the
+reduced axes, so a violation costs one small evaluation, never a pass over the batch.
+
+The rule text and hint are built as the torch backend builds them, so reports agree exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .._dtypes import compute_dtype
+from .._plan import Bound, DataCheck, RangeCheck, RuleCheck, describe, expr_dims
+from .._report import Violation
+from .ir import BIG, KIND_DTYPE, Kernel, Op, range_bound, walk
+
+MINUS_ONE_HINT = "-1 where -100 was meant? -100 is the ignore index of PyTorch's cross-entropy and Hugging Face models"
+
+
+def decode(kernel: Kernel, values: Sequence[int], bound: Bound) -> list[Violation]:
+    """Violations from a filled result buffer, in the order of the kernel's checks."""
+    layout = kernel.layout
+    dims = bound.dim_values()
+    batch = dims.get(kernel.batch_dim, 0)
+    out = []
+    for k, check in enumerate(kernel.checks):
+        base, row = layout.sample_base(k)
+        if row >= 0:
+            per_sample = values[base + row * batch : base + (row + 1) * batch]
+            count = sum(per_sample)
+            samples = tuple(i for i, v in enumerate(per_sample) if v)
+        else:
+            count, samples = values[layout.count(k)], ()
+        if not count:
+            continue
+        flat = BIG - values[layout.first(k)]
+        index = []
+        for size in reversed([axis_size(kernel, a, dims) for a in check.axes]):
+            index.append(flat % size if size else 0)
+            flat = flat // size if size else 0
+        index = tuple(reversed(index))
+        out.append(violation(check, count, samples, index, point_value(kernel, k, index, bound), bound))
+    return out
+
+
+def axis_size(kernel: Kernel, axis: str, dims: Mapping[str, int]) -> int:
+    return kernel.fixed[axis] if axis in kernel.fixed else dims[axis]
+
+
+def point_value(kernel: Kernel, k: int, index: tuple[int, ...], bound: Bound) -> Any:
+    """The value check `k` shows at `index` (a position over the check's axes), as a Python number."""
+    check = kernel.checks[k]
+    at = dict(zip(check.axes, index, strict=True))
+    if not isinstance(check, RuleCheck):
+        t = bound.tensors[check.field]
+        return t[index].to(compute_dtype(t.dtype)).item()
+    subject = kernel.subjects[k]
+    env: dict[int, Any] = {}
+    walk(subject.ops, PointOps(kernel, bound, at), env)
+    return env[subject.value.id].item()
+
+
+def violation(check: DataCheck, count: int, samples: tuple[int, ...], index: tuple[int, ...], value: Any,
+              bound: Bound) -> Violation:
+    """A failing check as a violation: the rule in words (a range check's bound resolved against
+    the batch's dims), the value found at the first offending position, and a hint."""
+    rule = describe(check)
+    if isinstance(check, RangeCheck):
+        limit = range_bound(check, bound.dim_values(), bound.tensors[check.field].dtype)
+        if check.bound_text.split(" = ")[-1] != str(limit):
+            rule += f" = {limit}"
+        dims = sorted(expr_dims(check.bound))
+        if dims:
+            rule += " (" + ", ".join(f"{d}={bound.dims[d][0]} from {bound.dims[d][1]}" for d in dims) + ")"
+    return Violation(check.field, check.code, rule, samples, count, index, value, hint(check, value))
+
+
+def hint(check: DataCheck, value: Any) -> str | None:
+    if isinstance(check, RangeCheck) and check.kind == "min" and value == -1 and -100 in check.allow:
+        return MINUS_ONE_HINT
+    return check.hint
+
+
+class PointOps:
+    """The kernel IR evaluated eagerly with torch at one position (`at`: axis -> index).
+
+    Values are tensors over the axes of the reductions being evaluated (none at the top level,
+    so a check's subject comes out 0-d); a reduction appends its axes, and its body's loads and
+    index ops follow those axes instead of `at`.
+    """
+
+    def __init__(self, kernel: Kernel, bound: Bound, at: dict[str, int]):
+        self.kernel, self.bound, self.at = kernel, bound, at
+        self.dims = bound.dim_values()
+        self.free: list[str] = []  # axes of the reductions in progress, outermost first
+
+    def _shape(self, axes: Sequence[str]) -> list[int]:
+        return [axis_size(self.kernel, a, self.dims) if a in axes else 1 for a in self.free]
+
+    def _align(self, *xs: torch.Tensor) -> list[torch.Tensor]:
+        """Values from an outer scope have fewer (leading) axes: pad them to this scope's rank."""
+        n = len(self.free)
+        return [x.reshape(*x.shape, *([1] * (n - x.dim()))) for x in xs]
+
+    def load(self, op: Op, field: str, index: tuple) -> torch.Tensor:
+        t = self.bound.tensors[field]
+        axes = self.kernel.field(field).axes
+        picks: list[Any] = []
+        kept: list[str] = []
+        for axis, sel in zip(axes, index, strict=True):
+            if sel is not None:
+                picks.append(sel)
+            elif axis in self.free:
+                picks.append(slice(None))
+                kept.append(axis)
+            else:
+                picks.append(self.at[axis])
+        x = t[tuple(picks)].to(KIND_DTYPE[op.kind])
+        if kept:  # lay the kept axes out in the order of self.free, size 1 elsewhere
+            x = x.permute([kept.index(a) for a in self.free if a in kept])
+            x = x.reshape(self._shape(kept))
+        return x
+
+    def const(self, op: Op, value: Any) -> torch.Tensor:
+        return torch.tensor(value, dtype=KIND_DTYPE[op.kind])
+
+    def index(self, op: Op, axis: str) -> torch.Tensor:
+        if axis in self.free:
+            return torch.arange(axis_size(self.kernel, axis, self.dims)).reshape(self._shape([axis]))
+        return torch.tensor(self.at[axis], dtype=torch.int64)
+
+    def scalar(self, op: Op, slot: int) -> torch.Tensor:
+        value = self.kernel.scalars[slot].value(self.dims)  # a double or an int64, as the kernel receives it
+        return torch.tensor(value, dtype=torch.float64 if isinstance(value, float) else torch.int64).to(KIND_DTYPE[op.kind])
+
+    def cast(self, op: Op, x: torch.Tensor) -> torch.Tensor:
+        return x.to(KIND_DTYPE[op.kind])
+
+    def neg(self, op: Op, x: torch.Tensor) -> torch.Tensor:
+        return -x
+
+    def abs(self, op: Op, x: torch.Tensor) -> torch.Tensor:
+        return x.abs()
+
+    def not_(self, op: Op, x: torch.Tensor) -> torch.Tensor:
+        return x == 0
+
+    def truth(self, op: Op, x: torch.Tensor) -> torch.Tensor:
+        return x != 0
+
+    def isfinite(self, op: Op, x: torch.Tensor) -> torch.Tensor:
+        return torch.isfinite(x)
+
+    def _binary(self, fn: Callable, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a, b = self._align(a, b)
+        return fn(a, b)
+
+    def add(self, op: Op, a, b):
+        return self._binary(torch.add, a, b)
+
+    def sub(self, op: Op, a, b):
+        return self._binary(torch.sub, a, b)
+
+    def mul(self, op: Op, a, b):
+        return self._binary(torch.mul, a, b)
+
+    def floordiv(self, op: Op, a, b):
+        return self._binary(_floordiv, a, b)
+
+    def mod(self, op: Op, a, b):
+        return self._binary(_mod, a, b)
+
+    def eq(self, op: Op, a, b):
+        return self._binary(torch.eq, a, b)
+
+    def ne(self, op: Op, a, b):
+        return self._binary(torch.ne, a, b)
+
+    def lt(self, op: Op, a, b):
+        return self._binary(torch.lt, a, b)
+
+    def le(self, op: Op, a, b):
+        return self._binary(torch.le, a, b)
+
+    def gt(self, op: Op, a, b):
+        return self._binary(torch.gt, a, b)
+
+    def ge(self, op: Op, a, b):
+        return self._binary(torch.ge, a, b)
+
+    def and_(self, op: Op, a, b):
+        return self._binary(torch.logical_and, a, b)
+
+    def or_(self, op: Op, a, b):
+        return self._binary(torch.logical_or, a, b)
+
+    def reduction(self, op: Op, red: str, axes: tuple[str, ...], body: Callable[[], torch.Tensor]) -> torch.Tensor:
+        outer = len(self.free)
+        self.free.extend(axes)
+        try:
+            x = self._align(body())[0]
+            x = x.expand(*x.shape[:outer], *(axis_size(self.kernel, a, self.dims) for a in axes))
+            dims = tuple(range(outer, outer + len(axes)))
+            if red == "sum":
+                return x.sum(dim=dims) if dims else x
+            if red == "any":
+                return x.any(dim=dims) if dims else x
+            return x.all(dim=dims) if dims else x
+        finally:
+            del self.free[outer:]
+
+
+def _floordiv(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Floor division as the kernels compute it: torch's, with int64 a // 0 == 0 (torch raises)."""
+    if a.dtype.is_floating_point:
+        return torch.div(a, b, rounding_mode="floor")
+    safe = torch.where((b == 0) | (b == -1), 1, b)
+    q = torch.where(b == -1, -a, torch.div(a, safe, rounding_mode="floor"))
+    return torch.where(b == 0, 0, q)
+
+
+def _mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.remainder, with int64 a % 0 == a (torch raises)."""
+    if a.dtype.is_floating_point:
+        return torch.remainder(a, b)
+    safe = torch.where((b == 0) | (b == -1), 1, b)
+    r = torch.where(b == -1, 0, torch.remainder(a, safe))
+    return torch.where(b == 0, a, r)
+
+
+__all__ = ["PointOps", "decode", "hint", "point_value", "violation"]

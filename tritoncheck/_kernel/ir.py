@@ -1,0 +1,669 @@
+"""The kernel IR: a plan's runnable data checks, lowered once for every device's code generator.
+
+`lower(plan, checks, fields)` turns the data checks of one batch signature into a `Kernel`:
+
+- **groups**: checks over the same iteration space (the same named axes, and whether they hold a
+  reduction) share one `Group`; a group's ops are SSA values computed once per position, so a
+  field checked for min, max and allowed values is loaded once;
+- **ops**: small typed operations (`load`, `const`, `lt`, `floordiv`, `reduction`, ...; the table
+  `OPS`), each of a *kind*: `b` bool, `i` int64, `f` float32, `d` float64 (the compute dtypes of
+  `_dtypes.compute_dtype`, plus bool). All typing, promotion and constant conversion happens
+  here, so a generator never decides semantics; it only spells each op for its device;
+- **one predicate per check**: `Group.checks` pairs each check with the op that is true where the
+  check fails;
+- **arguments**: field pointers, strides (for non-contiguous fields), dim sizes and *host
+  scalars* (sub-expressions over dims only, evaluated on the host per call exactly as the torch
+  backend evaluates them);
+- **the result buffer**, laid out once by `Layout`.
+
+A generator walks the ops with `walk(ops, handler, env)`, which calls one handler method per op
+(Inductor's ops handler): `handler.lt(op, a, b)`. A handler lacking a method is an error, never a
+silent fallback; `missing_ops(handler)` lists what a handler lacks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype
+from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from .._plan import DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, evaluate_scalar
+
+BIG = 2**62  # a first-index slot holds BIG - index, so 0 means "none" and max() keeps the first
+
+# Every op a handler implements, with its arguments (`Val`s are earlier ops' results).
+OPS: dict[str, str] = {
+    "load": "(field, index): the field's element at the current position, in its compute kind; index "
+    "has one entry per field axis: None follows the axis' loop, k >= 0 selects k, k < 0 selects size + k",
+    "const": "(value): a Python number already converted to the op's kind",
+    "index": "(axis): the current position along an axis, as int64 (arange)",
+    "scalar": "(slot): host scalar `slot`, converted to the op's kind (int slots: int64; float slots: double)",
+    "cast": "(x): x converted to the op's kind (b->i, b->f, i->f, i->d, f->d, b->d)",
+    "neg": "(x): -x, wrapping for int64",
+    "abs": "(x): |x|, wrapping for int64 (abs(INT64_MIN) == INT64_MIN)",
+    "not_": "(x): x == 0, as b",
+    "truth": "(x): x != 0, as b (NaN is true)",
+    "isfinite": "(x): x is neither NaN nor +-inf, as b (x is f or d)",
+    "add": "(a, b): a + b in the op's kind, int64 wrapping",
+    "sub": "(a, b): a - b",
+    "mul": "(a, b): a * b",
+    "floordiv": "(a, b): floor(a / b) as torch computes it; for int64 a // 0 == 0",
+    "mod": "(a, b): a - floor(a / b) * b as torch computes it (divisor's sign); for int64 a % 0 == a",
+    "eq": "(a, b): a == b, as b", "ne": "(a, b): a != b", "lt": "(a, b): a < b", "le": "(a, b): a <= b",
+    "gt": "(a, b): a > b", "ge": "(a, b): a >= b",
+    "and_": "(a, b): both b operands true", "or_": "(a, b): either true",
+    "reduction": "(red, axes, body): sum/any/all of body() over the named axes, which the body's "
+    "loads and index ops follow (shadowing an outer position along the same axis)",
+}
+
+KINDS = ("b", "i", "f", "d")
+TORCH_KIND = {torch.int64: "i", torch.float32: "f", torch.float64: "d"}
+KIND_DTYPE = {"b": torch.bool, "i": torch.int64, "f": torch.float32, "d": torch.float64}
+
+
+class Unsupported(Exception):
+    """A construct this IR does not lower (a backend then leaves the plan to the torch backend)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Val:
+    """A reference to an earlier op's result."""
+
+    id: int
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One SSA value: `name` is the handler method, `args` holds `Val`s and literals (see OPS)."""
+
+    id: int
+    name: str
+    args: tuple[Any, ...]
+    kind: str
+
+    @property
+    def val(self) -> Val:
+        return Val(self.id, self.kind)
+
+
+@dataclass(frozen=True, slots=True)
+class HostScalar:
+    """A sub-expression over dims and constants, evaluated on the host per call.
+
+    `py` is its Python type ("int", "float" or "bool"), which decides the argument array it
+    travels in; `rounding` ("ceil"/"floor") turns a fractional bound on an integer field into an
+    integer one, as the torch backend does.
+    """
+
+    expr: Expr
+    py: str
+    rounding: str | None = None
+
+    def value(self, dims: Mapping[str, int]) -> int | float:
+        v = evaluate_scalar(self.expr, dims)
+        if self.rounding is not None:
+            side = "min" if self.rounding == "ceil" else "max"
+            limit = int_limit(v, side)
+            if isinstance(limit, int):
+                return limit
+            # no int64 bound says "always" or "never"; the nearest one is exact but for that extreme value
+            return _NEAREST[(side, limit)]
+        if self.py == "float":
+            return float(v)
+        v = int(v)
+        return min(max(v, INT64_MIN), INT64_MAX)
+
+
+_NEAREST = {("min", "always"): INT64_MAX, ("min", "never"): INT64_MIN, ("max", "always"): INT64_MIN, ("max", "never"): INT64_MAX}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSig:
+    """A field as the kernel reads it: storage dtype, axes, and whether it is contiguous."""
+
+    name: str
+    dtype: torch.dtype
+    axes: tuple[str, ...]
+    contiguous: bool
+
+    @property
+    def kind(self) -> str:
+        return TORCH_KIND[compute_dtype(self.dtype)]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Checks sharing an iteration space: loop over `axes` row-major, compute `ops`, test each check.
+
+    `checks` pairs a check index with the op that is true where it fails. `elementwise` is True
+    when every load reads its whole field over exactly these axes (no selection, broadcast, index
+    or reduction), so a backend may walk contiguous fields with one flat index.
+    """
+
+    axes: tuple[str, ...]
+    reduce: bool
+    ops: tuple[Op, ...]
+    checks: tuple[tuple[int, Val], ...]
+    elementwise: bool
+    fields: tuple[str, ...]  # fields the group loads, in first-use order
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The int64 result buffer, zero before a kernel runs; one definition for every backend.
+
+    [0, K)            BIG - the first offending flat index (row-major over the check's axes) of check k; 0: none
+    [K, 2K)           the count of check k, for a check without the batch axis
+    [2K + r*B, +B)    per-sample counts of the r-th check over the batch axis (its count is their sum)
+
+    A valid batch writes nothing. `max` keeps the first index in the first slot, so parallel
+    writers (Triton's atomic_max) and a sequential loop agree.
+    """
+
+    n_checks: int
+    batch_rows: tuple[int, ...]  # per check: its row among the per-sample rows, or -1
+
+    def first(self, k: int) -> int:
+        return k
+
+    def count(self, k: int) -> int:
+        return self.n_checks + k
+
+    def sample_base(self, k: int) -> tuple[int, int]:
+        """(offset, row): check k's count for sample b is at offset + row * B + b."""
+        return 2 * self.n_checks, self.batch_rows[k]
+
+    def length(self, batch: int) -> int:
+        return 2 * self.n_checks + sum(r >= 0 for r in self.batch_rows) * batch
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """Ops computing a rule's subject (the value a violation shows), walked at one position by the decoder."""
+
+    ops: tuple[Op, ...]
+    value: Val
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Everything a code generator, the argument packer and the decoder need, for one signature."""
+
+    spec_name: str
+    batch_dim: str
+    checks: tuple[DataCheck, ...]
+    fields: tuple[FieldSig, ...]  # fields read, in argument order
+    fixed: dict[str, int]  # axes of a fixed size (constants in generated code)
+    sizes: tuple[str, ...]  # dims whose size is a runtime argument, in argument order
+    scalars: tuple[HostScalar, ...]  # host scalars, in slot order
+    groups: tuple[Group, ...]
+    subjects: dict[int, Subject]  # per rule check: its subject
+    layout: Layout
+
+    def field(self, name: str) -> FieldSig:
+        return next(f for f in self.fields if f.name == name)
+
+    @property
+    def int_slots(self) -> tuple[int, ...]:
+        """Host scalar slots passed as int64 (the rest travel as doubles)."""
+        return tuple(s for s, h in enumerate(self.scalars) if h.py != "float")
+
+    @property
+    def float_slots(self) -> tuple[int, ...]:
+        return tuple(s for s, h in enumerate(self.scalars) if h.py == "float")
+
+    def int_args(self) -> list[tuple]:
+        """The int64 argument array, in order: ("ptr", field), ("stride", field, axis position),
+        ("size", dim), ("scalar", slot). Contiguous fields pass no strides."""
+        out: list[tuple] = [("ptr", f.name) for f in self.fields]
+        out += [("stride", f.name, i) for f in self.fields if not f.contiguous for i in range(len(f.axes))]
+        out += [("size", d) for d in self.sizes]
+        out += [("scalar", s) for s in self.int_slots]
+        return out
+
+    def float_args(self) -> list[tuple]:
+        """The double argument array: ("scalar", slot) for float host scalars."""
+        return [("scalar", s) for s in self.float_slots]
+
+    def pretty(self) -> str:
+        """The IR as text, one op per line (for debugging and tests; never fed to a compiler)."""
+        lines = [f"kernel for {self.spec_name}: {len(self.checks)} checks, {len(self.groups)} groups"]
+        for g_i, g in enumerate(self.groups):
+            lines.append(f"group {g_i} over [{', '.join(g.axes)}]{' (reduce)' if g.reduce else ''}")
+            lines.extend(_pretty_ops(g.ops, "  "))
+            lines.extend(f"  check {k} fails where %{v.id}" for k, v in g.checks)
+        return "\n".join(lines)
+
+
+def _pretty_ops(ops: tuple[Op, ...], pad: str) -> list[str]:
+    out = []
+    for op in ops:
+        if op.name == "reduction":
+            red, axes, body, value = op.args
+            out.append(f"{pad}%{op.id}: {op.kind} = {red} over [{', '.join(axes)}] of %{value.id}:")
+            out.extend(_pretty_ops(body, pad + "  "))
+        else:
+            args = ", ".join(f"%{a.id}" if isinstance(a, Val) else repr(a) for a in op.args)
+            out.append(f"{pad}%{op.id}: {op.kind} = {op.name}({args})")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Walking the ops with a handler.
+
+
+def walk(ops: tuple[Op, ...], handler: Any, env: dict[int, Any]) -> None:
+    """Call `handler.<op.name>(op, *args)` for each op, with `Val`s replaced by their results in `env`.
+
+    A reduction gets `body`, a function that walks the reduction's own ops and returns its
+    value's result, so each backend places the loop (C: a nested loop; torch: a vectorized pass).
+    """
+    for op in ops:
+        method = getattr(handler, op.name, None)
+        if method is None:
+            raise NotImplementedError(f"{type(handler).__name__} does not implement the kernel op {op.name!r}")
+        if op.name == "reduction":
+            red, axes, body_ops, value = op.args
+
+            def body(body_ops=body_ops, value=value):
+                walk(body_ops, handler, env)
+                return env[value.id]
+
+            env[op.id] = method(op, red, axes, body)
+        else:
+            env[op.id] = method(op, *(env[a.id] if isinstance(a, Val) else a for a in op.args))
+
+
+def missing_ops(handler: Any) -> list[str]:
+    """The ops of `OPS` that `handler` does not implement."""
+    return [name for name in OPS if not callable(getattr(handler, name, None))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Semantics shared by every backend: promotion, constants, integer limits.
+
+
+def arith_kind(k: str) -> str:
+    """Booleans take part in arithmetic and comparisons as int64."""
+    return "i" if k == "b" else k
+
+
+def promote(a: str, b: str) -> str:
+    """The kind two strong operands meet in (torch's type promotion over the compute kinds)."""
+    a, b = arith_kind(a), arith_kind(b)
+    return "d" if "d" in (a, b) else "f" if "f" in (a, b) else "i"
+
+
+def weak_kind(py: str, other: str) -> str:
+    """The kind a Python scalar meets a tensor of kind `other` in: an int or bool adopts the
+    tensor's kind, a float makes an integer tensor float32 (torch's default dtype)."""
+    other = arith_kind(other)
+    if py == "float" and other == "i":
+        return "f"
+    return other
+
+
+def convert(value: int | float | bool, kind: str) -> int | float | bool:
+    """A Python number in `kind`, rounded as torch rounds a Python scalar into that dtype."""
+    if kind == "b":
+        return bool(value)
+    if kind == "i":
+        if isinstance(value, float) or not INT64_MIN <= int(value) <= INT64_MAX:
+            raise Unsupported(f"the constant {value!r} is not an int64")
+        return int(value)
+    if kind == "d":
+        return float(value)
+    return torch.tensor(value, dtype=torch.float32).item()
+
+
+def int_limit(value: int | float, side: str) -> int | str:
+    """The int64 bound an integer field is compared with, exactly: `x < value` (side "min") or
+    `x > value` (side "max"); "always"/"never" where no int64 bound expresses it (NaN, inf, huge)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "never"
+        if math.isinf(value):
+            return "always" if (value > 0) == (side == "min") else "never"
+        value = math.ceil(value) if side == "min" else math.floor(value)
+    value = int(value)
+    if side == "min":
+        return "always" if value > INT64_MAX else "never" if value <= INT64_MIN else value
+    return "always" if value < INT64_MIN else "never" if value >= INT64_MAX else value
+
+
+def pytype(expr: Expr) -> str:
+    """The Python type (int, float or bool) `evaluate_scalar` gives a host expression."""
+    if isinstance(expr, Const):
+        return "bool" if isinstance(expr.value, bool) else "int" if isinstance(expr.value, int) else "float"
+    if isinstance(expr, Dim):
+        return "int"
+    if isinstance(expr, Unary):
+        if expr.op in ("not", "isfinite"):
+            return "bool"
+        return "float" if pytype(expr.x) == "float" else "int"
+    if isinstance(expr, Binary):
+        if expr.op in ("&", "|", "==", "!=", "<", "<=", ">", ">="):
+            return "bool"
+        return "float" if "float" in (pytype(expr.a), pytype(expr.b)) else "int"
+    raise Unsupported(f"{type(expr).__name__} is not a host scalar")
+
+
+def is_host(expr: Expr) -> bool:
+    """True for an expression over constants and dims only (no field data, no positions)."""
+    if isinstance(expr, (Const, Dim)):
+        return True
+    if isinstance(expr, Unary):
+        return is_host(expr.x)
+    if isinstance(expr, Binary):
+        return is_host(expr.a) and is_host(expr.b)
+    return False
+
+
+def expr_axes(plan: Plan, expr: Expr | None) -> tuple[str, ...]:
+    """The named axes an expression spans, in order of first appearance (as the plan orders them)."""
+    if expr is None or isinstance(expr, (Const, Dim)):
+        return ()
+    if isinstance(expr, Ref):
+        return tuple(a for a, i in zip(plan.field(expr.field).axes, expr.index, strict=True) if i is None)
+    if isinstance(expr, Arange):
+        return (expr.dim,)
+    if isinstance(expr, Unary):
+        return expr_axes(plan, expr.x)
+    if isinstance(expr, Binary):
+        a = expr_axes(plan, expr.a)
+        return a + tuple(x for x in expr_axes(plan, expr.b) if x not in a)
+    if isinstance(expr, Reduce):
+        return () if expr.dims is None else tuple(a for a in expr_axes(plan, expr.x) if a not in expr.dims)
+    raise Unsupported(f"cannot lower {type(expr).__name__}")
+
+
+def has_reduce(expr: Expr | None) -> bool:
+    if isinstance(expr, Reduce):
+        return True
+    if isinstance(expr, Unary):
+        return has_reduce(expr.x)
+    if isinstance(expr, Binary):
+        return has_reduce(expr.a) or has_reduce(expr.b)
+    return False
+
+
+def range_bound(check: RangeCheck, dims: Mapping[str, int], dtype: torch.dtype) -> int | float:
+    """The bound a range check compares with, as the report states it: a fractional bound on an
+    integer field is rounded inward (ceil for min, floor for max); non-finite ones stay as they are."""
+    value = evaluate_scalar(check.bound, dims)
+    if not dtype.is_floating_point and isinstance(value, float) and math.isfinite(value):
+        value = math.ceil(value) if check.kind == "min" else math.floor(value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Lowering.
+
+
+@dataclass(frozen=True, slots=True)
+class _Weak:
+    """A host expression not yet given a kind: it takes one from the operand it meets."""
+
+    expr: Expr
+    py: str
+
+
+@dataclass
+class _Scope:
+    ops: list[Op]
+    memo: dict[tuple, Val]
+    axes: tuple[str, ...]  # axes bound by loops in this scope and its parents
+    loads: list[tuple[str, tuple]] = field(default_factory=list)
+    uses_index: bool = False
+
+
+class _Lowering:
+    def __init__(self, plan: Plan, fields: Mapping[str, FieldSig]):
+        self.plan, self.fields = plan, fields
+        self.next_id = 0
+        self.scalars: list[HostScalar] = []
+        self.axes_used: dict[str, None] = {}
+        self.scope: _Scope = _Scope([], {}, ())
+
+    # -- emitting ------------------------------------------------------------------------------
+    def emit(self, name: str, args: tuple, kind: str) -> Val:
+        key = (name, args, kind)
+        if key in self.scope.memo:
+            return self.scope.memo[key]
+        op = Op(self.next_id, name, args, kind)
+        self.next_id += 1
+        self.scope.ops.append(op)
+        self.scope.memo[key] = op.val
+        return op.val
+
+    def const(self, value: Any, kind: str) -> Val:
+        return self.emit("const", (convert(value, kind),), kind)
+
+    def scalar(self, h: HostScalar, kind: str) -> Val:
+        if h not in self.scalars:
+            self.scalars.append(h)
+        return self.emit("scalar", (self.scalars.index(h),), kind)
+
+    def materialize(self, x: Val | _Weak, kind: str) -> Val:
+        """x in `kind`: a constant is converted here, a host scalar in the kernel, a value by a cast."""
+        if isinstance(x, _Weak):
+            if isinstance(x.expr, Const):
+                return self.const(x.expr.value, kind)
+            return self.scalar(HostScalar(x.expr, x.py), kind)
+        if x.kind == kind:
+            return x
+        if kind == "b":
+            return self.emit("truth", (x,), "b")
+        return self.emit("cast", (x,), kind)
+
+    def natural(self, x: Val | _Weak) -> Val:
+        """A value standing alone: a Python int or bool scalar is int64, a float one float32 (as torch.tensor(x))."""
+        if isinstance(x, Val):
+            return x
+        return self.materialize(x, {"bool": "b", "int": "i", "float": "f"}[x.py])
+
+    def truth(self, x: Val | _Weak) -> Val:
+        return self.materialize(x, "b")
+
+    # -- expressions ---------------------------------------------------------------------------
+    def expr(self, e: Expr) -> Val | _Weak:
+        if is_host(e):
+            return _Weak(e, pytype(e))
+        if isinstance(e, Ref):
+            return self.load(e)
+        if isinstance(e, Arange):
+            self.scope.uses_index = True
+            self.axes_used[e.dim] = None
+            return self.emit("index", (e.dim,), "i")
+        if isinstance(e, Unary):
+            x = self.natural(self.expr(e.x))
+            if e.op in ("neg", "abs"):
+                return self.emit(e.op, (self.materialize(x, arith_kind(x.kind)),), arith_kind(x.kind))
+            if e.op == "not":
+                return self.emit("not_", (x,), "b")
+            if x.kind in ("b", "i"):
+                return self.const(True, "b")  # integers are always finite
+            return self.emit("isfinite", (x,), "b")
+        if isinstance(e, Binary):
+            return self.binary(e)
+        if isinstance(e, Reduce):
+            return self.reduce(e)
+        raise Unsupported(f"cannot lower {type(e).__name__}")
+
+    def binary(self, e: Binary) -> Val:
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.op in ("&", "|"):
+            return self.emit("and_" if e.op == "&" else "or_", (self.truth(a), self.truth(b)), "b")
+        if isinstance(a, _Weak):
+            kind = weak_kind(a.py, b.kind)
+        elif isinstance(b, _Weak):
+            kind = weak_kind(b.py, a.kind)
+        else:
+            kind = promote(a.kind, b.kind)
+        a, b = self.materialize(a, kind), self.materialize(b, kind)
+        if e.op in _COMPARE:
+            return self.emit(_COMPARE[e.op], (a, b), "b")
+        return self.emit(_ARITH[e.op], (a, b), kind)
+
+    def load(self, e: Ref) -> Val:
+        sig = self.fields[e.field]
+        self.axes_used.update(dict.fromkeys(sig.axes))  # a contiguous field's strides come from its sizes
+        self.scope.loads.append((e.field, e.index))
+        return self.emit("load", (e.field, e.index), sig.kind)
+
+    def reduce(self, e: Reduce) -> Val:
+        red = expr_axes(self.plan, e.x) if e.dims is None else tuple(e.dims)
+        self.axes_used.update(dict.fromkeys(red))
+        outer = self.scope
+        self.scope = _Scope([], {}, outer.axes + red)
+        try:
+            x = self.natural(self.expr(e.x))
+            value = self.truth(x) if e.op in ("any", "all") else self.materialize(x, arith_kind(x.kind))
+            body = tuple(self.scope.ops)
+            inner = self.scope
+        finally:
+            self.scope = outer
+        outer.loads.extend(inner.loads)
+        kind = "b" if e.op in ("any", "all") else value.kind
+        op = Op(self.next_id, "reduction", (e.op, red, body, value), kind)
+        self.next_id += 1
+        outer.ops.append(op)
+        return op.val
+
+    # -- checks --------------------------------------------------------------------------------
+    def check(self, k: int, c: DataCheck) -> Val:
+        """The op that is true where check `k` fails."""
+        lower = _CHECKS.get(type(c))
+        if lower is None:
+            raise Unsupported(f"no lowering for check kind {type(c).__name__}")
+        return lower(self, k, c)
+
+    def full_load(self, name: str) -> Val:
+        return self.load(Ref(name, (None,) * len(self.fields[name].axes)))
+
+    def allowed(self, bad: Val, x: Val, sig: FieldSig, allow: tuple) -> Val:
+        for v in comparable_values(allow, sig.dtype):
+            bad = self.emit("and_", (bad, self.emit("ne", (x, self.const(v, x.kind)), "b")), "b")
+        return bad
+
+
+def _lower_range(lw: _Lowering, k: int, c: RangeCheck) -> Val:
+    sig = lw.fields[c.field]
+    x = lw.full_load(c.field)
+    cmp = "lt" if c.kind == "min" else "gt"
+    if x.kind != "i":
+        bound = lw.materialize(_Weak(c.bound, pytype(c.bound)), x.kind)
+        bad = lw.emit(cmp, (x, bound), "b")
+    elif isinstance(c.bound, Const):
+        limit = int_limit(c.bound.value, c.kind)
+        bad = lw.const(limit == "always", "b") if isinstance(limit, str) else lw.emit(cmp, (x, lw.const(limit, "i")), "b")
+    else:
+        rounding = "ceil" if c.kind == "min" else "floor"
+        bad = lw.emit(cmp, (x, lw.scalar(HostScalar(c.bound, "int", rounding), "i")), "b")
+    return lw.allowed(bad, x, sig, c.allow)
+
+
+def _lower_values(lw: _Lowering, k: int, c: ValueSetCheck) -> Val:
+    sig = lw.fields[c.field]
+    x = lw.full_load(c.field)
+    nes = [lw.emit("ne", (x, lw.const(v, x.kind)), "b") for v in comparable_values(c.values, sig.dtype)]
+    bad = nes[0] if nes else lw.const(True, "b")  # no comparable value: every element fails
+    for ne in nes[1:]:
+        bad = lw.emit("and_", (bad, ne), "b")
+    return lw.allowed(bad, x, sig, c.allow)
+
+
+def _lower_finite(lw: _Lowering, k: int, c: FiniteCheck) -> Val:
+    if lw.fields[c.field].kind == "i":
+        return lw.const(False, "b")  # an integer is always finite: nothing to read
+    return lw.emit("not_", (lw.emit("isfinite", (lw.full_load(c.field),), "b"),), "b")
+
+
+def _lower_rule(lw: _Lowering, k: int, c: RuleCheck) -> Val:
+    bad = lw.emit("not_", (lw.truth(lw.expr(c.expr)),), "b")
+    if c.where is not None:
+        bad = lw.emit("and_", (bad, lw.truth(lw.expr(c.where))), "b")
+    return bad
+
+
+_CHECKS: dict[type, Callable[[_Lowering, int, Any], Val]] = {
+    RangeCheck: _lower_range,
+    ValueSetCheck: _lower_values,
+    FiniteCheck: _lower_finite,
+    RuleCheck: _lower_rule,
+}
+_COMPARE = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+_ARITH = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "mod"}
+
+
+def lower(plan: Plan, checks: tuple[DataCheck, ...], fields: Mapping[str, FieldSig]) -> Kernel:
+    """Lower `checks` (the runnable data checks of `plan`, in order) for fields of these signatures.
+
+    Groups are keyed by (axes, holds a reduction), in order of first appearance, as the Triton
+    kernel groups them: a group with a reduction runs per output row and loops over the reduced
+    axes, an element-wise one per element.
+    """
+    lw = _Lowering(plan, fields)
+    keys: dict[tuple, list[int]] = {}
+    for k, c in enumerate(checks):
+        red = isinstance(c, RuleCheck) and (has_reduce(c.expr) or has_reduce(c.where))
+        keys.setdefault((c.axes, red), []).append(k)
+    groups = []
+    for (axes, red), members in keys.items():
+        lw.scope = _Scope([], {}, axes)
+        lw.axes_used.update(dict.fromkeys(axes))
+        bads = tuple((k, lw.check(k, checks[k])) for k in members)
+        loads = lw.scope.loads
+        elementwise = not red and not lw.scope.uses_index and all(
+            all(i is None for i in index) and fields[f].axes == axes for f, index in loads)
+        group_fields = tuple(dict.fromkeys(f for f, _ in loads))
+        groups.append(Group(axes, red, tuple(lw.scope.ops), bads, elementwise, group_fields))
+    subjects = {}
+    for k, c in enumerate(checks):
+        if isinstance(c, RuleCheck):
+            lw.scope = _Scope([], {}, c.axes)
+            value = lw.natural(lw.expr(c.subject))
+            subjects[k] = Subject(tuple(lw.scope.ops), value)
+    used = {f for g in groups for f in g.fields}
+    used |= {f for s in subjects.values() for f in _op_fields(s.ops)}
+    fixed, sizes = {}, []
+    for axis in lw.axes_used:
+        size = _fixed_size(plan, axis)
+        if size is None:
+            sizes.append(axis)
+        else:
+            fixed[axis] = size
+    rows = [k for k, c in enumerate(checks) if plan.batch_dim in c.axes]
+    layout = Layout(len(checks), tuple(rows.index(k) if k in rows else -1 for k in range(len(checks))))
+    ordered = tuple(fields[f.name] for f in plan.fields if f.name in used)
+    return Kernel(plan.spec_name, plan.batch_dim, tuple(checks), ordered, fixed, tuple(sizes),
+                  tuple(lw.scalars), tuple(groups), subjects, layout)
+
+
+def _op_fields(ops: tuple[Op, ...]) -> set[str]:
+    out = set()
+    for op in ops:
+        if op.name == "load":
+            out.add(op.args[0])
+        elif op.name == "reduction":
+            out |= _op_fields(op.args[2])
+    return out
+
+
+def _fixed_size(plan: Plan, axis: str) -> int | None:
+    """The size of a fixed axis (`bbox.2` -> 4), or None for a named dim bound by the batch."""
+    for f in plan.fields:
+        if axis in f.axes:
+            size = f.shape[f.axes.index(axis)]
+            return size if isinstance(size, int) else None
+    return None
+
+
+__all__ = ["BIG", "OPS", "FieldSig", "Group", "HostScalar", "Kernel", "Layout", "Op", "Subject", "Unsupported",
+           "Val", "lower", "missing_ops", "walk"]
