@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -26,10 +27,13 @@ def test_range_with_allowed_sentinel():
     assert found(tc.check({"y": y}, s)) == [("y[1, 1]", "below_min", 1, (1,), -1), ("y[1, 0]", "above_max", 1, (1,), 5)]
 
 
-def test_fractional_bound_on_an_integer_field_rounds_inward():
-    s = spec({"y": {"dtype": "int64", "shape": ["B"], "min": 0.5, "max": 2.5}})
+def test_fractional_bound_is_refused_on_an_integer_field_and_rounds_inward_on_a_mixed_one():
+    with pytest.raises(tc.SpecError, match="fields.y.min: 0.5 is not an integer, but y holds integers"):
+        spec({"y": {"dtype": "int64", "shape": ["B"], "min": 0.5, "max": 2.5}})
+    s = spec({"y": {"dtype": ["int64", "float32"], "shape": ["B"], "min": 0.5, "max": 2.5}})
     assert tc.check({"y": torch.tensor([1, 2])}, s).ok
     assert [v.code for v in tc.check({"y": torch.tensor([0, 3])}, s).violations] == ["below_min", "above_max"]
+    assert [v.code for v in tc.check({"y": torch.tensor([0.5, 2.6])}, s).violations] == ["above_max"]
 
 
 def test_float_bounds_compare_in_float32_like_the_kernel():

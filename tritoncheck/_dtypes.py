@@ -60,6 +60,49 @@ def is_float(dtype: torch.dtype) -> bool:
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+def all_integer(dtypes: tuple[torch.dtype, ...]) -> bool:
+    """True when every accepted dtype is an integer or bool: the field can only hold integers."""
+    return all(not d.is_floating_point for d in dtypes)
+
+
+def int_limit(kind: str, value: int | float) -> int:
+    """A min/max bound for an integer tensor, as an int64 that gives the same verdict.
+
+    A fractional bound rounds inward (x >= 0.5 is x >= 1); NaN bounds nothing (no comparison with
+    NaN holds); a bound past the int64 range is clamped to it, which is exact except where every
+    value fails (min above INT64_MAX, max below INT64_MIN): there the extreme value itself passes.
+    Only bounds over dims, or on fields that also accept floats, get here: a spec whose field
+    holds only integers cannot give a fractional or non-finite number (see `number_problem`).
+    """
+    if isinstance(value, float):
+        if math.isnan(value):
+            return INT64_MIN if kind == "min" else INT64_MAX
+        if math.isinf(value):
+            return INT64_MAX if value > 0 else INT64_MIN
+        value = math.ceil(value) if kind == "min" else math.floor(value)
+    return min(max(int(value), INT64_MIN), INT64_MAX)
+
+
+def number_problem(value: int | float, integers: bool) -> str | None:
+    """Why `value` cannot be a bound, sentinel or set member of a field, or None if it can.
+
+    A field that holds only integers compares exactly, so a fractional, non-finite or
+    out-of-int64 number there is a mistake in the spec (0.5 would silently never match); on a
+    float field only NaN is one, since NaN never compares equal (nor less or greater).
+    """
+    if isinstance(value, bool):
+        return None
+    if integers:
+        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+            return f"{value!r} is not an integer"
+        if not INT64_MIN <= value <= INT64_MAX:
+            return f"{value!r} is outside the int64 range"
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return "nan never compares equal, less or greater; to reject NaN use finite: true"
+    return None
+
+
 def comparable_values(values: tuple[int | float, ...], dtype: torch.dtype) -> tuple[int | float, ...]:
     """The values a field of `dtype` can equal, as every backend compares them (once, here).
 

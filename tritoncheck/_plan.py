@@ -19,10 +19,10 @@ from typing import Any, Literal, Union
 import torch
 
 from . import _expr
-from ._dtypes import dtype_name, expand_dtypes
+from ._dtypes import all_integer, dtype_name, expand_dtypes
 from ._expr import Arange, Binary, Const, Dim, Expr, ExprError, RawIndex, Reduce, Ref, Sym, Unary
 from ._report import Violation
-from ._spec import BatchSpec, SpecError, split_where
+from ._spec import BatchSpec, SpecError, number_error, split_where
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +100,23 @@ class DimCheck:
     text: str
     code: str
     hint: str | None
+    where: Expr | None = None  # checked only where this holds (also over dims only)
     kind: Literal["dim_bound"] = "dim_bound"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexNeed:
+    """A data check reads `field` at `index` along an axis sized by `dim`: it needs dim > index (or >= -index)."""
+
+    field: str
+    axis: int
+    dim: str
+    index: int
+    text: str  # the indexed field as written back, `x[:, 1]`
+
+    @property
+    def min_size(self) -> int:
+        return self.index + 1 if self.index >= 0 else -self.index
 
 
 DataCheck = Union[RangeCheck, ValueSetCheck, FiniteCheck, RuleCheck]
@@ -115,9 +131,10 @@ class Plan:
     dim_checks: tuple[DimCheck, ...]
     unexpected_fields: str
     kind: Literal["plan"] = "plan"
-    # per data check: (fields it reads, dims it needs), so that `bind` does not walk the
-    # expressions again for every batch; derived from `checks`, so left out of ==/hash
-    needs: tuple[tuple[frozenset[str], frozenset[str]], ...] = field(default=(), compare=False, repr=False)
+    # per data check: (fields it reads, dims it needs, indexes into dims it reads), so that `bind`
+    # does not walk the expressions again for every batch; derived from `checks`, so left out of ==/hash
+    needs: tuple[tuple[frozenset[str], frozenset[str], tuple[IndexNeed, ...]], ...] = field(
+        default=(), compare=False, repr=False)
 
     def field(self, name: str) -> FieldPlan:
         return next(f for f in self.fields if f.name == name)
@@ -216,6 +233,10 @@ def compile_plan(spec: BatchSpec) -> Plan:
             if bound is None:
                 continue
             expr = scope.resolve(_expr.parse(bound) if isinstance(bound, str) else Const(bound), f"fields.{name}.{kind}")
+            if isinstance(expr, Const):  # a parameter expression: the same rule as a number in the file
+                problem = number_error(f"fields.{name}.{kind}", name, expr.value, all_integer(fp.dtypes))
+                if problem:
+                    raise SpecError(f"{spec.name}: {problem} ({bound} = {expr.value!r})")
             text = _expr.to_text(expr) if not isinstance(bound, str) else bound
             if isinstance(expr, Const) and str(expr.value) != text:
                 text = f"{text} = {expr.value}"
@@ -234,14 +255,22 @@ def compile_plan(spec: BatchSpec) -> Plan:
         subject = expr.a if isinstance(expr, Binary) and expr.op in ("==", "!=", "<", "<=", ">", ">=") else expr
         refs = _refs(expr) | (_refs(cond) if cond is not None else set())
         if not refs:
+            if _has_arange(expr) or (cond is not None and _has_arange(cond)):
+                raise scope.error(where, f"{r.rule!r} reads no field, and arange() only has a meaning next to one; "
+                                         "write a rule over sizes with the dim itself, as in L <= 512")
+            if not expr_dims(expr) and (cond is None or not expr_dims(cond)):
+                if (cond is None or _truthy(evaluate_scalar(cond, {}))) and not _truthy(evaluate_scalar(expr, {})):
+                    raise scope.error(where, f"{r.rule!r} is false for every batch (with these parameters)")
+                continue  # always true: nothing to check
             owner = r.field or _dim_owner(expr, fields)
-            dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound", r.hint))
+            dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound",
+                                       r.hint, cond))
             continue
         report_field = r.field or _first_ref(expr if _refs(expr) else cond)
         axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
         checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint))
 
-    needs = tuple((frozenset(referenced_fields(c)), frozenset(_check_dims(c))) for c in checks)
+    needs = tuple(_check_needs(c, by_name) for c in checks)
     plan = Plan(spec.name, spec.batch_dim, tuple(fields), tuple(checks), tuple(dim_checks), spec.unexpected_fields,
                 needs=needs)
     spec._plan = plan
@@ -395,6 +424,38 @@ def _dim_owner(expr: Expr, fields: list[FieldPlan]) -> str:
     return fields[0].name
 
 
+def _has_arange(expr: Expr) -> bool:
+    if isinstance(expr, Arange):
+        return True
+    if isinstance(expr, (Unary, Reduce)):
+        return _has_arange(expr.x)
+    if isinstance(expr, Binary):
+        return _has_arange(expr.a) or _has_arange(expr.b)
+    return False
+
+
+def _truthy(value: Any) -> bool:
+    return bool(value) and value == value  # NaN is no verdict of "holds"
+
+
+def _index_needs(expr: Expr | None, fields: Mapping[str, FieldPlan]) -> tuple[IndexNeed, ...]:
+    """Every integer index into an axis sized by a dim, which only a batch can tell is in range."""
+    if isinstance(expr, Ref):
+        shape = fields[expr.field].shape
+        return tuple(IndexNeed(expr.field, axis, shape[axis], i, _expr.to_text(expr))
+                     for axis, i in enumerate(expr.index or ()) if i is not None and isinstance(shape[axis], str))
+    if isinstance(expr, (Unary, Reduce)):
+        return _index_needs(expr.x, fields)
+    if isinstance(expr, Binary):
+        return _index_needs(expr.a, fields) + _index_needs(expr.b, fields)
+    return ()
+
+
+def _check_needs(c: DataCheck, fields: Mapping[str, FieldPlan]) -> tuple[frozenset[str], frozenset[str], tuple[IndexNeed, ...]]:
+    index = _index_needs(c.expr, fields) + _index_needs(c.where, fields) if isinstance(c, RuleCheck) else ()
+    return frozenset(referenced_fields(c)), frozenset(_check_dims(c)), index
+
+
 # ---------------------------------------------------------------------------------------------
 # Binding a batch: host-side metadata checks shared by both backends.
 
@@ -468,9 +529,11 @@ def bind(plan: Plan, batch: Any) -> Bound:
     dim_values = {k: v for k, (v, _) in dims.items()}
     skipped: list[str] = []
     for c in plan.dim_checks:
-        needed = expr_dims(c.expr)
+        needed = expr_dims(c.expr) | (expr_dims(c.where) if c.where is not None else set())
         if not needed <= dim_values.keys():
             skipped.append(c.text)
+            continue
+        if c.where is not None and not _truthy(evaluate_scalar(c.where, dim_values)):
             continue
         if not bool(evaluate_scalar(c.expr, dim_values)):
             value = evaluate_scalar(c.subject, dim_values)
@@ -483,14 +546,27 @@ def bind(plan: Plan, batch: Any) -> Bound:
     if any(v.code == "empty_batch" for v in violations):
         # nothing to read, and `any(labels != -100)` over no samples would report a second, bogus violation
         return Bound(tensors, dims, violations, [*skipped, *(describe(c) for c in plan.checks)], runnable)
-    needs = plan.needs or tuple((frozenset(referenced_fields(c)), frozenset(_check_dims(c))) for c in plan.checks)
-    for c, (fields_needed, dims_needed) in zip(plan.checks, needs, strict=True):
+    needs = plan.needs or tuple(_check_needs(c, {f.name: f for f in plan.fields}) for c in plan.checks)
+    short: dict[tuple[str, int], IndexNeed] = {}  # per (field, axis): the largest index past its size
+    for c, (fields_needed, dims_needed, index_needs) in zip(plan.checks, needs, strict=True):
         if fields_needed & bad_fields or not dims_needed <= dim_values.keys():
             absent_optional = all(plan.field(f).optional and f not in batch for f in fields_needed & bad_fields)
             if not absent_optional or not fields_needed & bad_fields:
                 skipped.append(describe(c))
             continue
+        past = [n for n in index_needs if tensors[n.field].shape[n.axis] < n.min_size]
+        if past:  # never hand a backend an index past a tensor's end
+            for n in past:
+                key = (n.field, n.axis)
+                if key not in short or n.min_size > short[key].min_size:
+                    short[key] = n
+            skipped.append(describe(c))
+            continue
         runnable.append(c)
+    for n in short.values():
+        size, src = dims[n.dim]
+        violations.append(Violation(n.field, "dim_bound", f"{n.text} needs {n.dim} >= {n.min_size}, got {n.dim}={size} (from {src})",
+                                    value=size, index=()))
     return Bound(tensors, dims, violations, skipped, runnable)
 
 
@@ -505,10 +581,12 @@ def _check_dims(c: DataCheck) -> set[str]:
 def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
     """A tensor view of `value` (numpy arrays without a copy), or None and the reason."""
     if isinstance(value, torch.Tensor):
+        if value.is_nested:
+            return None, "a nested tensor is not supported; pad it with torch.nested.to_padded_tensor(x, pad)"
         if value.layout != torch.strided:
             return None, f"a {value.layout} tensor is not supported; convert it with .to_dense()"
-        if value.device.type == "meta":
-            return None, "a meta tensor holds no data to check"
+        if value.device.type == "meta" or _is_fake(value):
+            return None, f"a {'meta' if value.device.type == 'meta' else 'fake'} tensor holds no data to check"
         return value, ""
     module = type(value).__module__
     if module == "numpy":
@@ -517,6 +595,15 @@ def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
         except (TypeError, ValueError) as exc:
             return None, f"a numpy array of dtype {getattr(value, 'dtype', '?')} cannot be checked ({exc})"
     return None, f"expected a tensor or numpy array, got {type(value).__name__}"
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    """A FakeTensor (torch.compile tracing, FakeTensorMode) has shapes but no values to read."""
+    try:
+        from torch._subclasses.fake_tensor import is_fake
+    except ImportError:  # a torch without fake tensors has none to pass us
+        return False
+    return is_fake(t)
 
 
 def _check_meta(fp: FieldPlan, t: torch.Tensor, dims: dict[str, tuple[int, str]], out: list[Violation]) -> bool:
@@ -587,15 +674,32 @@ def evaluate_scalar(expr: Expr, dims: Mapping[str, int]) -> Any:
     if isinstance(expr, Binary):
         a, b = evaluate_scalar(expr.a, dims), evaluate_scalar(expr.b, dims)
         return _SCALAR_OPS[expr.op](a, b)
+    if isinstance(expr, Reduce):  # over a scalar: any/all is its truth, sum is itself
+        x = evaluate_scalar(expr.x, dims)
+        return x if expr.op == "sum" else bool(x != 0)
     raise ExprError(f"{_expr.to_text(expr)} needs batch data")
+
+
+def floor_div(a: int | float, b: int | float) -> int | float:
+    """`a // b` as the backends compute it: integer division by zero gives 0, floats follow IEEE."""
+    if isinstance(a, float) or isinstance(b, float):
+        return torch.div(torch.tensor(float(a), dtype=torch.float64), float(b), rounding_mode="floor").item()
+    return int(a) // int(b) if b else 0
+
+
+def mod(a: int | float, b: int | float) -> int | float:
+    """`a % b` as the backends compute it: integer `a % 0` is `a` (so a == (a // b) * b + a % b), floats IEEE."""
+    if isinstance(a, float) or isinstance(b, float):
+        return torch.remainder(torch.tensor(float(a), dtype=torch.float64), float(b)).item()
+    return int(a) % int(b) if b else int(a)
 
 
 _SCALAR_OPS = {
     "+": lambda a, b: a + b,
     "-": lambda a, b: a - b,
     "*": lambda a, b: a * b,
-    "//": lambda a, b: a // b if b else 0,
-    "%": lambda a, b: a % b if b else 0,
+    "//": floor_div,
+    "%": mod,
     "==": lambda a, b: a == b,
     "!=": lambda a, b: a != b,
     "<": lambda a, b: a < b,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from . import _expr
-from ._dtypes import expand_dtypes
+from ._dtypes import all_integer, expand_dtypes, number_problem
 
 ParamValue = int | float | bool | str | None
 Bound = int | float | str
@@ -120,6 +120,14 @@ class RuleSpec(BaseModel):
         return v
 
 
+def number_error(where: str, field: str, value: int | float, integers: bool) -> str | None:
+    """`fields.labels.allow.0: 0.5 is not an integer, but labels holds integers`, or None if `value` fits."""
+    problem = number_problem(value, integers)
+    if problem is None:
+        return None
+    return f"{where}: {problem}, but {field} holds integers" if integers else f"{where}: {problem}"
+
+
 def split_where(text: str) -> tuple[str, ...]:
     """`labels == -100 where attention_mask == 0` -> ('labels == -100', 'attention_mask == 0')."""
     parts = re.split(r"\s+where\s+", text.strip())
@@ -173,6 +181,15 @@ class BatchSpec(BaseModel):
             named = [e for e in f.shape if isinstance(e, str) and e in dims]
             if len(set(named)) != len(named):
                 raise ValueError(f"fields.{name}.shape repeats a dim; each axis needs its own name")
+        for name, f in self.fields.items():
+            integers = all_integer(expand_dtypes(f.dtype))
+            entries = [(k, getattr(f, k)) for k in ("min", "max") if not isinstance(getattr(f, k), (str, type(None)))]
+            entries += [(f"allow.{i}", v) for i, v in enumerate(f.allow)]
+            entries += [(f"values.{i}", v) for i, v in enumerate(f.values or ())]
+            for key, value in entries:
+                problem = number_error(f"fields.{name}.{key}", name, value, integers)
+                if problem:
+                    raise ValueError(problem)
         known = set(self.fields) | set(self.params) | dims
         for name, f in self.fields.items():
             for key in ("min", "max"):
@@ -304,9 +321,8 @@ def _builtin_dir() -> Path:
     return Path(str(files("tritoncheck.specs")))
 
 
-def read_spec(name_or_path: str | Path) -> BatchSpec:
-    """Read a built-in spec by name, or a YAML file, without filling parameters."""
-    yaml = _import_yaml()
+def _spec_path(name_or_path: str | Path) -> Path:
+    """The file a built-in name or a path refers to."""
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
         if str(name_or_path) not in builtin_spec_names():
@@ -314,6 +330,13 @@ def read_spec(name_or_path: str | Path) -> BatchSpec:
                 f"no built-in spec named {str(name_or_path)!r}; built-ins: {', '.join(builtin_spec_names())}"
             )
         path = _builtin_dir() / f"{name_or_path}.yaml"
+    return path
+
+
+def read_spec(name_or_path: str | Path) -> BatchSpec:
+    """Read a built-in spec by name, or a YAML file, without filling parameters."""
+    yaml = _import_yaml()
+    path = _spec_path(name_or_path)
     if not path.is_file():
         raise SpecError(f"spec file not found: {path}")
     try:
@@ -335,6 +358,10 @@ def load_spec(name_or_path: str | Path, config: Any = None, **params: ParamValue
     """
     from ._plan import compile_plan
 
-    spec = read_spec(name_or_path).with_params(config, **params)
-    compile_plan(spec)  # raises SpecError now (missing parameter, bad size) rather than at the first batch
+    spec = read_spec(name_or_path)
+    try:
+        spec = spec.with_params(config, **params)
+        compile_plan(spec)  # raises SpecError now (missing parameter, bad size) rather than at the first batch
+    except SpecError as exc:
+        raise SpecError(f"{_spec_path(name_or_path)}: {exc}") from None
     return spec

@@ -5,6 +5,11 @@ On a valid batch each field is read about once: one `aminmax` per field settles 
 value-set and finiteness checks together. Only when that summary cannot clear a check (a value
 is out of range, a sentinel such as -100 is present, a NaN turned up) does a second pass build
 the violation mask and locate the offenders.
+
+An expanded view (`torch.tensor([1]).expand(2**40)`, zero strides) is checked on its stored
+values only: every zero-stride axis is cut to size 1 (`compact`), masks keep size 1 along the
+axes no operand varies on, and counts, first indices and samples are scaled back to the full
+view, so nothing allocates in proportion to a view's logical size.
 """
 
 from __future__ import annotations
@@ -15,24 +20,37 @@ from typing import Any
 
 import torch
 
-from ._dtypes import compute_dtype
+from ._dtypes import comparable_values, compute_dtype, int_limit
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
-from ._plan import Bound, DataCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, describe, evaluate_scalar
+from ._plan import Bound, DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, describe, evaluate_scalar
 from ._report import Violation
+
+# samples listed for a violation along an expanded (zero-stride) batch axis, where every sample is bad
+MAX_EXPANDED_SAMPLES = 2**16
 
 
 def run(plan: Plan, bound: Bound) -> list[Violation]:
     """Every data check of `plan` that `bind` found runnable, as violations."""
     ctx = _Context(plan, bound)
     out = []
-    for check in bound.runnable:
-        bad = ctx.bad_mask(check)
-        if bad is None:
-            continue
-        count, samples, index = locate(bad, check.axes, plan.batch_dim)
-        if count:
-            out.append(make_violation(check, ctx, count, samples, index))
+    with torch.no_grad():  # a batch that requires grad must not grow a graph here
+        for check in bound.runnable:
+            bad = ctx.bad_mask(check)
+            if bad is None:
+                continue
+            count, samples, index = locate(bad, check.axes, plan.batch_dim, ctx.sizes)
+            if count:
+                out.append(make_violation(check, ctx, count, samples, index))
     return out
+
+
+def compact(t: torch.Tensor) -> torch.Tensor:
+    """`t` with every expanded (zero-stride) axis cut to size 1: the same values, each read once."""
+    stride = t.stride()
+    if 0 not in stride:
+        return t
+    size = [1 if s == 0 and n > 1 else n for n, s in zip(t.shape, stride, strict=True)]
+    return t.as_strided(size, stride, t.storage_offset())
 
 
 class _Context:
@@ -42,14 +60,22 @@ class _Context:
         self.plan = plan
         self.bound = bound
         self.dims = bound.dim_values()
-        self.sizes: dict[str, int] = {}
+        self.sizes: dict[str, int] = dict(self.dims)  # a dim bound by a field that failed its own checks counts too
         for name, t in bound.tensors.items():
             for axis, size in zip(plan.field(name).axes, t.shape, strict=True):
                 self.sizes[axis] = size
         self._summary: dict[str, tuple[Any, Any] | None] = {}
+        self._compact: dict[str, torch.Tensor] = {}
+
+    def stored(self, name: str) -> torch.Tensor:
+        """The field with its expanded axes cut to size 1 (see `compact`)."""
+        if name not in self._compact:
+            self._compact[name] = compact(self.bound.tensors[name])
+        return self._compact[name]
 
     def tensor(self, name: str) -> torch.Tensor:
-        t = self.bound.tensors[name]
+        """The field's stored values in the compute dtype (size 1 along expanded axes)."""
+        t = self.stored(name)
         return t.to(compute_dtype(t.dtype))
 
     def summary(self, name: str) -> tuple[int | float, int | float] | None:
@@ -61,7 +87,7 @@ class _Context:
         pass in the compute dtype would clear too.
         """
         if name not in self._summary:
-            t = self.bound.tensors[name]
+            t = self.stored(name)
             if t.numel() == 0:
                 self._summary[name] = None
             else:
@@ -70,42 +96,48 @@ class _Context:
         return self._summary[name]
 
     def bound_value(self, check: RangeCheck) -> int | float:
+        """The bound as the field's compute dtype compares it (an int64 for an integer field)."""
         value = evaluate_scalar(check.bound, self.dims)
-        if not self.bound.tensors[check.field].dtype.is_floating_point and isinstance(value, float):
-            # an integer field against a fractional bound: compare ints with ints
-            value = math.ceil(value) if check.kind == "min" else math.floor(value)
-        return value
+        if not self.bound.tensors[check.field].dtype.is_floating_point:
+            return int_limit(check.kind, value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer past the float range (a product of dims)
+            return math.inf if value > 0 else -math.inf
 
     def bad_mask(self, check: DataCheck) -> torch.Tensor | None:
         """A bool tensor over `check.axes`, True where the check fails; None when the summary clears it."""
         if isinstance(check, RuleCheck):
             if self._settled_by_summary(check) or self.interval(check.expr) == (1, 1):
                 return None  # settled by the fields' (min, max) and the dims, without touching data
-            ok = self.evaluate(check.expr, check.axes).to(torch.bool)
+            ok = self.values(check.expr, check.axes).to(torch.bool)
             if check.where is None:
                 return None if bool(ok.all()) else ~ok  # one reduction + read instead of ~ok and a count
-            bad = ~ok & self.evaluate(check.where, check.axes).to(torch.bool)
+            bad = ~ok & self.values(check.where, check.axes).to(torch.bool)
             return bad if bool(bad.any()) else None
         summary = self.summary(check.field)
         if summary is None:
             return None
         mn, mx = summary
+        if isinstance(check, FiniteCheck):
+            if math.isfinite(mn) and math.isfinite(mx):
+                return None
+            return ~torch.isfinite(self.tensor(check.field))
+        dtype = self.bound.tensors[check.field].dtype
+        allow = comparable_values(check.allow, dtype)
         if isinstance(check, RangeCheck):
             limit = self.bound_value(check)
             if (mn >= limit) if check.kind == "min" else (mx <= limit):
                 return None  # NaN compares False, so a NaN min/max falls through to the exact pass
             x = self.tensor(check.field)
             bad = x < limit if check.kind == "min" else x > limit
-        elif isinstance(check, ValueSetCheck):
-            if _covers(mn, mx, check.values + check.allow):
+        else:  # ValueSetCheck: no value of the set that the field cannot equal means every value fails
+            values = comparable_values(check.values, dtype)
+            if _covers(mn, mx, values + allow):
                 return None
             x = self.tensor(check.field)
-            bad = ~torch.isin(x, torch.tensor(check.values, dtype=x.dtype, device=x.device))
-        else:  # FiniteCheck
-            if math.isfinite(mn) and math.isfinite(mx):
-                return None
-            return ~torch.isfinite(self.tensor(check.field))
-        for a in check.allow:  # a sentinel or two (-100): one compare each, where isin sorts
+            bad = ~torch.isin(x, torch.tensor(values, dtype=x.dtype, device=x.device))
+        for a in allow:  # a sentinel or two (-100): one compare each, where isin sorts
             bad &= x != a
         return bad
 
@@ -138,7 +170,7 @@ class _Context:
                 return None
             return self.summary(expr.field)  # a selection lies within the whole field's range
         if isinstance(expr, Arange):
-            return 0, max(self.sizes.get(expr.dim, self.dims[expr.dim]) - 1, 0)
+            return 0, max(self.sizes[expr.dim] - 1, 0)
         if isinstance(expr, Reduce):
             x = self.interval(expr.x)
             if x is None:
@@ -174,11 +206,15 @@ class _Context:
         return None
 
     def evaluate(self, expr: Expr, axes: tuple[str, ...]) -> torch.Tensor:
-        """`expr` as a tensor laid out over `axes` (broadcast by axis name)."""
+        """`expr` as a tensor laid out over `axes` (broadcast by axis name, expanded to full size)."""
+        return self.values(expr, axes).expand([self.sizes[a] for a in axes])
+
+    def values(self, expr: Expr, axes: tuple[str, ...]) -> torch.Tensor:
+        """`expr` laid out over `axes`, of size 1 along every axis that no operand varies on."""
         value, own = self._eval(expr)
         if not isinstance(value, torch.Tensor):
             value = torch.tensor(value)
-        return _align(value, own, axes, self.sizes)
+        return _align(value, own, axes, None)
 
     def _eval(self, expr: Expr) -> tuple[Any, tuple[str, ...]]:
         if isinstance(expr, Const):
@@ -187,25 +223,24 @@ class _Context:
             return self.dims[expr.name], ()
         if isinstance(expr, Arange):
             device = next(iter(self.bound.tensors.values())).device
-            return torch.arange(self.sizes.get(expr.dim, self.dims[expr.dim]), device=device), (expr.dim,)
+            return torch.arange(self.sizes[expr.dim], device=device), (expr.dim,)
         if isinstance(expr, Ref):
             t = self.tensor(expr.field)
             axes = self.plan.field(expr.field).axes
             for axis in reversed(range(len(expr.index))):  # select from the back so positions stay valid
-                if expr.index[axis] is not None:
-                    t = t.select(axis, expr.index[axis])
+                if expr.index[axis] is not None:  # (in range: `bind` checked it; an expanded axis holds one value)
+                    t = t.select(axis, expr.index[axis] if t.shape[axis] != 1 else 0)
             return t, tuple(a for a, i in zip(axes, expr.index, strict=True) if i is None)
         if isinstance(expr, Unary):
             x, axes = self._eval(expr.x)
             if not isinstance(x, torch.Tensor):
                 return evaluate_scalar(Unary(expr.op, Const(x)), {}), ()
-            if expr.op == "neg":
-                return -x, axes
             if expr.op == "not":
                 return ~x.to(torch.bool), axes
-            if expr.op == "abs":
-                return x.abs(), axes
-            return torch.isfinite(x), axes
+            if expr.op == "isfinite":
+                return torch.isfinite(x), axes
+            x = _number(x)
+            return (-x if expr.op == "neg" else x.abs()), axes
         if isinstance(expr, Binary):
             a, a_axes = self._eval(expr.a)
             b, b_axes = self._eval(expr.b)
@@ -224,7 +259,10 @@ class _Context:
             red = tuple(range(len(axes))) if expr.dims is None else tuple(axes.index(d) for d in expr.dims)
             keep = () if expr.dims is None else tuple(a for a in axes if a not in expr.dims)
             if expr.op == "sum":
-                out = x.to(torch.int64).sum(dim=red) if x.dtype == torch.bool else x.sum(dim=red)
+                out = _number(x).sum(dim=red)
+                spread = math.prod(self.sizes[axes[i]] for i in red if x.shape[i] == 1)
+                if spread != 1:  # an expanded axis: each stored value stands for `spread` equal ones
+                    out = out * spread
             elif expr.op == "any":
                 out = (x != 0).any(dim=red) if red else x != 0
             else:
@@ -238,15 +276,36 @@ def _binary(op: str, a: Any, b: Any) -> torch.Tensor:
         a = a.to(torch.bool) if isinstance(a, torch.Tensor) else bool(a)
         b = b.to(torch.bool) if isinstance(b, torch.Tensor) else bool(b)
         return (a & b) if op == "&" else (a | b)
-    if op == "//":
-        return torch.div(a, b, rounding_mode="floor") if isinstance(a, torch.Tensor) else torch.div(torch.tensor(a), b, rounding_mode="floor")
-    if op == "%":
-        return torch.remainder(a, b) if isinstance(a, torch.Tensor) else torch.remainder(torch.tensor(a), b)
+    if op in ("+", "-", "*", "//", "%"):
+        a, b = _number(a), _number(b)
+    if op in ("//", "%"):
+        return _div(op, a, b)
     return {
         "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
         "==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b,
         "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
     }[op]()
+
+
+def _number(x: Any) -> Any:
+    """Bools count as 0/1 in arithmetic, as int64 (torch would add them as logical or)."""
+    if isinstance(x, torch.Tensor):
+        return x.to(torch.int64) if x.dtype == torch.bool else x
+    return int(x) if isinstance(x, bool) else x
+
+
+def _div(op: str, a: Any, b: Any) -> torch.Tensor:
+    """`a // b` or `a % b`; integer division by zero gives `a // 0 == 0` and `a % 0 == a`, floats IEEE."""
+    device = (a if isinstance(a, torch.Tensor) else b).device
+    a, b = (x if isinstance(x, torch.Tensor) else torch.tensor(x, device=device,
+            dtype=torch.float64 if isinstance(x, float) else torch.int64) for x in (a, b))
+    if a.is_floating_point() or b.is_floating_point():
+        return torch.div(a, b, rounding_mode="floor") if op == "//" else torch.remainder(a, b)
+    zero = b == 0
+    safe = torch.where(zero, torch.ones_like(b), b)
+    if op == "//":
+        return torch.where(zero, 0, torch.div(a, safe, rounding_mode="floor"))
+    return torch.where(zero, a, torch.remainder(a, safe))
 
 
 def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: Mapping[str, int] | None) -> torch.Tensor:
@@ -266,26 +325,40 @@ def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: 
 
 
 def _covers(mn: int | float, mx: int | float, values: tuple[int | float, ...]) -> bool:
-    """True if every integer in [mn, mx] is an allowed value (so the summary settles a value set)."""
+    """True if every integer in [mn, mx] is an allowed value (so the summary settles a value set).
+
+    `values` are comparable values of an integer field (`comparable_values`), so all integers.
+    """
     if isinstance(mn, float) or isinstance(mx, float):
         return False
     lo, hi = int(mn), int(mx)
-    return hi - lo < 4096 and set(range(lo, hi + 1)) <= {v for v in values if float(v).is_integer()}
+    return hi - lo < 4096 and set(range(lo, hi + 1)) <= set(values)
 
 
-def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """Count the True entries, list the batch positions holding one, and find the first (row-major)."""
+def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
+           sizes: Mapping[str, int]) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """Count the True entries, list the batch positions holding one, and find the first (row-major).
+
+    `bad` may keep size 1 along an axis whose full size (`sizes`) is larger, where the values do
+    not vary (an expanded view): each entry then counts for the whole axis, the first index is
+    still the row-major first (position 0 along that axis), and along the batch axis every
+    sample holds it (the first MAX_EXPANDED_SAMPLES are listed).
+    """
     count = int(bad.sum())
     if count == 0:
         return 0, (), ()
+    count *= math.prod(sizes[a] for a, n in zip(axes, bad.shape, strict=True) if n == 1)
     flat = bad.reshape(-1)
     first = int(torch.argmax(flat.to(torch.uint8)))
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), bad.shape)) if bad.dim() else ()
     samples: tuple[int, ...] = ()
     if batch_dim in axes:
         b = axes.index(batch_dim)
-        per_sample = bad.transpose(0, b).reshape(bad.shape[b], -1).any(dim=1)
-        samples = tuple(int(i) for i in per_sample.nonzero().flatten())
+        if bad.shape[b] == 1:
+            samples = tuple(range(min(sizes[batch_dim], MAX_EXPANDED_SAMPLES)))
+        else:
+            per_sample = bad.transpose(0, b).reshape(bad.shape[b], -1).any(dim=1)
+            samples = tuple(int(i) for i in per_sample.nonzero().flatten())
     return count, samples, index
 
 
@@ -295,9 +368,10 @@ def make_violation(check: DataCheck, ctx: _Context, count: int, samples: tuple[i
     Shared by both backends, so that the value, rule text and hint match exactly.
     """
     if isinstance(check, RuleCheck):
-        value = _python(ctx.evaluate(check.subject, check.axes)[index] if index or check.axes else ctx.evaluate(check.subject, ()))
+        value = _python(_at(ctx.values(check.subject, check.axes), index))
     else:
-        value = _python(ctx.tensor(check.field)[index])
+        stored = _at(ctx.stored(check.field), index)
+        value = _python(stored.to(compute_dtype(stored.dtype)))
     rule = describe(check)
     if isinstance(check, RangeCheck):
         limit = ctx.bound_value(check)
@@ -307,6 +381,11 @@ def make_violation(check: DataCheck, ctx: _Context, count: int, samples: tuple[i
         if dims:
             rule += " (" + ", ".join(f"{d}={ctx.dims[d]} from {ctx.bound.dims[d][1]}" for d in dims) + ")"
     return Violation(check.field, check.code, rule, samples, count, index, value, _hint(check, value))
+
+
+def _at(t: torch.Tensor, index: tuple[int, ...]) -> torch.Tensor:
+    """`t[index]`, where an axis of size 1 stands for the whole axis (an expanded view, or a broadcast)."""
+    return t[tuple(0 if n == 1 else i for i, n in zip(index, t.shape, strict=True))]
 
 
 def _dims_of(expr: Expr) -> set[str]:
