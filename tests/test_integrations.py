@@ -74,7 +74,7 @@ def test_hf_trainer_stops_on_a_bad_batch_and_trains_with_skip(hf, tmp_path):
     trainer = _trainer(transformers, tmp_path, tc.IndexedDataset(data), collate, steps=2)
     out = trainer.train()
     assert out.global_step == 2  # one epoch of 8 samples: every sample was drawn once
-    assert collate.stats() == {"mode": "skip", "samples": 2, "indices": [1, 6], "codes": {"above_max": 2}}
+    assert collate.stats() == {"mode": "skip", "samples": 2, "indices": [1, 6], "codes": {"above_max": 2}, "failed_writes": 0}
 
 
 def test_lightning_callback_validates_each_training_batch():
