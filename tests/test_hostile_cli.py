@@ -380,3 +380,18 @@ def test_pickle_payloads_in_batch_files_never_run(tmp_path, capsys):
     report = json.loads(out[out.index("{"):])
     assert sorted(Path(e["source"]).name for e in report["violations"] if e["code"] == "unreadable") == ["evil.npz", "evil.pt"]
     assert not marker.exists()
+
+
+def test_a_closed_pipe_is_not_an_internal_error(monkeypatch, capsys):
+    """`tritoncheck specs | head -1`: the reader went away; exit quietly, not with exit code 3."""
+    import io
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    from tritoncheck.cli import main
+
+    assert main(["specs"]) == 0
+    assert "internal error" not in capsys.readouterr().err

@@ -12,6 +12,7 @@ Exit codes, the same for every subcommand:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -44,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         return int(args.run(args))
+    except BrokenPipeError:  # `tritoncheck ... | head` closed the pipe: not an error of ours
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so the interpreter's final flush is silent
+        return 0
     except Exception as exc:  # every user mistake is handled below this: what is left is a bug
         if args.debug or os.environ.get("TRITONCHECK_DEBUG", "") not in ("", "0"):
             say(traceback.format_exc().rstrip(), file=sys.stderr)
