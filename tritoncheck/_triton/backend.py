@@ -18,7 +18,7 @@ import torch
 import triton.language as tl
 
 from .. import _torch_backend
-from .._plan import Bound, Plan, evaluate_scalar, referenced_fields
+from .._plan import Bound, Plan, referenced_fields
 from .._report import Violation
 from . import codegen
 from .codegen import BIG, Program, Unsupported
@@ -109,9 +109,7 @@ def launch(plan: Plan, bound: Bound) -> Pending:
     for name, axes in program.reduces:
         args[name] = math.prod(sizes[a] for a in axes)
     for k, name in program.limits.items():
-        check = program.checks[k]
-        value = evaluate_scalar(check.bound, ctx.dims)
-        args[name] = codegen.int_limit(check.kind, value) if not bound.tensors[check.field].dtype.is_floating_point else value
+        args[name] = ctx.bound_value(program.checks[k])
     end = 0
     for i, g in enumerate(program.groups):
         numel = math.prod(sizes[a] for a in g.axes)

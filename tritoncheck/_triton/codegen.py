@@ -137,7 +137,8 @@ class _Gen:
             end = self.ns.create_name(f"end_{g_i}")
             ends.append(end)
             kw = "if" if g_i == 0 else "elif"
-            body.writeline(f"# group {g_i}: over [{comment(', '.join(g.axes))}] - " + "; ".join(comment(describe(self.checks[k])) for k in g.checks))
+            checks = "; ".join(comment(describe(self.checks[k])) for k in g.checks)
+            body.writeline(f"# group {g_i}: over [{_words(g.axes)}] - {checks}")
             body.writeline(f"{kw} pid < {end}:")
             with body.indent():
                 start = "0" if g_i == 0 else ends[g_i - 1]
@@ -251,7 +252,8 @@ class _Gen:
             op = "<" if c.kind == "min" else ">"
             cond = f"{x} {op} {self.limit(k, c, kind)}"
         else:  # an empty set (nothing the dtype can equal) fails every element
-            cond = " & ".join(f"({x} != {self.const(v, kind)})" for v in self.comparable(c.field, c.values)) or f"({x} == {x}) | ({x} != {x})"
+            values = self.comparable(c.field, c.values)
+            cond = " & ".join(f"({x} != {self.const(v, kind)})" for v in values) or f"({x} == {x}) | ({x} != {x})"
         allow = () if isinstance(c, FiniteCheck) else self.comparable(c.field, c.allow)
         if allow:
             cond = f"({cond})" + "".join(f" & ({x} != {self.const(v, kind)})" for v in allow)
@@ -263,9 +265,17 @@ class _Gen:
         return comparable_values(values, self.dtypes[f])
 
     def limit(self, k: int, c: RangeCheck, kind: str) -> str:
-        if isinstance(c.bound, Const):
-            value = c.bound.value
-            return self.const(int_limit(c.kind, value) if kind == "i" else value, kind)
+        """A bound as a literal when it is one exactly, else a runtime argument.
+
+        The argument gets the torch backend's bound value at launch, so a bound that no literal of
+        the field's kind states (0.5, inf or 1e30 against integers, 10**30 against floats) follows
+        the one rule there.
+        """
+        value = c.bound.value if isinstance(c.bound, Const) else None
+        if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX:
+            return self.const(value, kind)
+        if isinstance(value, float) and kind != "i":
+            return self.const(value, kind)
         name = self.ns.create_name(f"limit_{k}")
         self.limits[k] = name
         return name
@@ -486,9 +496,11 @@ class _Gen:
         lines.append("fields:")
         used = [f for f in plan.fields if f.name in self.fields]
         for f in used:
-            lines.append(f"  {comment(f.name)}: {dtype_name(self.dtypes[f.name])} [{_words(f.shape_text)}]  (axes {_words(f.axes)})")
+            dtype = dtype_name(self.dtypes[f.name])
+            lines.append(f"  {comment(f.name)}: {dtype} [{_words(f.shape_text)}]  (axes {_words(f.axes)})")
         dims = sorted({a for f in used for a in f.shape if isinstance(a, str)})
-        lines.append(f"dims: {_words(dims) or '-'} (batch dim {comment(plan.batch_dim)}); sizes and strides are runtime arguments")
+        lines.append(f"dims: {_words(dims) or '-'} (batch dim {comment(plan.batch_dim)}); "
+                     "sizes and strides are runtime arguments")
         lines.append("checks:")
         for k, c in enumerate(self.checks):
             lines.append(f"  [{k}] {comment(c.code)}: {comment(describe(c))}  over [{_words(c.axes)}]")
@@ -502,11 +514,13 @@ class _Gen:
                     if item not in reads:
                         reads.append(item)
             unit = "rows" if g.reduce else "elements"
-            lines.append(f"  {g_i}: [{_words(g.axes)}], {g.block} {unit} per program, checks {g.checks}; reads {', '.join(reads)}")
+            lines.append(f"  {g_i}: [{_words(g.axes)}], {g.block} {unit} per program, checks {g.checks}; "
+                         f"reads {', '.join(reads)}")
         for f in used:
             numel = "*".join(str(s) if isinstance(s, int) else comment(s) for s in f.shape) or "1"
             total.append(f"{self.dtypes[f.name].itemsize}*{numel}")
-        lines.append(f"bytes read, at least (each field once): {' + '.join(total) or '0'}; a field used by several groups is read by each")
+        lines.append(f"bytes read, at least (each field once): {' + '.join(total) or '0'}; "
+                     "a field used by several groups is read by each")
         lines.append(f"writes: nothing on a valid batch; on violations int64 counts into {2}*{len(self.checks)} + "
                      f"{comment(plan.batch_dim)}*{sum(plan.batch_dim in c.axes for c in self.checks)} slots")
         return [f"# {line}" if line else "#" for line in lines]
@@ -515,22 +529,6 @@ class _Gen:
 def _words(items) -> str:
     """Names or text from the spec, each made safe for a comment, comma-separated."""
     return ", ".join(comment(x) for x in items)
-
-
-def int_limit(kind: str, value: int | float) -> int:
-    """A min/max bound for an integer field, as an int64 that gives the same verdict.
-
-    A fractional bound rounds inward (x >= 0.5 is x >= 1); NaN bounds nothing (no comparison with
-    NaN holds); a bound past the int64 range is clamped to it, which is exact except where every
-    value fails (min above INT64_MAX, max below INT64_MIN): there the extreme value itself passes.
-    """
-    if isinstance(value, float):
-        if math.isnan(value):
-            return INT64_MIN if kind == "min" else INT64_MAX
-        if math.isinf(value):
-            return INT64_MAX if value > 0 else INT64_MIN
-        value = math.ceil(value) if kind == "min" else math.floor(value)
-    return min(max(int(value), INT64_MIN), INT64_MAX)
 
 
 def _axes(plan: Plan, e: Expr) -> tuple[str, ...]:
