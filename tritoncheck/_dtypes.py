@@ -65,22 +65,24 @@ def all_integer(dtypes: tuple[torch.dtype, ...]) -> bool:
     return all(not d.is_floating_point for d in dtypes)
 
 
-def int_limit(kind: str, value: int | float) -> int:
-    """A min/max bound for an integer tensor, as an int64 that gives the same verdict.
+def int_limit(value: int | float, side: str) -> int | str:
+    """The int64 bound an integer field is compared with, exactly: `x < value` (side "min") or
+    `x > value` (side "max"); "always"/"never" where no int64 bound expresses it (NaN, inf, huge).
 
-    A fractional bound rounds inward (x >= 0.5 is x >= 1); NaN bounds nothing (no comparison with
-    NaN holds); a bound past the int64 range is clamped to it, which is exact except where every
-    value fails (min above INT64_MAX, max below INT64_MIN): there the extreme value itself passes.
-    Only bounds over dims, or on fields that also accept floats, get here: a spec whose field
-    holds only integers cannot give a fractional or non-finite number (see `number_problem`).
+    A fractional bound rounds inward (x >= 0.5 is x >= 1). Only bounds over dims, or on fields
+    that also accept floats, get here with such values: a field that holds only integers cannot be
+    given a fractional or non-finite number (see `number_problem`).
     """
     if isinstance(value, float):
         if math.isnan(value):
-            return INT64_MIN if kind == "min" else INT64_MAX
+            return "never"
         if math.isinf(value):
-            return INT64_MAX if value > 0 else INT64_MIN
-        value = math.ceil(value) if kind == "min" else math.floor(value)
-    return min(max(int(value), INT64_MIN), INT64_MAX)
+            return "always" if (value > 0) == (side == "min") else "never"
+        value = math.ceil(value) if side == "min" else math.floor(value)
+    value = int(value)
+    if side == "min":
+        return "always" if value > INT64_MAX else "never" if value <= INT64_MIN else value
+    return "always" if value < INT64_MIN else "never" if value >= INT64_MAX else value
 
 
 def number_problem(value: int | float, integers: bool) -> str | None:

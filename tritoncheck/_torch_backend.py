@@ -99,7 +99,10 @@ class _Context:
         """The bound as the field's compute dtype compares it (an int64 for an integer field)."""
         value = evaluate_scalar(check.bound, self.dims)
         if not self.bound.tensors[check.field].dtype.is_floating_point:
-            return int_limit(check.kind, value)
+            limit = int_limit(value, check.kind)
+            if isinstance(limit, str):  # every int64 fails ("always") or none does: infinities compare exactly
+                return math.inf if (limit == "always") == (check.kind == "min") else -math.inf
+            return limit
         try:
             return float(value)
         except OverflowError:  # an integer past the float range (a product of dims)
