@@ -13,6 +13,10 @@ check k (so `atomic_max` keeps the first), slot K + k the count of a check witho
 and a row of `B` per-sample counts after 2K for each check over the batch axis. A program that
 finds nothing wrong writes nothing.
 
+A spec is untrusted input: the source is assembled from the plan's structured values, every
+identifier comes from `_source.NameSpace` and any spec text (names, rule, bound and shape text)
+reaches it only through `_source.comment`, as `#` comment lines.
+
 Generated source is written to a real file (Triton's JIT reads it with `inspect`), atomically,
 under TRITONCHECK_CACHE_DIR (default ~/.cache/tritoncheck).
 """
