@@ -289,7 +289,7 @@ def test_floor_division_remainder_and_logic_follow_torch(dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_nan_and_fractional_bounds_follow_torch(dtype):
     fields = {"x": {"dtype": "float", "shape": ["B", "L"], "min": -0.1, "max": 0.3, "allow": [-1.5]},
-              "m": {"dtype": "int", "shape": ["B", "L"], "min": 0.5, "max": 2.5, "values": [1, 2, 7]},
+              "m": {"dtype": ["int", "float"], "shape": ["B", "L"], "min": 0.5, "max": 2.5, "values": [1, 2, 7]},
               "v": {"dtype": "float", "shape": ["B"], "values": [0.1, 0.2], "finite": True}}
     spec = _custom(["x < v + 0.2 where m != 1", "x == x"], fields)
     # 0.3000000001 lies between 0.3 and float32(0.3): only a float64 comparison flags it
