@@ -281,3 +281,22 @@ def test_indexed_dataset_keeps_keys_and_makes_integer_indices_ints():
     assert data["ok"] == Indexed("ok", 2) and data["../escaped/x"].index == "../escaped/x"
     index = tc.IndexedDataset([5, 6, 7])[torch.tensor(2)].index
     assert index == 2 and type(index) is int
+
+
+def test_indexed_hf_dataset_stays_a_datasets_dataset_and_carries_indices_into_spawned_workers(tmp_path):
+    """The Trainer's column removal (remove_columns) keeps the wrapper; workers get it pickled."""
+    datasets = pytest.importorskip("datasets")
+    rows = [ToyDataset()[i] for i in range(N)]
+    ds = datasets.Dataset.from_dict({
+        "text": [f"sample {i}" for i in range(N)],
+        "input_ids": [r["input_ids"].tolist() for r in rows],
+        "labels": [int(r["labels"]) for r in rows],
+    }).with_format("torch")
+    indexed = tc.IndexedDataset(ds).remove_columns("text")
+    assert isinstance(indexed, datasets.Dataset) and indexed.column_names == ["input_ids", "labels"]
+    assert torch.equal(indexed[3]["input_ids"], ds[3]["input_ids"])  # rows read as before
+    assert indexed.__getitems__([7, 1])[0].index == 7
+    collate = tc.ValidatingCollate(make_spec(), on_error="skip", log_dir=tmp_path)
+    batches = list(DataLoader(indexed, batch_size=4, num_workers=2, collate_fn=collate, multiprocessing_context="spawn"))
+    assert seen_indices(batches) == sorted(set(range(N)) - BAD)
+    assert collate.stats()["indices"] == sorted(BAD)

@@ -77,6 +77,42 @@ def test_hf_trainer_stops_on_a_bad_batch_and_trains_with_skip(hf, tmp_path):
     assert collate.stats() == {"mode": "skip", "samples": 2, "indices": [1, 6], "codes": {"above_max": 2}, "failed_writes": 0}
 
 
+def word_tokenizer(transformers):
+    """A real fast tokenizer built here (no download): w0..w47 are ids 2..49, [PAD] is 0."""
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(VOCAB - 2)}}
+    inner = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    inner.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=inner, pad_token="[PAD]", unk_token="[UNK]")
+
+
+def test_hf_trainer_on_a_datasets_dataset_with_a_text_column_records_dataset_indices(hf, tmp_path):
+    """The Trainer drops the text column of an IndexedDataset-wrapped datasets.Dataset as it would of the
+    dataset itself, so DataCollatorWithPadding never sees it, and skipped rows are named by dataset index."""
+    pytest.importorskip("accelerate")
+    datasets = pytest.importorskip("datasets")
+    transformers, ValidatingDataCollator = hf
+    tok = word_tokenizer(transformers)
+    texts = [" ".join(f"w{(i + j) % 40}" for j in range(2 + i % 3)) for i in range(8)]  # ragged: 2 to 4 tokens
+    ds = datasets.Dataset.from_dict({"text": texts, "label": [i % 3 for i in range(8)]})
+    ds = ds.map(lambda rows: tok(rows["text"]), batched=True)
+    bad_rows = {2, 5}
+    ds = ds.map(lambda row, i: {"input_ids": [VOCAB + 3] + row["input_ids"][1:] if i in bad_rows else row["input_ids"]},
+                with_indices=True)
+    assert ds.column_names == ["text", "label", "input_ids", "attention_mask"]
+
+    indexed = tc.IndexedDataset(ds)
+    assert isinstance(indexed, datasets.Dataset) and indexed[3] == ds[3]  # still the user's dataset to the Trainer
+    spec = tc.load_spec("bert-sequence-classification", config=bert_config(transformers))
+    collate = ValidatingDataCollator(transformers.DataCollatorWithPadding(tok), spec, on_error="skip",
+                                     log_dir=tmp_path / "skipped")
+    trainer = _trainer(transformers, tmp_path, indexed, collate, steps=2)
+    assert trainer.train().global_step == 2  # one epoch: every row drawn once
+    assert collate.stats() == {"mode": "skip", "samples": 2, "indices": sorted(bad_rows), "codes": {"above_max": 2},
+                               "failed_writes": 0}
+    assert all(v["field"] == "input_ids" for r in collate.records() for v in r["violations"])
+
+
 def test_lightning_callback_validates_each_training_batch():
     L = pytest.importorskip("lightning")
     from tritoncheck.integrations.lightning import TritoncheckCallback

@@ -25,11 +25,13 @@ also removes what a killed worker leaves behind (temporary files, a `.pt` withou
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import operator
 import os
 import re
+import sys
 import tempfile
 import uuid
 from collections import Counter
@@ -61,7 +63,18 @@ class IndexedDataset:
 
     `ValidatingCollate` unwraps the `Indexed(index, sample)` pairs, so skipped and quarantined
     samples, and the error raised for a bad batch, name dataset indices rather than batch positions.
+
+    A Hugging Face `datasets.Dataset` stays a `datasets.Dataset`: `IndexedDataset(ds)` returns a
+    view of it (the same Arrow tables, nothing copied) that differs only in what a DataLoader
+    fetches: `Indexed` pairs from `__getitems__`. `ds[i]`, its columns and formats are unchanged, so
+    the `transformers.Trainer` still removes the columns its model does not take (a text column)
+    before the collator sees a row.
     """
+
+    def __new__(cls, dataset: Any):
+        if _is_hf_dataset(dataset):
+            return _retype(dataset, _indexed_hf_class())
+        return super().__new__(cls)
 
     def __init__(self, dataset: Any):
         self.dataset = dataset
@@ -70,11 +83,47 @@ class IndexedDataset:
         return len(self.dataset)
 
     def __getitem__(self, index: Any) -> Indexed:
-        try:
-            key = operator.index(index)  # numpy and 0-d tensor ints become plain ints
-        except TypeError:
-            key = index  # a key of a dict-like dataset, kept as it is
-        return Indexed(key, self.dataset[index])
+        return Indexed(_key(index), self.dataset[index])
+
+    def __reduce__(self):  # pickle through __new__ with the dataset (spawned DataLoader workers)
+        return IndexedDataset, (self.dataset,)
+
+
+def _key(index: Any) -> Any:
+    """A dataset index as records show it: numpy and 0-d tensor ints become plain ints, other keys stay."""
+    try:
+        return operator.index(index)
+    except TypeError:
+        return index  # a key of a dict-like dataset, kept as it is
+
+
+def _is_hf_dataset(dataset: Any) -> bool:
+    datasets = sys.modules.get("datasets")  # a datasets.Dataset exists only once datasets is imported
+    return datasets is not None and isinstance(dataset, getattr(datasets, "Dataset", ()))
+
+
+def _retype(dataset: Any, cls: type) -> Any:
+    """A shallow copy of `dataset` as an instance of `cls` (a datasets.Dataset class): same tables."""
+    new = object.__new__(cls)
+    new.__dict__.update(dataset.__dict__)
+    return new
+
+
+@functools.cache
+def _indexed_hf_class() -> type:
+    """The `datasets.Dataset` subclass that IndexedDataset returns, made once datasets is imported."""
+    import datasets
+
+    class IndexedHFDataset(datasets.Dataset):
+        """A `datasets.Dataset` whose rows, as a DataLoader fetches them, are `Indexed(row, sample)`."""
+
+        def __getitems__(self, keys: list) -> list:
+            return [Indexed(_key(k), row) for k, row in zip(keys, super().__getitems__(keys))]
+
+        def __reduce__(self):  # pickled (DataLoader workers) and deep-copied as IndexedDataset(plain dataset)
+            return IndexedDataset, (_retype(self, datasets.Dataset),)
+
+    return IndexedHFDataset
 
 
 class ValidatingCollate:

@@ -2,11 +2,15 @@
 
     from tritoncheck.integrations.hf import ValidatingDataCollator
     spec = tc.load_spec("bert-sequence-classification", config=model.config)
-    trainer = Trainer(model, args, train_dataset=ds,
-                      data_collator=ValidatingDataCollator(DataCollatorWithPadding(tok), spec))
+    trainer = Trainer(model, args, train_dataset=tc.IndexedDataset(ds),
+                      data_collator=ValidatingDataCollator(DataCollatorWithPadding(tok), spec, on_error="skip"))
 
 It runs wherever the Trainer's DataLoader runs the collator (its workers with
 `dataloader_num_workers > 0`), with the torch backend on CPU tensors.
+
+`tc.IndexedDataset(ds)` is optional: it makes skip records and errors name dataset rows. On a
+`datasets.Dataset` it returns a `datasets.Dataset`, so the Trainer still removes the columns the
+model does not take (`remove_unused_columns`), text columns included, before the collator runs.
 """
 
 from __future__ import annotations
