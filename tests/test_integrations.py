@@ -1,5 +1,7 @@
 """Trainer integrations: a Hugging Face data collator and a Lightning callback, on tiny real models."""
 
+import types
+
 import pytest
 import torch
 
@@ -113,41 +115,143 @@ def test_hf_trainer_on_a_datasets_dataset_with_a_text_column_records_dataset_ind
     assert all(v["field"] == "input_ids" for r in collate.records() for v in r["violations"])
 
 
-def test_lightning_callback_validates_each_training_batch():
+TOY_SPEC = {
+    "name": "toy-classifier",
+    "fields": {"features": {"dtype": "float", "shape": ["B", 3], "finite": True},
+               "target": {"dtype": "int64", "shape": ["B"], "min": 0, "max": 3}},
+}
+
+
+@pytest.fixture(scope="module")
+def lit():
     L = pytest.importorskip("lightning")
     from tritoncheck.integrations.lightning import TritoncheckCallback
 
     class Classifier(L.LightningModule):
+        """Remembers what each step saw: the dataset indices (dict batches) or the batch size."""
+
         def __init__(self):
             super().__init__()
             self.net = torch.nn.Linear(3, 4)
-            self.steps = 0
+            self.seen = {"train": [], "validate": [], "test": []}
+
+        def _step(self, stage, batch):
+            if isinstance(batch, dict):
+                self.seen[stage].append(batch["idx"].tolist())
+                x, y = batch["features"], batch["target"]
+            else:
+                x, y = batch
+                self.seen[stage].append(len(y))
+            assert len(x) == len(y)
+            return torch.nn.functional.cross_entropy(self.net(x), y)
 
         def training_step(self, batch, batch_idx):
-            self.steps += 1
-            x, y = batch
-            return torch.nn.functional.cross_entropy(self.net(x), y)
+            return self._step("train", batch)
+
+        def validation_step(self, batch, batch_idx):
+            self.seen["validate"].append(batch["idx"].tolist() if isinstance(batch, dict) else len(batch[1]))
+
+        def test_step(self, batch, batch_idx):
+            self.seen["test"].append(batch["idx"].tolist())
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    spec = tc.BatchSpec.model_validate({
-        "name": "toy-classifier",
-        "fields": {"features": {"dtype": "float", "shape": ["B", 3], "finite": True},
-                   "target": {"dtype": "int64", "shape": ["B"], "min": 0, "max": 3}},
-    })
+    def trainer(callback, **kwargs):
+        return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback], **kwargs)
+
+    return TritoncheckCallback, Classifier, trainer
+
+
+class Rows(torch.utils.data.Dataset):
+    """Dict rows with their dataset index under "idx"; rows in `bad` have target 4 (classes are 0..3)."""
+
+    def __init__(self, n, bad=()):
+        self.n, self.bad = n, set(bad)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return {"idx": i, "features": torch.full((3,), float(i)), "target": 4 if i in self.bad else i % 4}
+
+
+def rows(n, bad=()):
+    return torch.utils.data.DataLoader(Rows(n, bad), batch_size=4)
+
+
+def test_lightning_callback_validates_each_training_batch(lit):
+    TritoncheckCallback, Classifier, trainer = lit
+    spec = tc.BatchSpec.model_validate(TOY_SPEC)
 
     def fit(targets):
         data = torch.utils.data.TensorDataset(torch.randn(8, 3), targets)
         model = Classifier()
-        trainer = L.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False,
-                            enable_progress_bar=False, enable_model_summary=False,
-                            callbacks=[TritoncheckCallback(spec, fields=("features", "target"))])
-        trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=4))
+        trainer(TritoncheckCallback(spec, fields=("features", "target")), max_steps=2).fit(
+            model, torch.utils.data.DataLoader(data, batch_size=4))
         return model
 
-    assert fit(torch.tensor([0, 1, 2, 3] * 2)).steps == 2
+    assert fit(torch.tensor([0, 1, 2, 3] * 2)).seen["train"] == [4, 4]
     bad = torch.tensor([0, 1, 2, 3, 0, 4, 1, 2])  # class 4 of 0..3, in the second batch
     with pytest.raises(tc.BatchValidationError, match="target") as info:
         fit(bad)
     assert info.value.report.violations[0].samples == (1,)
+    assert (info.value.stage, info.value.batch_idx) == ("train", 1)
+    assert "in Lightning train batch_idx 1" in info.value.__notes__[0]
+
+
+def test_lightning_skip_drops_bad_samples_of_training_and_validation_batches_and_records_them(lit, caplog):
+    TritoncheckCallback, Classifier, trainer = lit
+    callback = TritoncheckCallback(tc.BatchSpec.model_validate(TOY_SPEC), index="idx", on_error="skip")
+    model = Classifier()
+    with caplog.at_level("WARNING", logger="tritoncheck"):
+        trainer(callback, max_epochs=1, num_sanity_val_steps=0).fit(model, rows(8, bad={2, 5}), rows(8, bad={1, 6, 7}))
+        trainer(callback).test(model, rows(4, bad={3}))
+    assert model.seen["train"] == [[0, 1, 3], [4, 6, 7]]
+    assert model.seen["validate"] == [[0, 2, 3], [4, 5]]
+    assert model.seen["test"] == [[0, 1, 2]]
+    got = [(r["stage"], r["batch_idx"], r["position"], r["index"], [v["code"] for v in r["violations"]])
+           for r in callback.records()]
+    assert got == [("train", 0, 2, 2, ["above_max"]), ("train", 1, 1, 5, ["above_max"]),
+                   ("validate", 0, 1, 1, ["above_max"]), ("validate", 1, 2, 6, ["above_max"]),
+                   ("validate", 1, 3, 7, ["above_max"]), ("test", 0, 3, 3, ["above_max"])]
+    assert "validate batch_idx 1: dropped 2 bad sample(s) of 4: sample 2 = dataset index 6 (above_max)" in caplog.text
+
+
+def test_lightning_raise_names_stage_batch_idx_and_dataset_indices_of_a_validation_batch(lit):
+    TritoncheckCallback, Classifier, trainer = lit
+    callback = TritoncheckCallback(tc.BatchSpec.model_validate(TOY_SPEC), index="idx")
+    with pytest.raises(tc.BatchValidationError, match="above_max") as info:
+        trainer(callback).validate(Classifier(), rows(8, bad={6}))
+    assert (info.value.stage, info.value.batch_idx, info.value.dataset_indices) == ("validate", 1, (4, 5, 6, 7))
+    assert info.value.__notes__ == ["in Lightning validate batch_idx 1; dataset indices of the bad samples: 6 (sample 2)"]
+    only_train = TritoncheckCallback(tc.BatchSpec.model_validate(TOY_SPEC), index="idx", stages=["train"])
+    model = Classifier()
+    trainer(only_train).validate(model, rows(8, bad={6}))  # validation batches are not checked
+    assert model.seen["validate"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_lightning_skip_raises_when_no_sample_is_left_or_the_batch_cannot_change(lit):
+    TritoncheckCallback, Classifier, trainer = lit
+    spec = tc.BatchSpec.model_validate(TOY_SPEC)
+    callback = TritoncheckCallback(spec, index="idx", on_error="skip")
+    with pytest.raises(tc.BatchValidationError, match="above_max") as info:
+        trainer(callback, max_steps=1).fit(Classifier(), rows(4, bad={0, 1, 2, 3}))
+    assert "found no good sample" in info.value.__notes__[1] and callback.records() == []
+
+    class TupleLoader(torch.utils.data.DataLoader):
+        def __iter__(self):
+            return (tuple(b) for b in super().__iter__())
+
+    data = torch.utils.data.TensorDataset(torch.randn(4, 3), torch.tensor([0, 4, 1, 2]))
+    callback = TritoncheckCallback(spec, fields=("features", "target"), on_error="skip")
+    with pytest.raises(tc.BatchValidationError, match="above_max") as info:
+        trainer(callback).validate(Classifier(), TupleLoader(data, batch_size=4))
+    assert "which a tuple batch does not allow" in info.value.__notes__[1]
+
+    mismatched = {"idx": torch.arange(4), "features": torch.randn(4, 3), "target": torch.tensor([0, 4, 1])}
+    callback = TritoncheckCallback(spec, index="idx", on_error="skip")
+    with pytest.raises(tc.BatchValidationError) as info:  # called as Lightning would, outside a Trainer
+        callback.on_validation_batch_start(types.SimpleNamespace(sanity_checking=False), None, mismatched, 3)
+    assert "disagree on (or lack) the B dim" in info.value.__notes__[1] and len(mismatched["target"]) == 3
