@@ -68,6 +68,28 @@ def test_refused_at_load_naming_file_and_key_path(tmp_path, dtype, extra, rules,
     assert "hostile.yaml" in msg and where in msg and what in msg
 
 
+def test_a_size_past_the_integer_range_is_refused_at_load(tmp_path):
+    with pytest.raises(tc.SpecError) as err:
+        load(tmp_path, """\
+            name: hostile
+            params: {n: 1099511627776}
+            fields:
+              x: {dtype: int64, shape: [B, 'n * n * n * n']}
+            """)
+    assert "hostile.yaml" in str(err.value) and "fields.x.shape: 'n * n * n * n': constant expression is out of range" in str(err.value)
+
+
+def test_bounds_and_rules_past_int64_over_dims(backend):
+    """`L * 2**62` is past int64 for L >= 2: it compares as the number it is, never wrapped."""
+    big = "L * 4611686018427387904"
+    s = spec({"x": {"dtype": "int64", "shape": ["B", "L"]}, "p": {"dtype": "float32", "shape": ["B", "L"]}},
+             [f"x < {big}", f"p < {big}", f"x > -{big}", f"x + {big} > 0"])
+    batch = {"x": torch.tensor([[0, 2**63 - 1, -(2**63)]]), "p": torch.tensor([[0.0, 1e19, -1.0]])}
+    assert found(tc.check(batch, s, backend=backend)) == []
+    s = spec({"x": {"dtype": "int64", "shape": ["B", "L"]}}, [f"x > {big}"])
+    assert [(v.count, v.index) for v in tc.check({"x": batch["x"]}, s, backend=backend).violations] == [(3, (0, 0))]
+
+
 def test_constant_true_rules_are_dropped_and_infinite_float_bounds_are_no_ops(tmp_path, backend):
     s = load(tmp_path, """\
         name: hostile
@@ -202,7 +224,12 @@ print(json.dumps({"seconds": time.perf_counter() - start, "found": [
 """
 
 
-def run_isolated(code: str, *args, timeout: float = 300) -> dict:
+def not_on_triton_yet(backend: str) -> None:
+    if backend == "triton":  # it would allocate or loop over 2**40 elements: not run, to keep the suite quick
+        pytest.xfail("issue 10 item 6: the Triton backend still reads an expanded view whole")
+
+
+def run_isolated(code: str, *args, timeout: float = 120) -> dict:
     """Run `code` in a fresh interpreter (a runaway allocation or loop cannot take the test run down)."""
     proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=dict(os.environ))
@@ -224,8 +251,9 @@ def expanded_report(n: int) -> list:
 
 
 def test_expanded_views_report_as_the_materialised_batch_would(backend):
+    not_on_triton_yet(backend)
     assert run_isolated(EXPANDED, backend, 4)["found"] == expanded_report(4)
-    big = run_isolated(EXPANDED, backend, 2**40, timeout=120)
+    big = run_isolated(EXPANDED, backend, 2**40, timeout=60)
     assert big["found"] == expanded_report(2**40)
     assert big["seconds"] < 10
 
@@ -244,10 +272,11 @@ print(json.dumps([v.code, v.count, len(v.samples), list(v.samples[:5]), list(v.i
 
 
 def test_an_expanded_batch_axis_lists_every_sample(backend):
+    not_on_triton_yet(backend)
     from tritoncheck._torch_backend import MAX_EXPANDED_SAMPLES
 
     assert run_isolated(EXPANDED_BATCH, backend, 5) == ["above_max", 5, 5, [0, 1, 2, 3, 4], [0], 7]
-    assert run_isolated(EXPANDED_BATCH, backend, 2**40, timeout=120) == [
+    assert run_isolated(EXPANDED_BATCH, backend, 2**40, timeout=60) == [
         "above_max", 2**40, MAX_EXPANDED_SAMPLES, [0, 1, 2, 3, 4], [0], 7]
 
 
@@ -271,6 +300,7 @@ print(json.dumps({"grew_kib": after - before, "codes": sorted(v.code for v in r.
 
 
 def test_checking_an_expanded_view_does_not_allocate_its_logical_size(backend):
+    not_on_triton_yet(backend)
     out = run_isolated(PEAK_RSS, backend)
     assert out["codes"] == ["above_max", "above_max", "non_finite", "not_in_set", "rule_failed", "rule_failed"]
     assert out["grew_kib"] < 64 * 1024  # a materialised 2 x 2**27 view would be 1 GiB (int32) or 256 MiB (bools)
@@ -291,7 +321,7 @@ VALUES = [0, 1, -1, 2, 3, -100, 127, 0.5, 1e-40, 65504.0, 1e30, math.inf, -math.
 @st.composite
 def rule_text(draw, fields: dict, dims: list[str]) -> str:
     def leaf():
-        options = [st.sampled_from([str(v) for v in (0, 1, 2, -1, 0.5, 100)])]
+        options = [st.sampled_from([str(v) for v in (0, 1, 2, -1, 0.5, 100, 4611686018427387904)] + ["n"])]
         if dims:
             options.append(st.sampled_from(dims))
             options.append(st.sampled_from([f"arange({d})" for d in dims]))

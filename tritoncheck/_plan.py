@@ -286,7 +286,10 @@ def _shape_entry(entry: int | str, params: Mapping[str, Any], dims: set[str], wh
     unknown = _expr.names(expr) - set(params)
     if unknown:
         raise SpecError(f"{where}: {entry!r} mixes dims and parameters; a size is a dim name or a parameter expression")
-    value = _expr.fold(_substitute_params(expr, params))
+    try:
+        value = _expr.fold(_substitute_params(expr, params))
+    except ExprError as exc:
+        raise SpecError(f"{where}: {entry!r}: {exc}") from None
     if not isinstance(value, Const) or not isinstance(value.value, int) or isinstance(value.value, bool) or value.value < 0:
         raise SpecError(f"{where}: {entry!r} must give a non-negative integer, got {_expr.to_text(value)}")
     return value.value

@@ -14,13 +14,14 @@ view, so nothing allocates in proportion to a view's logical size.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from ._dtypes import comparable_values, compute_dtype, int_limit
+from ._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype, int_limit
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
 from ._plan import Bound, DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, describe, evaluate_scalar
 from ._report import Violation
@@ -42,6 +43,12 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
             if count:
                 out.append(make_violation(check, ctx, count, samples, index))
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _comparable(values: tuple[int | float, ...], dtype: torch.dtype) -> tuple[int | float, ...]:
+    """`comparable_values`, once per check and dtype rather than once per batch."""
+    return comparable_values(values, dtype)
 
 
 def compact(t: torch.Tensor) -> torch.Tensor:
@@ -127,7 +134,7 @@ class _Context:
                 return None
             return ~torch.isfinite(self.tensor(check.field))
         dtype = self.bound.tensors[check.field].dtype
-        allow = comparable_values(check.allow, dtype)
+        allow = _comparable(check.allow, dtype)
         if isinstance(check, RangeCheck):
             limit = self.bound_value(check)
             if (mn >= limit) if check.kind == "min" else (mx <= limit):
@@ -135,7 +142,7 @@ class _Context:
             x = self.tensor(check.field)
             bad = x < limit if check.kind == "min" else x > limit
         else:  # ValueSetCheck: no value of the set that the field cannot equal means every value fails
-            values = comparable_values(check.values, dtype)
+            values = _comparable(check.values, dtype)
             if _covers(mn, mx, values + allow):
                 return None
             x = self.tensor(check.field)
@@ -216,7 +223,7 @@ class _Context:
         """`expr` laid out over `axes`, of size 1 along every axis that no operand varies on."""
         value, own = self._eval(expr)
         if not isinstance(value, torch.Tensor):
-            value = torch.tensor(value)
+            value = torch.tensor(_fit(value))
         return _align(value, own, axes, None)
 
     def _eval(self, expr: Expr) -> tuple[Any, tuple[str, ...]]:
@@ -258,7 +265,7 @@ class _Context:
         if isinstance(expr, Reduce):
             x, axes = self._eval(expr.x)
             if not isinstance(x, torch.Tensor):
-                x = torch.tensor(x)
+                x = torch.tensor(_fit(x))
             red = tuple(range(len(axes))) if expr.dims is None else tuple(axes.index(d) for d in expr.dims)
             keep = () if expr.dims is None else tuple(a for a in axes if a not in expr.dims)
             if expr.op == "sum":
@@ -279,6 +286,7 @@ def _binary(op: str, a: Any, b: Any) -> torch.Tensor:
         a = a.to(torch.bool) if isinstance(a, torch.Tensor) else bool(a)
         b = b.to(torch.bool) if isinstance(b, torch.Tensor) else bool(b)
         return (a & b) if op == "&" else (a | b)
+    a, b = _fit(a), _fit(b)
     if op in ("+", "-", "*", "//", "%"):
         a, b = _number(a), _number(b)
     if op in ("//", "%"):
@@ -288,6 +296,16 @@ def _binary(op: str, a: Any, b: Any) -> torch.Tensor:
         "==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b,
         "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
     }[op]()
+
+
+def _fit(x: Any) -> Any:
+    """A Python int past int64 (a product of dims) as a float: torch would refuse it, or wrap it."""
+    if isinstance(x, int) and not isinstance(x, bool) and not INT64_MIN <= x <= INT64_MAX:
+        try:
+            return float(x)
+        except OverflowError:
+            return math.inf if x > 0 else -math.inf
+    return x
 
 
 def _number(x: Any) -> Any:
@@ -378,6 +396,8 @@ def make_violation(check: DataCheck, ctx: _Context, count: int, samples: tuple[i
     rule = describe(check)
     if isinstance(check, RangeCheck):
         limit = ctx.bound_value(check)
+        if isinstance(limit, float) and math.isinf(limit) and not ctx.bound.tensors[check.field].dtype.is_floating_point:
+            limit = evaluate_scalar(check.bound, ctx.dims)  # past int64: show the bound, not how it compares
         if check.bound_text.split(" = ")[-1] != str(limit):
             rule += f" = {limit}"
         dims = sorted(_dims_of(check.bound))
