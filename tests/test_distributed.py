@@ -58,3 +58,10 @@ def test_both_ranks_raise_when_one_rank_is_bad(tmp_path):
     assert results[0]["raised"] == ["above_max"] and results[0]["value"] == 9
     assert results[1]["raised"] == ["rank_failed"] and results[1]["value"] == [0]
     assert all(r["after_barrier"] for r in results.values())
+
+
+def test_group_without_a_process_group_says_how_to_set_one_up():
+    batch = {"input": torch.randn(4, 3), "target": torch.tensor([0, 1, 2, 1])}
+    for deferred in (False, True):
+        with pytest.raises(RuntimeError, match=r"torch\.distributed\.init_process_group"):
+            tc.validate(batch, _spec(), group=True, deferred=deferred)

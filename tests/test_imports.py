@@ -63,3 +63,14 @@ def test_unknown_attribute_is_an_attribute_error():
         assert "no_such_name" in str(exc)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_every_subpackage_is_packaged():
+    """A non-editable install ships only the packages pyproject lists: a new subpackage must be listed."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "tritoncheck").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)

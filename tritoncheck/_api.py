@@ -49,6 +49,8 @@ def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: A
     """
     if disabled():
         return batch
+    if group is not None:
+        require_process_group(group)
     if deferred:
         if not isinstance(spec, BatchSpec):
             raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
@@ -68,10 +70,26 @@ def disabled() -> bool:
     return os.environ.get("TRITONCHECK_DISABLE") == "1"
 
 
+def require_process_group(group: Any) -> None:
+    """`group=` agrees the verdict through torch.distributed: say how to set it up before any collective.
+
+    A RuntimeError, not a ValueError: code that catches bad data (BatchValidationError is a
+    ValueError) must not swallow a setup mistake.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"group={group!r} agrees the verdict across ranks through torch.distributed, which is not "
+                           "initialised in this process: call torch.distributed.init_process_group(...) on every rank "
+                           "first, or leave group=None in a single process")
+
+
 def agree(report: Report, group: Any) -> Report:
     """All-reduce the verdict; a rank whose own batch is fine reports the ranks that failed."""
     import torch
     import torch.distributed as dist
+
+    require_process_group(group)
 
     pg = None if group is True else group
     world = dist.get_world_size(pg)
