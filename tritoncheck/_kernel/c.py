@@ -140,7 +140,7 @@ def literal(value: Any, kind: str) -> str:
         return f"({cast}NAN)"
     if math.isinf(v):
         return f"({cast}INFINITY)" if v > 0 else f"(-{cast}INFINITY)"
-    return f"{v.hex()}{suffix}" if v >= 0 else f"(-{(-v).hex()}{suffix})"
+    return f"{v.hex()}{suffix}" if math.copysign(1.0, v) > 0 else f"(-{(-v).hex()}{suffix})"  # keeps -0.0
 
 
 class CSource:
@@ -152,10 +152,10 @@ class CSource:
 
 def generate(kernel: Kernel, index_bits: int = 32) -> CSource:
     """C source for `kernel`; loop indices are int32 unless `index_bits` is 64 (sizes past 2**31 - 1)."""
-    return CSource(kernel, _Gen(kernel, index_bits).run(), index_bits)
+    return CSource(kernel, CCodegen(kernel, index_bits).run(), index_bits)
 
 
-class _Gen:
+class CCodegen:
     """Writes the function; its op methods are the C ops handler that `ir.walk` calls."""
 
     def __init__(self, kernel: Kernel, index_bits: int):
@@ -457,4 +457,4 @@ class _Gen:
         return acc
 
 
-__all__ = ["CSource", "FUNCTION", "generate", "literal"]
+__all__ = ["CCodegen", "CSource", "FUNCTION", "generate", "literal"]

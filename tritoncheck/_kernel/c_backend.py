@@ -43,8 +43,9 @@ class Program:
         self.size_dims = kernel.sizes
         self.int_scalars = tuple(kernel.scalars[s] for s in kernel.int_slots)
         self.float_scalars = tuple(kernel.scalars[s] for s in kernel.float_slots)
-        self.n_int = len(kernel.int_args())
-        self.n_float = len(self.float_scalars)
+        self.int_array = ctypes.c_int64 * len(kernel.int_args())  # ctypes array types, made once
+        self.float_array = ctypes.c_double * len(self.float_scalars)
+        self.out_arrays: dict[int, type] = {}  # batch size -> result buffer type
         # selections like x[:, 1] along a dim: bind reports one past the dim; never read past it here
         self.selections = tuple((f.name, pos, sel, axis) for f in kernel.fields for pos, axis in enumerate(f.axes)
                                 if axis not in kernel.fixed for sel in _selections(kernel, f.name, pos))
@@ -62,12 +63,17 @@ class Program:
         if self.int_scalars or self.float_scalars:
             values = bound.dim_values()
             args.extend(h.value(values) for h in self.int_scalars)
-            floats = (ctypes.c_double * self.n_float)(*(h.value(values) for h in self.float_scalars))
+            floats = self.float_array(*(h.value(values) for h in self.float_scalars))
         else:
             floats = None
         batch = dims[self.kernel.batch_dim][0] if self.kernel.batch_dim in dims else 0
-        out = (ctypes.c_int64 * self.kernel.layout.length(batch))()
-        if self.fn((ctypes.c_int64 * self.n_int)(*args), floats, out):
+        out_array = self.out_arrays.get(batch)
+        if out_array is None:
+            out_array = self.out_arrays[batch] = ctypes.c_int64 * self.kernel.layout.length(batch)
+        out = out_array()  # zeroed
+        packed = self.int_array()
+        packed[:] = args  # (cheaper than int_array(*args))
+        if self.fn(packed, floats, out):
             return decode(self.kernel, out, bound)
         return []
 
@@ -108,31 +114,34 @@ def program_for(plan: Plan, bound: Bound) -> Program:
         with _entries_lock:
             entry = _entries[id(plan)] = _PlanEntry(plan)
     checks = bound.runnable
-    ids = tuple(map(id, checks))
+    # runnable checks keep the plan's order, so all of them is the common key; else their ids
+    ids = () if len(checks) == len(plan.checks) else tuple(map(id, checks))
     fields = entry.fields.get(ids)
     if fields is None:
         fields = entry.fields[ids] = tuple(sorted({f for ch in checks for f in referenced_fields(ch)}))
-    tensors = bound.tensors
-    sig = []
-    big = False
-    for f in fields:
-        t = tensors[f]
-        if t.device.type != "cpu":
-            raise ValueError(f"backend='c' needs CPU tensors; {f} is on {t.device}")
-        sig.append((t.dtype, t.is_contiguous()))
-        big = big or t.numel() > INT32_LIMIT
-    key = (ids, tuple(sig), big or any(size > INT32_LIMIT for size, _ in bound.dims.values()))
+    ts = [bound.tensors[f] for f in fields]
+    if not all(t.is_cpu for t in ts):  # the kernel reads host memory: never hand it a device pointer
+        raise ValueError(f"backend='c' needs CPU tensors; the batch is on {next(t.device for t in ts if not t.is_cpu)}")
+    # dtype, contiguity, and whether loop indices must be int64 (past 2**31 - 1 elements)
+    sig = tuple([(t.dtype, t.is_contiguous(), t.numel() > INT32_LIMIT) for t in ts])
+    key = (ids, sig)
+    for t, (_, contiguous, big) in zip(ts, sig, strict=True):
+        if big and not contiguous and 0 in t.stride():
+            # an expanded view past 2**31 elements (a 1-element tensor expanded to 2**40): the kernel
+            # would walk every logical element; the torch backend checks its stored values instead
+            raise ir.Unsupported("an expanded (zero-stride) view of more than 2**31 - 1 elements")
     program = entry.programs.get(key)
     if program is None:
         with entry.lock:  # lowering, generation and compilation happen once per key, even with threads
             program = entry.programs.get(key)
             if program is None:
-                program = entry.programs[key] = _compile(plan, tuple(checks), dict(zip(fields, sig, strict=True)), key[2])
+                program = entry.programs[key] = _compile(plan, tuple(checks), dict(zip(fields, sig, strict=True)))
     return program
 
 
-def _compile(plan: Plan, checks: tuple[DataCheck, ...], sig: dict[str, tuple], big: bool) -> Program:
-    fields = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous) for f, (dtype, contiguous) in sig.items()}
+def _compile(plan: Plan, checks: tuple[DataCheck, ...], sig: dict[str, tuple]) -> Program:
+    fields = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous) for f, (dtype, contiguous, _) in sig.items()}
+    big = any(b for _, _, b in sig.values())
     kernel = ir.lower(plan, checks, fields)
     source = c.generate(kernel, index_bits=64 if big else 32)
     fn = getattr(build.load(source.text), c.FUNCTION)

@@ -13,13 +13,14 @@ The rule text and hint are built as the torch backend builds them, so reports ag
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from .._dtypes import compute_dtype
-from .._plan import Bound, DataCheck, RangeCheck, RuleCheck, describe, expr_dims
+from .._plan import Bound, DataCheck, RangeCheck, RuleCheck, describe, evaluate_scalar, expr_dims
 from .._report import Violation
 from .ir import BIG, KIND_DTYPE, Kernel, Op, range_bound, walk
 
@@ -75,7 +76,10 @@ def violation(check: DataCheck, count: int, samples: tuple[int, ...], index: tup
     the batch's dims), the value found at the first offending position, and a hint."""
     rule = describe(check)
     if isinstance(check, RangeCheck):
-        limit = range_bound(check, bound.dim_values(), bound.tensors[check.field].dtype)
+        dtype = bound.tensors[check.field].dtype
+        limit = range_bound(check, bound.dim_values(), dtype)
+        if isinstance(limit, float) and math.isinf(limit) and not dtype.is_floating_point:
+            limit = evaluate_scalar(check.bound, bound.dim_values())  # past int64: show the bound, not how it compares
         if check.bound_text.split(" = ")[-1] != str(limit):
             rule += f" = {limit}"
         dims = sorted(expr_dims(check.bound))
@@ -109,7 +113,7 @@ class PointOps:
     def _align(self, *xs: torch.Tensor) -> list[torch.Tensor]:
         """Values from an outer scope have fewer (leading) axes: pad them to this scope's rank."""
         n = len(self.free)
-        return [x.reshape(*x.shape, *([1] * (n - x.dim()))) for x in xs]
+        return [x.reshape(tuple(x.shape) + (1,) * (n - x.dim())) for x in xs]
 
     def load(self, op: Op, field: str, index: tuple) -> torch.Tensor:
         t = self.bound.tensors[field]
@@ -208,7 +212,7 @@ class PointOps:
         self.free.extend(axes)
         try:
             x = self._align(body())[0]
-            x = x.expand(*x.shape[:outer], *(axis_size(self.kernel, a, self.dims) for a in axes))
+            x = x.expand(tuple(x.shape[:outer]) + tuple(axis_size(self.kernel, a, self.dims) for a in axes))
             dims = tuple(range(outer, outer + len(axes)))
             if red == "sum":
                 return x.sum(dim=dims) if dims else x

@@ -97,30 +97,36 @@ class HostScalar:
     """A sub-expression over dims and constants, evaluated on the host per call.
 
     `py` is its Python type ("int", "float" or "bool"), which decides the argument array it
-    travels in; `rounding` ("ceil"/"floor") turns a fractional bound on an integer field into an
-    integer one, as the torch backend does.
+    travels in (int64 or double). A bound on an integer field has a `side` ("min"/"max"): its
+    value is the int64 the field is compared with (`int_limit`), and a second scalar of the same
+    bound (`part="always"`) is 1 where no int64 can express it because every value fails.
     """
 
     expr: Expr
     py: str
-    rounding: str | None = None
+    side: str | None = None
+    part: str = "limit"
 
     def value(self, dims: Mapping[str, int]) -> int | float:
         v = evaluate_scalar(self.expr, dims)
-        if self.rounding is not None:
-            side = "min" if self.rounding == "ceil" else "max"
-            limit = int_limit(v, side)
+        if self.side is not None:
+            limit = int_limit(v, self.side)
+            if self.part == "always":
+                return int(limit == "always")
             if isinstance(limit, int):
                 return limit
-            # no int64 bound says "always" or "never"; the nearest one is exact but for that extreme value
-            return _NEAREST[(side, limit)]
+            return INT64_MIN if self.side == "min" else INT64_MAX  # no value fails (or "always" decides)
         if self.py == "float":
-            return float(v)
-        v = int(v)
-        return min(max(v, INT64_MIN), INT64_MAX)
+            return _to_float(v)
+        return min(max(int(v), INT64_MIN), INT64_MAX)
 
 
-_NEAREST = {("min", "always"): INT64_MAX, ("min", "never"): INT64_MIN, ("max", "always"): INT64_MIN, ("max", "never"): INT64_MAX}
+def _to_float(v: int | float) -> float:
+    """A Python number as a double; an integer past the double range is +-inf (as torch's backend has it)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,9 +301,19 @@ def arith_kind(k: str) -> str:
 
 
 def promote(a: str, b: str) -> str:
-    """The kind two strong operands meet in (torch's type promotion over the compute kinds)."""
+    """The kind two tensors of the same dimensionality meet in (torch's promotion over the compute kinds)."""
     a, b = arith_kind(a), arith_kind(b)
     return "d" if "d" in (a, b) else "f" if "f" in (a, b) else "i"
+
+
+def result_kind(a: str, a_dimensioned: bool, b: str, b_dimensioned: bool) -> str:
+    """The kind two tensors meet in, with torch's rule for a 0-d tensor against one with axes: the
+    0-d one decides only when it is of a higher category (float over int), so a float32 field
+    against a 0-d float64 value (`x < sum(y_f64)`, `x < y[0, 0]`) compares in float32."""
+    if a_dimensioned == b_dimensioned:
+        return promote(a, b)
+    dim, zero = (arith_kind(a), arith_kind(b)) if a_dimensioned else (arith_kind(b), arith_kind(a))
+    return dim if dim != "i" else zero
 
 
 def weak_kind(py: str, other: str) -> str:
@@ -394,12 +410,15 @@ def has_reduce(expr: Expr | None) -> bool:
 
 
 def range_bound(check: RangeCheck, dims: Mapping[str, int], dtype: torch.dtype) -> int | float:
-    """The bound a range check compares with, as the report states it: a fractional bound on an
-    integer field is rounded inward (ceil for min, floor for max); non-finite ones stay as they are."""
+    """The bound a range check compares with, as the report states it: an int64 for an integer
+    field (`int_limit`; +-inf where every or no value fails), a double for a float field."""
     value = evaluate_scalar(check.bound, dims)
-    if not dtype.is_floating_point and isinstance(value, float) and math.isfinite(value):
-        value = math.ceil(value) if check.kind == "min" else math.floor(value)
-    return value
+    if not dtype.is_floating_point:
+        limit = int_limit(value, check.kind)
+        if isinstance(limit, str):
+            return math.inf if (limit == "always") == (check.kind == "min") else -math.inf
+        return limit
+    return _to_float(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -500,16 +519,25 @@ class _Lowering:
         a, b = self.expr(e.a), self.expr(e.b)
         if e.op in ("&", "|"):
             return self.emit("and_" if e.op == "&" else "or_", (self.truth(a), self.truth(b)), "b")
-        if isinstance(a, _Weak):
+        if e.op in ("//", "%"):
+            # torch's backend divides by a Python scalar as a 0-d int64 or float64 tensor
+            ka = ("d" if a.py == "float" else "i", False) if isinstance(a, _Weak) else (a.kind, self.dimensioned(e.a))
+            kb = ("d" if b.py == "float" else "i", False) if isinstance(b, _Weak) else (b.kind, self.dimensioned(e.b))
+            kind = result_kind(*ka, *kb)
+        elif isinstance(a, _Weak):
             kind = weak_kind(a.py, b.kind)
         elif isinstance(b, _Weak):
             kind = weak_kind(b.py, a.kind)
         else:
-            kind = promote(a.kind, b.kind)
+            kind = result_kind(a.kind, self.dimensioned(e.a), b.kind, self.dimensioned(e.b))
         a, b = self.materialize(a, kind), self.materialize(b, kind)
         if e.op in _COMPARE:
             return self.emit(_COMPARE[e.op], (a, b), "b")
         return self.emit(_ARITH[e.op], (a, b), kind)
+
+    def dimensioned(self, e: Expr) -> bool:
+        """True when torch's backend holds `e` as a tensor with axes (not 0-d)."""
+        return bool(expr_axes(self.plan, e))
 
     def load(self, e: Ref) -> Val:
         sig = self.fields[e.field]
@@ -557,15 +585,17 @@ def _lower_range(lw: _Lowering, k: int, c: RangeCheck) -> Val:
     sig = lw.fields[c.field]
     x = lw.full_load(c.field)
     cmp = "lt" if c.kind == "min" else "gt"
-    if x.kind != "i":
-        bound = lw.materialize(_Weak(c.bound, pytype(c.bound)), x.kind)
+    if x.kind != "i":  # a float field compares with the bound as a double rounded to its kind
+        bound = lw.const(_to_float(c.bound.value), x.kind) if isinstance(c.bound, Const) else \
+            lw.scalar(HostScalar(c.bound, "float"), x.kind)
         bad = lw.emit(cmp, (x, bound), "b")
     elif isinstance(c.bound, Const):
         limit = int_limit(c.bound.value, c.kind)
         bad = lw.const(limit == "always", "b") if isinstance(limit, str) else lw.emit(cmp, (x, lw.const(limit, "i")), "b")
-    else:
-        rounding = "ceil" if c.kind == "min" else "floor"
-        bad = lw.emit(cmp, (x, lw.scalar(HostScalar(c.bound, "int", rounding), "i")), "b")
+    else:  # over dims: the host computes the int64 bound, and whether none can express it
+        limit = lw.scalar(HostScalar(c.bound, "int", c.kind), "i")
+        always = lw.scalar(HostScalar(c.bound, "int", c.kind, "always"), "b")
+        bad = lw.emit("or_", (lw.emit(cmp, (x, limit), "b"), always), "b")
     return lw.allowed(bad, x, sig, c.allow)
 
 

@@ -1,0 +1,430 @@
+"""The C backend against the torch reference: reports must be identical, field for field.
+
+Both run after the same `bind`; the comparison keeps 1, 1.0 and True apart and treats NaN as
+equal to itself. Batches come from the strategies (valid and malformed, every built-in spec),
+and from hand-built batches over every dtype, layout (contiguous, strided, transposed,
+expanded), odd sizes and several broken fields. Also here: the compile cache across processes,
+and that hostile rule text changes nothing but comments in the C source.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tritoncheck as tc
+from tritoncheck import _torch_backend
+from tritoncheck._kernel import build, c, c_backend, ir
+from tritoncheck._plan import bind, compile_plan
+from tritoncheck._spec import spec_from_dict
+
+pytestmark = pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
+
+PARAMS = {
+    "vocab_size": 50, "max_position_embeddings": 16, "pad_token_id": 1, "type_vocab_size": 2, "num_labels": 5,
+    "max_2d_position_embeddings": 1001, "num_channels": 3, "input_size": 4, "in_channels": 3, "num_classes": 4,
+    "min_length": 2,
+}
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def comparable(value):
+    """A report's dicts with types kept apart (1 vs 1.0 vs True) and NaN equal to itself."""
+    if isinstance(value, dict):
+        return {k: comparable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [comparable(v) for v in value]
+    if isinstance(value, float):
+        return ("float", "nan" if math.isnan(value) else repr(value))
+    if isinstance(value, (bool, int)):
+        return (type(value).__name__, value)
+    return value
+
+
+def both(spec: tc.BatchSpec, batch: dict) -> tuple[list, list]:
+    plan = compile_plan(spec)
+    bound = bind(plan, batch)
+    want = comparable([v.to_dict() for v in _torch_backend.run(plan, bound)])
+    got = comparable([v.to_dict() for v in c_backend.run(plan, bound)])
+    return want, got
+
+
+def assert_same(spec: tc.BatchSpec, batch: dict) -> list:
+    want, got = both(spec, batch)
+    assert got == want
+    return want
+
+
+def builtin(name: str) -> tc.BatchSpec:
+    needed = set(tc._spec.read_spec(name).params)
+    return tc.load_spec(name, **{k: v for k, v in PARAMS.items() if k in needed})
+
+
+def small_spec(fields: dict, rules: list | None = None, **params) -> tc.BatchSpec:
+    return spec_from_dict({"name": "t", "fields": fields, "rules": rules or []}, "t.yaml").with_params(**params)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every built-in spec, valid and malformed batches from the strategies.
+
+SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.mark.parametrize("name", tc.builtin_spec_names())
+def test_builtin_specs_valid_batches(name):
+    spec = builtin(name)
+
+    @SETTINGS
+    @given(batch=tc.strategies.valid_batches(spec))
+    def run(batch):
+        assert assert_same(spec, batch) == []
+
+    run()
+
+
+@pytest.mark.parametrize("name", tc.builtin_spec_names())
+def test_builtin_specs_malformed_batches(name):
+    spec = builtin(name)
+    data_codes = {ch.code for ch in compile_plan(spec).checks}
+
+    @SETTINGS
+    @given(case=tc.strategies.malformed_batches(spec, codes=data_codes))
+    def run(case):
+        batch, expected = case
+        codes = {v["code"] for v in assert_same(spec, batch)}
+        assert expected.code in codes
+
+    run()
+
+
+# ---------------------------------------------------------------------------------------------
+# Every dtype, every layout, odd sizes, several fields broken at once.
+
+ALL = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+ODD = {
+    "fields": {
+        "x": {"dtype": ALL, "shape": ["B", "L"], "min": -3, "max": 100, "allow": [-100]},
+        "y": {"dtype": ALL, "shape": ["B", "L", 2], "values": [0, 1, 2, 7]},
+        "z": {"dtype": ALL, "shape": ["B"], "finite": True, "max": "L"},
+    },
+    "rules": [
+        "x[:, 0] <= x[:, -1] + 50",
+        {"rule": "abs(x - 1) * 2 + (x // 3) % 5 >= -50 where z > 0", "code": "arith"},
+        {"rule": "x % (z + 1) <= 200", "code": "mod_by_data"},  # z + 1 may be 0: a % 0 == a
+        {"rule": "sum(y[..., 0] != 0, dim=L) <= L - 1", "code": "count"},
+        {"rule": "any(x > -1000, dim=L)", "code": "anyrow"},
+        {"rule": "-z < 1e30", "code": "neg"},
+        {"rule": "isfinite(x * 0.5) | (y[..., 1] == 2)", "code": "finite_rule"},
+    ],
+}
+
+
+def odd_spec() -> tc.BatchSpec:
+    return spec_from_dict({"name": "odd", **ODD}, "odd.yaml")
+
+
+def values(dtype: torch.dtype, shape: tuple[int, ...], g: torch.Generator, lo: int, hi: int) -> torch.Tensor:
+    """Mostly in [lo, hi], some outside, and for floats NaN, +-inf, -0.0 and subnormals."""
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    t = torch.randint(lo, hi + 1, shape, generator=g, dtype=torch.int64)
+    info = torch.iinfo(dtype) if not dtype.is_floating_point else None
+    if info is not None:
+        odd = torch.randint(max(info.min, -300), min(info.max, 300) + 1, shape, generator=g)
+        pick = torch.rand(shape, generator=g) < 0.05
+        return torch.where(pick, odd, t).clamp(info.min, info.max).to(dtype)
+    f = t.to(torch.float64) + torch.rand(shape, generator=g, dtype=torch.float64) * 0.5
+    specials = torch.tensor([math.nan, math.inf, -math.inf, -0.0, 1e-40, 5e-324, -2.5, 1e30, 0.1], dtype=torch.float64)
+    pick = torch.rand(shape, generator=g) < 0.04
+    f = torch.where(pick, specials[torch.randint(len(specials), shape, generator=g)], f)
+    return f.to(dtype)
+
+
+def odd_batch(dtype: torch.dtype, B: int, L: int, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {"x": values(dtype, (B, L), g, -3, 100), "y": values(dtype, (B, L, 2), g, 0, 2),
+            "z": values(dtype, (B,), g, 0, L)}
+
+
+def relayout(t: torch.Tensor, how: str) -> torch.Tensor:
+    """The same values in another memory layout."""
+    if how == "contiguous" or t.dim() == 0:
+        return t
+    if how == "transposed":  # stored column-major
+        return t.transpose(0, -1).contiguous().transpose(0, -1)
+    if how == "strided":  # every other element of a larger buffer, at an offset
+        big = torch.zeros((t.shape[0] * 2 + 1,) + tuple(t.shape[1:]), dtype=t.dtype)
+        big[1::2] = t
+        return big[1::2]
+    raise ValueError(how)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+def test_every_dtype_and_layout(dtype, layout):
+    spec = odd_spec()
+    codes = set()
+    for seed, (B, L) in enumerate([(1, 1), (1, 7), (3, 5), (4, 33), (2, 1025)]):  # B = 1, sizes no block divides
+        batch = {k: relayout(v, layout) for k, v in odd_batch(dtype, B, L, seed).items()}
+        codes |= {v["code"] for v in assert_same(spec, batch)}
+    assert len(codes) >= (1 if dtype == torch.bool else 3), codes  # the batches break several checks at once
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32, torch.bfloat16], ids=str)
+def test_expanded_inputs(dtype):
+    spec = odd_spec()
+    g = torch.Generator().manual_seed(7)
+    row = values(dtype, (1, 9), g, -3, 100)
+    batch = {"x": row.expand(6, 9), "y": values(dtype, (1, 1, 2), g, 0, 2).expand(6, 9, 2),
+             "z": values(dtype, (1,), g, 0, 9).expand(6)}
+    assert any(0 in t.stride() for t in batch.values())
+    assert_same(spec, batch)
+    batch["x"] = torch.full((), 200, dtype=dtype if dtype != torch.bool else torch.int64).expand(6, 9)
+    assert {v["code"] for v in assert_same(spec, batch)} >= {"above_max"}
+
+
+def test_several_fields_broken_at_once_in_a_builtin_spec():
+    spec = builtin("layoutlmv3-token-classification")
+    B, L = 3, 11
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randint(0, 500, (B, L, 1), generator=g)
+    y0 = torch.randint(0, 500, (B, L, 1), generator=g)
+    batch = {
+        "input_ids": torch.randint(2, 50, (B, L), generator=g),
+        "bbox": torch.cat([x0, y0, x0 + 5, y0 + 5], dim=-1),
+        "attention_mask": torch.ones(B, L, dtype=torch.int64),
+        "pixel_values": torch.rand(B, 3, 4, 4, generator=g),
+        "labels": torch.randint(0, 5, (B, L), generator=g),
+    }
+    assert assert_same(spec, batch) == []
+    batch["input_ids"][1, 4] = 50
+    batch["bbox"][2, 3, 0] = 999  # x0 > x1
+    batch["bbox"][0, 0, 3] = 1001
+    batch["attention_mask"][2] = 0
+    batch["pixel_values"][1, 2, 3, 3] = math.nan
+    batch["labels"][:, :] = -100
+    batch["labels"][0, 1] = -1
+    codes = [v["code"] for v in assert_same(spec, batch)]
+    assert {"above_max", "box_corners", "no_attended_position", "non_finite", "below_min"} <= set(codes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact semantics the kernel must share with torch.
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_bits_widen_exactly(dtype):
+    """Every one of the 65536 bit patterns, widened by the kernel, equals torch's float32 of it."""
+    spec = small_spec({"h": {"dtype": ["float16", "bfloat16"], "shape": ["B"]},
+                       "f": {"dtype": "float32", "shape": ["B"]}},
+                      [{"rule": "(h == f) | ((h != h) & (f != f))", "code": "widened"},
+                       {"rule": "(h < 1) == (f < 1)", "code": "ordered"}])
+    h = torch.arange(-(2**15), 2**15, dtype=torch.int16).view(dtype)
+    assert assert_same(spec, {"h": h, "f": h.float()}) == []
+    # and the kernel would notice a one-ulp difference
+    wrong = h.float()
+    wrong[12345] = torch.nextafter(wrong[12345], torch.tensor(math.inf))
+    assert [v["code"] for v in assert_same(spec, {"h": h, "f": wrong})] == ["widened"]
+
+
+def test_integer_division_and_remainder_by_zero_and_extremes():
+    spec = small_spec({"a": {"dtype": "int64", "shape": ["B"]}, "b": {"dtype": "int64", "shape": ["B"]}},
+                      [{"rule": "a // b == -12345", "code": "div"}, {"rule": "a % b == -12345", "code": "rem"},
+                       {"rule": "abs(a) + -a * 3 == 7", "code": "wrap"}])
+    lo, hi = -(2**63), 2**63 - 1
+    a = torch.tensor([7, -7, 7, -7, 0, 5, lo, lo, hi, lo, 3, -3])
+    b = torch.tensor([2, 2, -2, -2, 0, 0, -1, 1, -1, 0, 5, 5])
+    report = assert_same(spec, {"a": a, "b": b})
+    assert [v["count"] for v in report] == [("int", 12)] * 3
+    # a // 0 == 0 and a % 0 == a (so a == (a // b) * b + a % b still holds): only the last element fails
+    spec_zero = small_spec({"a": {"dtype": "int64", "shape": ["B"]}, "b": {"dtype": "int64", "shape": ["B"]}},
+                           [{"rule": "(a // b == 0) & (a % b == a)", "code": "zero"}])
+    (v,) = assert_same(spec_zero, {"a": torch.tensor([5, -5, 0, 5]), "b": torch.tensor([0, 0, 0, 2])})
+    assert (v["count"], v["index"]) == (("int", 1), [("int", 3)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_floor_division_and_remainder_follow_torch(dtype):
+    spec = small_spec({"a": {"dtype": ["float32", "float64"], "shape": ["B"]},
+                       "b": {"dtype": ["float32", "float64"], "shape": ["B"]}},
+                      [{"rule": "a // b < -1e300", "code": "div"}, {"rule": "a % b < -1e300", "code": "rem"},
+                       {"rule": "(a // b) * b + a % b != a * 3", "code": "mix"}])
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4000, generator=g, dtype=torch.float64) * 100
+    b = torch.randn(4000, generator=g, dtype=torch.float64) * 10
+    special = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-300, 3.0, -3.0])
+    a = torch.cat([a, special.repeat_interleave(8)]).to(dtype)
+    b = torch.cat([b, special.repeat(8)]).to(dtype)
+    report = assert_same(spec, {"a": a, "b": b})
+    assert [v["code"] for v in report] == ["div", "rem", "mix"]
+
+
+def test_a_bound_over_dims_past_int64():
+    spec = small_spec({"x": {"dtype": "int64", "shape": ["B", "L"], "min": "L * L * L * L * L - 2"}})
+    x = torch.tensor([[2**63 - 1] * 10000]).expand(2, -1).contiguous()
+    # L**5 - 2 = 1e20 - 2 is above every int64: every element fails, INT64_MAX included
+    assert assert_same(spec, {"x": x})[0]["count"] == ("int", 20000)
+
+
+# ---------------------------------------------------------------------------------------------
+# The program: 64-bit indexing, no recompiles, CPU only.
+
+
+def test_int64_index_variant_gives_the_same_report():
+    spec = odd_spec()
+    batch = odd_batch(torch.float32, 3, 17, seed=5)
+    plan = compile_plan(spec)
+    bound = bind(plan, batch)
+    prog = c_backend.program_for(plan, bound)
+    assert "typedef int32_t tc_idx;" in prog.source.text
+    wide = c.generate(prog.kernel, index_bits=64)
+    assert "typedef int64_t tc_idx;" in wide.text
+    fn = getattr(build.load(wide.text), c.FUNCTION)
+    want = comparable([v.to_dict() for v in _torch_backend.run(plan, bound)])
+    assert comparable([v.to_dict() for v in c_backend.Program(prog.kernel, wide, fn)(bound)]) == want
+    assert want
+
+
+def test_a_warm_call_reuses_the_program_and_a_new_layout_gets_its_own():
+    spec = builtin("bert-sequence-classification")
+    plan = compile_plan(spec)
+    batch = {"input_ids": torch.randint(0, 50, (4, 9)), "attention_mask": torch.ones(4, 9, dtype=torch.int64)}
+    first = c_backend.program_for(plan, bind(plan, batch))
+    batch["input_ids"] = torch.randint(0, 50, (7, 5))  # other sizes: the same program
+    batch["attention_mask"] = torch.ones(7, 5, dtype=torch.int64)
+    assert c_backend.program_for(plan, bind(plan, batch)) is first
+    batch["attention_mask"] = torch.ones(5, 7, dtype=torch.int64).t()  # non-contiguous: strides are arguments
+    strided = c_backend.program_for(plan, bind(plan, batch))
+    assert strided is not first and strided.kernel.int_args() != first.kernel.int_args()
+
+
+def test_cpu_tensors_only():
+    spec = small_spec({"x": {"dtype": "int64", "shape": ["B"], "min": 0}})
+    plan = compile_plan(spec)
+    bound = bind(plan, {"x": torch.zeros(3, dtype=torch.int64)})
+    bound.tensors["x"] = torch.zeros(3, dtype=torch.int64, device="meta")
+    with pytest.raises(ValueError, match="CPU"):
+        c_backend.run(plan, bound)
+
+
+def test_a_huge_expanded_view_is_left_to_the_torch_backend():
+    spec = small_spec({"x": {"dtype": "int64", "shape": ["B"], "min": 0}})
+    plan = compile_plan(spec)
+    bound = bind(plan, {"x": torch.tensor([-1]).expand(2**40)})
+    with pytest.raises(ir.Unsupported, match="expanded"):
+        c_backend.run(plan, bound)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated source: hostile text reaches comments only.
+
+HOSTILE = '\nx >= 0  # */ system("id"); /* ??/ \\\n'
+
+
+def test_hostile_rule_text_changes_nothing_but_comments():
+    def source(rule_text: str, name: str) -> str:
+        spec = spec_from_dict({"name": name, "fields": {"x": {"dtype": "int64", "shape": ["B"]}},
+                               "rules": [{"rule": rule_text, "hint": rule_text}]}, "t.yaml")
+        plan = compile_plan(spec)
+        bound = bind(plan, {"x": torch.tensor([1, -2])})
+        prog = c_backend.program_for(plan, bound)
+        assert [v.code for v in prog(bound)] == ["rule_failed"]  # it compiled and runs
+        return prog.source.text
+
+    hostile = source(HOSTILE, 'evil */ #include "/etc/passwd" ??/')
+    plain = source("x >= 0", "plain")
+    assert "??" not in hostile and "\\" not in hostile
+    for line in hostile.splitlines():  # no comment line carries a line splice or a trigraph
+        assert not line.rstrip().endswith("\\")
+
+    def code(text: str) -> str:
+        return "\n".join(re.sub(r"//.*$", "", line).rstrip() for line in text.splitlines())
+
+    assert code(hostile) == code(plain)
+    assert "system" not in code(hostile) and "evil" not in code(hostile)
+
+
+def test_hostile_field_and_dim_names_become_fresh_identifiers():
+    fields = {"out": {"dtype": "int64", "shape": ["found", "ia"], "max": 3},
+              "tc_check": {"dtype": "int64", "shape": ["found"], "min": 0},
+              "int": {"dtype": "float32", "shape": ["found", "ia"], "finite": True}}
+    spec = spec_from_dict({"name": "names", "batch_dim": "found", "fields": fields,
+                           "rules": ["any(out > int, dim=ia)", "tc_check <= sum(out, dim=ia)"]}, "t.yaml")
+    batch = {"out": torch.tensor([[0, 1, 2, 4], [0, 0, 0, 0], [1, 1, 1, 1]]), "tc_check": torch.tensor([0, -1, 100]),
+             "int": torch.tensor([[0.0, math.nan, 1.0, 2.0]] * 3)}
+    assert {v["code"] for v in assert_same(spec, batch)} == {"above_max", "below_min", "non_finite", "rule_failed"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The compile cache.
+
+
+def test_the_key_changes_with_the_cpu(monkeypatch):
+    text = "int64_t tc_check(void) { return 0; }\n"
+    key = build.cache_key(text)
+    monkeypatch.setattr(build, "cpu_identity", lambda: "x86_64|other cpu|avx512f")
+    assert build.cache_key(text) != key
+    monkeypatch.undo()
+    assert build.cache_key(text) == key
+    assert build.cache_key(text + "\n") != key
+
+
+def test_no_compiler_is_a_compile_error(monkeypatch):
+    monkeypatch.setattr(build, "compiler", lambda: None)
+    with pytest.raises(build.CompileError, match="no C compiler"):
+        build.cache_key("int x;")
+
+
+CHILD = textwrap.dedent("""
+    import os, sys, time, torch
+    import tritoncheck as tc
+    from tritoncheck._kernel import build, c_backend
+    from tritoncheck._plan import bind, compile_plan
+    if sys.argv[1] == "load-only":
+        def refuse(*a, **k):
+            raise SystemExit("compiled, but the kernel was in the cache")
+        build._build = refuse
+    else:
+        start = float(sys.argv[2])
+        while time.time() < start:  # both processes reach the compiler together
+            pass
+    spec = tc.load_spec("bert-sequence-classification", vocab_size=50, max_position_embeddings=16,
+                        type_vocab_size=2, num_labels=5)
+    plan = compile_plan(spec)
+    batch = {"input_ids": torch.tensor([[1, 2, 70]]), "labels": torch.tensor([9])}
+    print(sorted(v.code for v in c_backend.run(plan, bind(plan, batch))))
+""")
+
+
+def _child(args: list[str], cache: str) -> subprocess.Popen:
+    env = {**os.environ, "TRITONCHECK_CACHE_DIR": cache}
+    return subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_processes_compiling_at_once_both_succeed_and_a_later_one_only_loads(tmp_path):
+    import time
+
+    cache = str(tmp_path / "cache")
+    start = str(time.time() + 1.5)
+    procs = [_child(["race", start], cache) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert out.strip() == "['above_max', 'above_max']"
+    libs = [f for f in os.listdir(os.path.join(cache, "c")) if f.endswith(".so")]
+    assert len(libs) == 1
+    assert not [f for f in os.listdir(os.path.join(cache, "c")) if f.startswith(".build-")]
+    out, err = _child(["load-only"], cache).communicate(timeout=120)
+    assert out.strip() == "['above_max', 'above_max']", err
