@@ -34,14 +34,13 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
     """Every data check of `plan` that `bind` found runnable, as violations."""
     ctx = _Context(plan, bound)
     out = []
-    with torch.no_grad():  # a batch that requires grad must not grow a graph here
-        for check in bound.runnable:
-            bad = ctx.bad_mask(check)
-            if bad is None:
-                continue
-            count, samples, index = locate(bad, check.axes, plan.batch_dim, ctx.sizes)
-            if count:
-                out.append(make_violation(check, ctx, count, samples, index))
+    for check in bound.runnable:
+        bad = ctx.bad_mask(check)
+        if bad is None:
+            continue
+        count, samples, index = locate(bad, check.axes, plan.batch_dim, ctx.sizes)
+        if count:
+            out.append(make_violation(check, ctx, count, samples, index))
     return out
 
 
@@ -357,17 +356,18 @@ def _covers(mn: int | float, mx: int | float, values: tuple[int | float, ...]) -
 
 
 def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
-           sizes: Mapping[str, int]) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+           sizes: Mapping[str, int] | None = None) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """Count the True entries, list the batch positions holding one, and find the first (row-major).
 
     `bad` may keep size 1 along an axis whose full size (`sizes`) is larger, where the values do
     not vary (an expanded view): each entry then counts for the whole axis, the first index is
     still the row-major first (position 0 along that axis), and along the batch axis every
-    sample holds it (the first MAX_EXPANDED_SAMPLES are listed).
+    sample holds it (the first MAX_EXPANDED_SAMPLES are listed). Without `sizes`, `bad` is full size.
     """
     count = int(bad.sum())
     if count == 0:
         return 0, (), ()
+    sizes = sizes or dict(zip(axes, bad.shape, strict=True))
     count *= math.prod(sizes[a] for a, n in zip(axes, bad.shape, strict=True) if n == 1)
     flat = bad.reshape(-1)
     first = int(torch.argmax(flat.to(torch.uint8)))
