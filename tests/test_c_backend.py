@@ -19,7 +19,6 @@ import textwrap
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import tritoncheck as tc
 from tritoncheck import _torch_backend

@@ -34,7 +34,7 @@ from .._dtypes import dtype_name
 from .._expr import to_text
 from .._plan import describe
 from .._source import RESERVED, IndentedBuffer, NameSpace, comment
-from .ir import BIG, Group, Kernel, Op, Val, walk
+from .ir import BIG, Group, Kernel, Op, walk
 
 FUNCTION = "tc_check"
 _CTYPE = {"b": "int", "i": "int64_t", "f": "float", "d": "double"}
@@ -82,7 +82,7 @@ static inline float tc_bf16(uint16_t h) {
     "tc_sub_i": "static inline int64_t tc_sub_i(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }",
     "tc_mul_i": "static inline int64_t tc_mul_i(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }",
     "tc_neg_i": "static inline int64_t tc_neg_i(int64_t a) { return (int64_t)(UINT64_C(0) - (uint64_t)a); }",
-    "tc_abs_i": "static inline int64_t tc_abs_i(int64_t a) { return a < 0 ? (int64_t)(UINT64_C(0) - (uint64_t)a) : a; }",
+    "tc_abs_i": "static inline int64_t tc_abs_i(int64_t a) { return a < 0 ? tc_neg_i(a) : a; }",
     "tc_floordiv_i": """
 // torch's floor division for int64; a // 0 == 0, and INT64_MIN // -1 wraps (C's / would trap)
 static inline int64_t tc_floordiv_i(int64_t a, int64_t b) {
@@ -191,7 +191,8 @@ class CCodegen:
             if name in self.helpers:
                 out.writelines(text.strip("\n").splitlines())
         out.writeline("")
-        out.writeline(f"int64_t {FUNCTION}(const int64_t *restrict ia, const double *restrict fa, int64_t *restrict out)")
+        out.writeline(f"int64_t {FUNCTION}(const int64_t *restrict ia, const double *restrict fa, "
+                      "int64_t *restrict out)")
         out.writeline("{")
         out.splice(body)
         out.writeline("}")
@@ -217,7 +218,8 @@ class CCodegen:
         k = self.k
         pos = 0
         for f in k.fields:
-            w(f"const {_STORAGE[f.dtype]} *restrict {self.ptr[f.name]} = (const {_STORAGE[f.dtype]} *)(uintptr_t)ia[{pos}];")
+            ctype = _STORAGE[f.dtype]
+            w(f"const {ctype} *restrict {self.ptr[f.name]} = (const {ctype} *)(uintptr_t)ia[{pos}];")
             pos += 1
         for f in k.fields:
             if not f.contiguous:
@@ -373,6 +375,8 @@ class CCodegen:
         return self._int_or(op, "tc_neg_i", (x,), f"-{x}")
 
     def abs(self, op: Op, x: str) -> str:
+        if op.kind == "i":
+            self.helper("tc_neg_i")  # tc_abs_i calls it
         return self._int_or(op, "tc_abs_i", (x,), f"fabs{'f' if op.kind == 'f' else ''}({x})")
 
     def not_(self, op: Op, x: str) -> str:

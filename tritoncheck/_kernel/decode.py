@@ -144,7 +144,8 @@ class PointOps:
 
     def scalar(self, op: Op, slot: int) -> torch.Tensor:
         value = self.kernel.scalars[slot].value(self.dims)  # a double or an int64, as the kernel receives it
-        return torch.tensor(value, dtype=torch.float64 if isinstance(value, float) else torch.int64).to(KIND_DTYPE[op.kind])
+        as_passed = torch.float64 if isinstance(value, float) else torch.int64
+        return torch.tensor(value, dtype=as_passed).to(KIND_DTYPE[op.kind])
 
     def cast(self, op: Op, x: torch.Tensor) -> torch.Tensor:
         return x.to(KIND_DTYPE[op.kind])

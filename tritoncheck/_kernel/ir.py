@@ -61,7 +61,6 @@ OPS: dict[str, str] = {
     "loads and index ops follow (shadowing an outer position along the same axis)",
 }
 
-KINDS = ("b", "i", "f", "d")
 TORCH_KIND = {torch.int64: "i", torch.float32: "f", torch.float64: "d"}
 KIND_DTYPE = {"b": torch.bool, "i": torch.int64, "f": torch.float32, "d": torch.float64}
 
@@ -437,7 +436,6 @@ class _Weak:
 class _Scope:
     ops: list[Op]
     memo: dict[tuple, Val]
-    axes: tuple[str, ...]  # axes bound by loops in this scope and its parents
     loads: list[tuple[str, tuple]] = field(default_factory=list)
     uses_index: bool = False
 
@@ -448,7 +446,7 @@ class _Lowering:
         self.next_id = 0
         self.scalars: list[HostScalar] = []
         self.axes_used: dict[str, None] = {}
-        self.scope: _Scope = _Scope([], {}, ())
+        self.scope: _Scope = _Scope([], {})
 
     # -- emitting ------------------------------------------------------------------------------
     def emit(self, name: str, args: tuple, kind: str) -> Val:
@@ -549,7 +547,7 @@ class _Lowering:
         red = expr_axes(self.plan, e.x) if e.dims is None else tuple(e.dims)
         self.axes_used.update(dict.fromkeys(red))
         outer = self.scope
-        self.scope = _Scope([], {}, outer.axes + red)
+        self.scope = _Scope([], {})
         try:
             x = self.natural(self.expr(e.x))
             value = self.truth(x) if e.op in ("any", "all") else self.materialize(x, arith_kind(x.kind))
@@ -591,7 +589,10 @@ def _lower_range(lw: _Lowering, k: int, c: RangeCheck) -> Val:
         bad = lw.emit(cmp, (x, bound), "b")
     elif isinstance(c.bound, Const):
         limit = int_limit(c.bound.value, c.kind)
-        bad = lw.const(limit == "always", "b") if isinstance(limit, str) else lw.emit(cmp, (x, lw.const(limit, "i")), "b")
+        if isinstance(limit, str):  # no int64 bound: every value fails, or none does
+            bad = lw.const(limit == "always", "b")
+        else:
+            bad = lw.emit(cmp, (x, lw.const(limit, "i")), "b")
     else:  # over dims: the host computes the int64 bound, and whether none can express it
         limit = lw.scalar(HostScalar(c.bound, "int", c.kind), "i")
         always = lw.scalar(HostScalar(c.bound, "int", c.kind, "always"), "b")
@@ -646,7 +647,7 @@ def lower(plan: Plan, checks: tuple[DataCheck, ...], fields: Mapping[str, FieldS
         keys.setdefault((c.axes, red), []).append(k)
     groups = []
     for (axes, red), members in keys.items():
-        lw.scope = _Scope([], {}, axes)
+        lw.scope = _Scope([], {})
         lw.axes_used.update(dict.fromkeys(axes))
         bads = tuple((k, lw.check(k, checks[k])) for k in members)
         loads = lw.scope.loads
@@ -657,7 +658,7 @@ def lower(plan: Plan, checks: tuple[DataCheck, ...], fields: Mapping[str, FieldS
     subjects = {}
     for k, c in enumerate(checks):
         if isinstance(c, RuleCheck):
-            lw.scope = _Scope([], {}, c.axes)
+            lw.scope = _Scope([], {})
             value = lw.natural(lw.expr(c.subject))
             subjects[k] = Subject(tuple(lw.scope.ops), value)
     used = {f for g in groups for f in g.fields}
