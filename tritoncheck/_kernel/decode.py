@@ -128,10 +128,15 @@ class PointOps:
                 kept.append(axis)
             else:
                 picks.append(self.at[axis])
-        x = t[tuple(picks)].to(KIND_DTYPE[op.kind])
+        x = t[tuple(picks)]  # over the kept axes, in the field's order
+        # an expanded (zero-stride) axis holds one value: keep size 1 there, so that nothing here
+        # allocates in proportion to a view's logical size (`reduction` scales sums back)
+        size = [1 if st == 0 and n > 1 else n for n, st in zip(x.shape, x.stride(), strict=True)]
+        x = x.as_strided(size, x.stride(), x.storage_offset()).to(KIND_DTYPE[op.kind])
         if kept:  # lay the kept axes out in the order of self.free, size 1 elsewhere
             x = x.permute([kept.index(a) for a in self.free if a in kept])
-            x = x.reshape(self._shape(kept))
+            it = iter(x.shape)
+            x = x.reshape([next(it) if a in kept else 1 for a in self.free])
         return x
 
     def const(self, op: Op, value: Any) -> torch.Tensor:
@@ -213,13 +218,20 @@ class PointOps:
         self.free.extend(axes)
         try:
             x = self._align(body())[0]
-            x = x.expand(tuple(x.shape[:outer]) + tuple(axis_size(self.kernel, a, self.dims) for a in axes))
+            sizes = [axis_size(self.kernel, a, self.dims) for a in axes]
+            if 0 in sizes:  # an empty reduction: any() is False, all() True, sum() 0
+                x = x.expand(tuple(x.shape[:outer]) + tuple(sizes))
             dims = tuple(range(outer, outer + len(axes)))
-            if red == "sum":
-                return x.sum(dim=dims) if dims else x
             if red == "any":
                 return x.any(dim=dims) if dims else x
-            return x.all(dim=dims) if dims else x
+            if red == "all":
+                return x.all(dim=dims) if dims else x
+            out = x.sum(dim=dims) if dims else x
+            # a value of size 1 along a reduced axis stands for that many equal values
+            spread = math.prod(n for j, n in enumerate(sizes) if x.shape[outer + j] == 1)
+            if spread == 1:
+                return out
+            return out * (float(spread) if out.is_floating_point() else (spread + 2**63) % 2**64 - 2**63)  # int64 wraps
         finally:
             del self.free[outer:]
 
