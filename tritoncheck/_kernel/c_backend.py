@@ -120,18 +120,20 @@ def program_for(plan: Plan, bound: Bound) -> Program:
     if fields is None:
         fields = entry.fields[ids] = tuple(sorted({f for ch in checks for f in referenced_fields(ch)}))
     ts = [bound.tensors[f] for f in fields]
-    if not all(t.is_cpu for t in ts):  # the kernel reads host memory: never hand it a device pointer
-        raise ValueError(f"backend='c' needs CPU tensors; the batch is on {next(t.device for t in ts if not t.is_cpu)}")
-    # dtype, contiguity, and whether loop indices must be int64 (past 2**31 - 1 elements)
-    sig = tuple([(t.dtype, t.is_contiguous(), t.numel() > INT32_LIMIT) for t in ts])
+    # per field: dtype, contiguity, device, and past 2**31 - 1 elements (loop indices must be
+    # int64) whether it is an expanded view (2); a device or a huge expanded view is refused below,
+    # on the first call of its signature
+    sig = tuple([(t.dtype, t.is_contiguous(), t.is_cpu, t.numel() > INT32_LIMIT and 1 + (0 in t.stride())) for t in ts])
     key = (ids, sig)
-    for t, (_, contiguous, big) in zip(ts, sig, strict=True):
-        if big and not contiguous and 0 in t.stride():
-            # an expanded view past 2**31 elements (a 1-element tensor expanded to 2**40): the kernel
-            # would walk every logical element; the torch backend checks its stored values instead
-            raise ir.Unsupported("an expanded (zero-stride) view of more than 2**31 - 1 elements")
     program = entry.programs.get(key)
     if program is None:
+        for f, (_, _, cpu, big) in zip(fields, sig, strict=True):
+            if not cpu:  # the kernel reads host memory: never hand it a device pointer
+                raise ValueError(f"backend='c' needs CPU tensors; {f} is on {bound.tensors[f].device}")
+            if big == 2:
+                # an expanded view past 2**31 elements (one element expanded to 2**40): the kernel would
+                # walk every logical element; the torch backend checks its stored values instead
+                raise ir.Unsupported("an expanded (zero-stride) view of more than 2**31 - 1 elements")
         with entry.lock:  # lowering, generation and compilation happen once per key, even with threads
             program = entry.programs.get(key)
             if program is None:
@@ -140,8 +142,8 @@ def program_for(plan: Plan, bound: Bound) -> Program:
 
 
 def _compile(plan: Plan, checks: tuple[DataCheck, ...], sig: dict[str, tuple]) -> Program:
-    fields = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous) for f, (dtype, contiguous, _) in sig.items()}
-    big = any(b for _, _, b in sig.values())
+    fields = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous) for f, (dtype, contiguous, _, _) in sig.items()}
+    big = any(b for _, _, _, b in sig.values())
     kernel = ir.lower(plan, checks, fields)
     source = c.generate(kernel, index_bits=64 if big else 32)
     fn = getattr(build.load(source.text), c.FUNCTION)
