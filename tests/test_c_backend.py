@@ -395,6 +395,11 @@ CHILD = textwrap.dedent("""
             raise SystemExit("compiled, but the kernel was in the cache")
         build._build = refuse
     else:
+        real = build._build
+        def counted(*a, **k):
+            print("compiled", file=sys.stderr)
+            return real(*a, **k)
+        build._build = counted
         start = float(sys.argv[2])
         while time.time() < start:  # both processes reach the compiler together
             pass
@@ -422,6 +427,7 @@ def test_processes_compiling_at_once_both_succeed_and_a_later_one_only_loads(tmp
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err
         assert out.strip() == "['above_max', 'above_max']"
+    assert sum("compiled" in err for _, err in outs) == 1  # the other waited on the lock, then loaded
     libs = [f for f in os.listdir(os.path.join(cache, "c")) if f.endswith(".so")]
     assert len(libs) == 1
     assert not [f for f in os.listdir(os.path.join(cache, "c")) if f.startswith(".build-")]
