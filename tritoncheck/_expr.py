@@ -266,7 +266,11 @@ def fold(expr: Expr) -> Expr:
             return Const(value)
         return Binary(expr.op, a, b)
     if isinstance(expr, Reduce):
-        return Reduce(expr.op, fold(expr.x), expr.dims)
+        x = fold(expr.x)
+        if isinstance(x, Const) and expr.dims is None:  # over a single value: sum is the value, any/all its truth
+            return Const(int(x.value) if expr.op == "sum" and isinstance(x.value, bool) else
+                         x.value if expr.op == "sum" else x.value != 0)
+        return Reduce(expr.op, x, expr.dims)
     return expr
 
 

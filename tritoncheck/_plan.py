@@ -259,7 +259,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
                 raise scope.error(where, f"{r.rule!r} reads no field, and arange() only has a meaning next to one; "
                                          "write a rule over sizes with the dim itself, as in L <= 512")
             if not expr_dims(expr) and (cond is None or not expr_dims(cond)):
-                if (cond is None or _truthy(evaluate_scalar(cond, {}))) and not _truthy(evaluate_scalar(expr, {})):
+                if (cond is None or bool(evaluate_scalar(cond, {}))) and not bool(evaluate_scalar(expr, {})):
                     raise scope.error(where, f"{r.rule!r} is false for every batch (with these parameters)")
                 continue  # always true: nothing to check
             owner = r.field or _dim_owner(expr, fields)
@@ -268,6 +268,14 @@ def compile_plan(spec: BatchSpec) -> Plan:
             continue
         report_field = r.field or _first_ref(expr if _refs(expr) else cond)
         axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
+        if isinstance(cond, Const):  # `x > 0 where 0` applies nowhere; `where 1` everywhere
+            if not bool(cond.value):
+                continue
+            cond = None
+        if isinstance(expr, Const):  # `0 where x > 0`: holds everywhere, or fails wherever `where` holds
+            if bool(expr.value):
+                continue
+            expr, cond = Unary("not", cond), None
         checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint))
 
     needs = tuple(_check_needs(c, by_name) for c in checks)
@@ -437,10 +445,6 @@ def _has_arange(expr: Expr) -> bool:
     return False
 
 
-def _truthy(value: Any) -> bool:
-    return bool(value) and value == value  # NaN is no verdict of "holds"
-
-
 def _index_needs(expr: Expr | None, fields: Mapping[str, FieldPlan]) -> tuple[IndexNeed, ...]:
     """Every integer index into an axis sized by a dim, which only a batch can tell is in range."""
     if isinstance(expr, Ref):
@@ -536,7 +540,7 @@ def bind(plan: Plan, batch: Any) -> Bound:
         if not needed <= dim_values.keys():
             skipped.append(c.text)
             continue
-        if c.where is not None and not _truthy(evaluate_scalar(c.where, dim_values)):
+        if c.where is not None and not bool(evaluate_scalar(c.where, dim_values)):
             continue
         if not bool(evaluate_scalar(c.expr, dim_values)):
             value = evaluate_scalar(c.subject, dim_values)
