@@ -117,6 +117,15 @@ def test_constant_parts_of_a_rule_over_data(backend):
         ("x > -1 where 1", 1, (2,), (2,), -1.0), ("all(x > 5) where any(1)", 1, (), (), False)]
 
 
+def test_a_rule_over_dims_keeps_its_where(backend):
+    s = spec({"x": {"dtype": "int64", "shape": ["B", "L"]}}, ["L <= 2 where B > 1", "sum(L) <= 9", "any(L - 5)"])
+    assert tc.check({"x": torch.zeros(1, 4, dtype=torch.long)}, s, backend=backend).ok
+    report = tc.check({"x": torch.zeros(2, 10, dtype=torch.long)}, s, backend=backend)
+    assert [(v.code, v.rule, v.value) for v in report.violations] == [
+        ("dim_bound", "L <= 2 where B > 1 fails with B=2 (from x), L=10 (from x)", 10),
+        ("dim_bound", "sum(L) <= 9 fails with L=10 (from x)", 10)]
+
+
 def test_floor_division_and_modulo_by_zero(backend):
     """Integers: a // 0 == 0 and a % 0 == a (so a == (a // b) * b + a % b); floats: IEEE, as torch."""
     s = spec({"x": {"dtype": "int64", "shape": ["B", "L"]}, "y": {"dtype": "int64", "shape": ["B", "L"]},
