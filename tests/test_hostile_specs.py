@@ -126,6 +126,17 @@ def test_a_rule_over_dims_keeps_its_where(backend):
         ("dim_bound", "sum(L) <= 9 fails with L=10 (from x)", 10)]
 
 
+def test_a_where_over_dims_only(backend, request):
+    if backend == "triton":
+        request.applymarker(pytest.mark.xfail(strict=True, reason="Triton: 'mask has unsupported dtype' for a scalar where"))
+    s = spec({"x": {"dtype": "int64", "shape": ["B"]}}, ["x > 0 where B - 1", "x where B"])
+    report = tc.check({"x": torch.tensor([0, 2, -1])}, s, backend=backend)
+    assert [(v.rule, v.count, v.samples, v.value) for v in report.violations] == [
+        ("x > 0 where B - 1", 2, (0, 2), 0), ("x where B", 1, (0,), 0)]
+    assert tc.check({"x": torch.tensor([-1])}, spec({"x": {"dtype": "int64", "shape": ["B"]}}, ["x > 0 where B - 1"]),
+                    backend=backend).ok
+
+
 def test_floor_division_and_modulo_by_zero(backend):
     """Integers: a // 0 == 0 and a % 0 == a (so a == (a // b) * b + a % b); floats: IEEE, as torch."""
     s = spec({"x": {"dtype": "int64", "shape": ["B", "L"]}, "y": {"dtype": "int64", "shape": ["B", "L"]},
