@@ -31,6 +31,7 @@ from . import _expr
 from ._spec import SpecError, _builtin_dir, _import_yaml, builtin_spec_names, split_where
 
 MAX_DEPTH = 16
+MAX_NODES = 100_000  # a spec has tens of nodes; a YAML alias bomb has billions
 MAX_BYTES = 1 << 20  # a spec is a few KB; a base file larger than 1 MiB is refused unread
 ANYWHERE_ENV = "TRITONCHECK_EXTENDS_ANYWHERE"
 SUFFIXES = (".yaml", ".yml")
@@ -163,13 +164,35 @@ def read_yaml(path: Path, what: str) -> Any:
     except UnicodeDecodeError as exc:
         raise SpecError(f"{what}: not UTF-8 text (at byte {exc.start})") from None
     try:
-        return yaml.safe_load(text)
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None and _expanded_size(node, MAX_NODES) > MAX_NODES:
+                raise SpecError(f"{what}: more than {MAX_NODES} YAML nodes once aliases are expanded")
+            return loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise SpecError(f"{what}: not valid YAML{where}") from None
     except RecursionError:
         raise SpecError(f"{what}: nested too deeply") from None
+
+
+def _expanded_size(node: Any, limit: int) -> int:
+    """Nodes in a YAML graph with every alias expanded, counted up to just past `limit`.
+
+    An alias is a reference, so `yaml.safe_load` builds a "billion laughs" document cheaply, but
+    anything that then walks the spec (validation, merging) would visit every expansion.
+    """
+    count, stack = 0, [node]
+    while stack and count <= limit:
+        n = stack.pop()
+        count += 1
+        if isinstance(n.value, list):
+            stack.extend(v for item in n.value for v in (item if isinstance(item, tuple) else (item,)))
+    return count
 
 
 def _key(path: Path) -> Path:

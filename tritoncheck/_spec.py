@@ -9,6 +9,7 @@ field, a parameter or a dim.
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from ._dtypes import all_integer, expand_dtypes, number_problem
 
 ParamValue = int | float | bool | str | None
 Bound = int | float | str
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: `$` would let "x\n" through
 MISSING_PYYAML_MESSAGE = "reading or writing YAML specs needs PyYAML: pip install pyyaml"
 
 
@@ -252,6 +253,8 @@ class BatchSpec(BaseModel):
         for name, value in filled.items():
             if value is not None and not isinstance(value, (int, float, bool, str)):
                 raise SpecError(f"{self.name}: parameter {name} must be a number or string, got {type(value).__name__}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SpecError(f"{self.name}: parameter {name} must be a finite number, got {value}")
         return self.model_copy(update={"params": filled})
 
     def require_params(self) -> None:
@@ -335,16 +338,12 @@ def _spec_path(name_or_path: str | Path) -> Path:
 
 def read_spec(name_or_path: str | Path) -> BatchSpec:
     """Read a built-in spec by name, or a YAML file, without filling parameters."""
-    yaml = _import_yaml()
+    from ._extends import read_yaml, resolve  # one reader for every spec file; resolve merges `extends:`
+
     path = _spec_path(name_or_path)
     if not path.is_file():
         raise SpecError(f"spec file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from None
-    from ._extends import resolve  # merges an `extends:` chain; a no-op without one
-    data = resolve(data, path)
+    data = resolve(read_yaml(path, str(path)), path)
     return spec_from_dict(data, str(path))
 
 
