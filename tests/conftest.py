@@ -28,9 +28,9 @@ def _cache_dir(tmp_path_factory):
         yield
 
 
-@pytest.fixture(params=["torch", "triton"])
+@pytest.fixture(params=["torch", "c", "triton"])
 def backend(request):
-    """Both backends; on a machine without a GPU the Triton one runs in the interpreter."""
+    """Every backend; on a machine without a GPU the Triton one runs in the interpreter."""
     if request.param == "triton":
         pytest.importorskip("triton")
     return request.param

@@ -9,6 +9,7 @@ from importlib import import_module
 
 from ._api import check as check
 from ._api import validate as validate
+from ._api import warmup as warmup
 from ._report import VIOLATION_CODES as VIOLATION_CODES
 from ._report import BatchValidationError as BatchValidationError
 from ._report import Report as Report

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Literal
 
 from . import _torch_backend
@@ -10,7 +11,8 @@ from ._plan import bind, compile_plan
 from ._report import BatchValidationError, Report, Violation
 from ._spec import BatchSpec, SpecError
 
-Backend = Literal["auto", "torch", "triton"]
+Backend = Literal["auto", "torch", "c", "triton"]
+BACKENDS = ("auto", "torch", "c", "triton")
 
 
 def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto") -> Report:
@@ -19,19 +21,89 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto") -> Report:
     Args:
         batch: a mapping of field name to tensor (numpy arrays are viewed without a copy).
         spec: a `BatchSpec` with its parameters filled (see `load_spec`).
-        backend: "torch" (reference; CPU or CUDA), "triton" (one fused kernel launch), or "auto":
-            Triton for CUDA tensors, torch otherwise.
+        backend: "torch" (the reference; CPU or CUDA), "c" (the contract compiled to one C
+            function; CPU tensors), "triton" (one fused kernel launch; CUDA tensors), or "auto":
+            Triton for CUDA tensors, C for CPU tensors where a C compiler exists, torch
+            otherwise. A compiled backend that cannot take a plan hands it to torch with one
+            warning; `report.backend` always names the backend that ran.
     """
     if not isinstance(spec, BatchSpec):
         raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
     plan, bound, chosen = prepare(batch, spec, backend)
-    if chosen == "triton":
+    data, ran = run_data_checks(plan, bound, chosen)
+    return Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
+
+
+def run_data_checks(plan: Any, bound: Any, chosen: str) -> tuple[list[Violation], str]:
+    """The data checks on `chosen`, or on torch when a compiled backend cannot take them: (violations, backend that ran)."""
+    if chosen == "c":
+        from ._kernel import build, c_backend, ir
+
+        try:
+            return c_backend.run(plan, bound), "c"
+        except (ir.Unsupported, build.CompileError) as exc:
+            _warn_fallback("c", exc)
+    elif chosen == "triton":
         from ._triton import backend as triton_backend
 
-        data = triton_backend.run(plan, bound)
+        return triton_backend.run(plan, bound), "triton"
+    return _torch_backend.run(plan, bound), "torch"
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_fallback(backend: str, exc: BaseException) -> None:
+    """Say once per process and reason that a compiled backend handed a plan to the torch backend."""
+    key = (backend, type(exc).__name__)
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"tritoncheck: the {backend} backend cannot check this batch ({exc}); "
+                      "the torch backend checks it instead (same verdicts, slower)", RuntimeWarning, stacklevel=4)
+
+
+def warmup(spec: BatchSpec, batch: Any = None, *, backend: Backend = "auto") -> str:
+    """Compile the contract's kernel now, e.g. in the parent before DataLoader workers fork.
+
+    Forked workers inherit the compiled kernel, and spawned ones find it in the on-disk cache, so
+    the first batch in each worker costs a check, not a compile. Give a real `batch` (say, the
+    first one) where the data's dtypes may differ from the spec's likeliest ones; without one, a
+    zero batch of each field's likeliest dtype stands in, once for every combination of the
+    optional fields present (at most `MAX_WARMUP_KERNELS`; beyond that, all and none of them).
+    Returns the backend that will check such a batch.
+    """
+    if batch is not None:
+        return check(batch, spec, backend=backend).backend
+    optional = [f.name for f in compile_plan(spec).fields if f.optional]
+    if 2 ** len(optional) <= MAX_WARMUP_KERNELS:
+        subsets = [{n for i, n in enumerate(optional) if mask >> i & 1} for mask in range(2 ** len(optional))]
     else:
-        data = _torch_backend.run(plan, bound)
-    return Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), chosen)
+        subsets = [set(), set(optional)]
+    for present in subsets:
+        ran = check(example_batch(spec, present), spec, backend=backend).backend
+    return ran
+
+
+MAX_WARMUP_KERNELS = 16
+
+
+def example_batch(spec: BatchSpec, optional: set[str] | None = None, dim_size: int = 8) -> dict[str, Any]:
+    """A zero batch of `spec`'s required fields and the `optional` ones named (all, if None).
+
+    Each field takes its likeliest dtype (int64, float32, bool, else the first listed), and every
+    dim is `dim_size` long.
+    """
+    import torch
+
+    plan = compile_plan(spec)
+    likely = (torch.int64, torch.float32, torch.bool)
+    out = {}
+    for f in plan.fields:
+        if f.optional and optional is not None and f.name not in optional:
+            continue
+        dtype = next((d for d in likely if d in f.dtypes), f.dtypes[0])
+        out[f.name] = torch.zeros([s if isinstance(s, int) else dim_size for s in f.shape], dtype=dtype)
+    return out
 
 
 def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, deferred: bool = False) -> Any:
@@ -107,15 +179,30 @@ def agree(report: Report, group: Any) -> Report:
 
 def prepare(batch: Any, spec: BatchSpec, backend: Backend):
     """Compile the plan, run the host checks, and pick the backend for the data checks."""
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     plan = compile_plan(spec)
     bound = bind(plan, batch)
     chosen = backend
     if backend == "auto":
         on_cuda = any(t.is_cuda for t in bound.tensors.values())
-        chosen = "triton" if on_cuda and _triton_available() else "torch"
+        if on_cuda:
+            chosen = "triton" if _triton_available() else "torch"
+        else:
+            chosen = "c" if _c_available() else "torch"
+    elif backend == "c" and not _c_available():
+        chosen = "torch"
     return plan, bound, chosen
+
+
+def _c_available() -> bool:
+    """A C compiler exists; if not, say once that the torch backend checks CPU batches."""
+    from ._kernel import build
+
+    if build.compiler() is not None:
+        return True
+    _warn_fallback("c", build.CompileError("no C compiler (cc, gcc or the Python build's CC) on PATH"))
+    return False
 
 
 def _triton_available() -> bool:
@@ -126,4 +213,4 @@ def _triton_available() -> bool:
     return True
 
 
-__all__ = ["check", "validate", "SpecError"]
+__all__ = ["check", "validate", "warmup", "SpecError"]

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ._api import BACKENDS
 from ._report import printable
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -35,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("batch", help="the batch: a torch.save'd dict of tensors (.pt), .safetensors or .npz")
     _add_param_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--backend", choices=["auto", "torch", "triton"], default="auto", help="default: auto")
+    p.add_argument("--backend", choices=list(BACKENDS), default="auto", help="default: auto (C on CPU, Triton on CUDA)")
     p.set_defaults(run=_guarded(run_check))
 
     s = sub.add_parser("specs", help="list built-in specs, or show one", description="List built-in specs, or show one.")

@@ -42,7 +42,8 @@ from typing import Any, Literal, NamedTuple
 
 from torch._utils import ExceptionWrapper
 
-from ._api import Backend, check, disabled
+from ._api import BACKENDS, Backend, check, disabled
+from ._api import warmup as compile_kernel
 from ._plan import Plan, compile_plan
 from ._report import BatchValidationError, Report, Violation
 from ._spec import BatchSpec
@@ -129,8 +130,8 @@ def _indexed_hf_class() -> type:
 class ValidatingCollate:
     """A DataLoader `collate_fn` that collates, then checks the batch against `spec`.
 
-    Picklable, so it works with any number of workers under fork or spawn. With the default
-    `backend="torch"` on CPU tensors it never initialises CUDA or imports Triton in a worker.
+    Picklable, so it works with any number of workers under fork or spawn. On CPU tensors it
+    never initialises CUDA or imports Triton in a worker.
 
     Args:
         spec: the contract of the collated batch (see `tc.load_spec`).
@@ -141,7 +142,11 @@ class ValidatingCollate:
         quarantine_dir: where "quarantine" writes each bad sample (`<key>.pt`) and its record
             (`<key>.json`: dataset index, batch position, violations). Required for "quarantine".
         log_dir: where "skip" writes its records; a fresh temporary directory by default.
-        backend: the backend for the data checks; "torch" is right for worker processes.
+        backend: the backend for the data checks. "auto" runs the contract compiled to C on CPU
+            batches (the torch backend where no C compiler exists, with one warning).
+        warmup: compile the kernel now, in the parent, so forked workers inherit it and spawned
+            ones load it from the disk cache (see `tc.warmup`); a real first batch's dtypes may
+            still differ, and then the first worker to see them compiles once for all.
 
     A batch whose every sample is bad has nothing left to yield: the collate returns `None`
     (a DataLoader needs a value), and the training loop should `continue` on it. Every dropped
@@ -156,14 +161,15 @@ class ValidatingCollate:
         quarantine_dir: str | os.PathLike | None = None,
         *,
         log_dir: str | os.PathLike | None = None,
-        backend: Backend = "torch",
+        backend: Backend = "auto",
+        warmup: bool = True,
     ):
         if not isinstance(spec, BatchSpec):
             raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
         if on_error not in ("raise", "skip", "quarantine"):
             raise ValueError(f"on_error must be 'raise', 'skip' or 'quarantine', got {on_error!r}")
-        if backend not in ("auto", "torch", "triton"):
-            raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
         if on_error == "quarantine" and quarantine_dir is None:
             raise ValueError("on_error='quarantine' needs quarantine_dir, where bad samples are written")
         if collate_fn is None:
@@ -181,6 +187,8 @@ class ValidatingCollate:
             self.record_dir = Path(log_dir if log_dir is not None else tempfile.mkdtemp(prefix="tritoncheck-skipped-"))
         if self.record_dir is not None:
             self.record_dir.mkdir(parents=True, exist_ok=True)  # created here, before workers start
+        if warmup and backend in ("auto", "c") and not disabled():
+            compile_kernel(spec, backend=backend)  # before the workers fork
 
     def __call__(self, samples: Sequence[Any]) -> Any:
         if not isinstance(samples, (list, tuple)) or isinstance(samples, Indexed):

@@ -30,6 +30,7 @@ from ._cli_commands import (
     load_batch,
     say,
 )
+from ._api import BACKENDS
 from ._report import printable
 
 BATCH_SUFFIXES = (".pt", ".pth", ".safetensors", ".npz")
@@ -52,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="OUT",
                    help="write the full report (every bad sample) as JSON to OUT ('-' for stdout)")
     p.add_argument("--batch-size", type=int, default=256, help="rows per check for a `datasets` dataset (default 256)")
-    p.add_argument("--backend", choices=["auto", "torch", "triton"], default="torch", help="default: torch")
+    p.add_argument("--backend", choices=list(BACKENDS), default="auto", help="default: auto (the C kernel on CPU)")
     p.set_defaults(run=_guarded(run_scan))
 
 

@@ -56,12 +56,12 @@ class _Entry:
 
 def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None) -> Any:
     """Check this batch (its verdict is queued), then raise for the earliest bad earlier batch."""
-    from .. import _api, _torch_backend
+    from .. import _api
 
     plan, bound, chosen = _api.prepare(batch, spec, backend)
 
-    def report(data: list) -> Report:
-        return Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), chosen)
+    def report(data: list, ran: str = chosen) -> Report:
+        return Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
 
     done, finish, event = None, None, None
     if chosen == "triton":
@@ -76,7 +76,7 @@ def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None) -
             def finish() -> Report:
                 return report(pending.result())
     else:
-        done = report(_torch_backend.run(plan, bound))
+        done = report(*_api.run_data_checks(plan, bound, chosen))
     with _lock:
         earlier = len(_queue)
         _queue.append(_Entry(next(_steps), done, finish, event, group))

@@ -1,0 +1,125 @@
+"""Which backend runs: `auto` picks C for CPU batches, fallbacks are honest and said once, warm-up compiles."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import tritoncheck as tc
+from tritoncheck import _api
+from tritoncheck._kernel import build, c_backend
+
+SPEC = dict(vocab_size=30, num_labels=2, max_position_embeddings=16, type_vocab_size=2)
+
+
+def bert():
+    return tc.load_spec("bert-sequence-classification", **SPEC)
+
+
+def bert_batch(bad: bool = False):
+    ids = torch.randint(3, 30, (4, 8))
+    if bad:
+        ids[2, 5] = 31
+    return {"input_ids": ids, "attention_mask": torch.ones(4, 8, dtype=torch.int64), "labels": torch.tensor([0, 1, 1, 0])}
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(_api, "_warned", set())
+
+
+def test_auto_runs_the_c_kernel_on_cpu_and_the_report_says_so():
+    report = tc.check(bert_batch(bad=True), bert())
+    assert report.backend == "c"
+    reference = tc.check(bert_batch(bad=True), bert(), backend="torch")
+    assert reference.backend == "torch" and report.codes == {"above_max"}
+
+
+def test_no_compiler_means_torch_with_one_warning(monkeypatch, tmp_path, fresh_warnings):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, no gcc
+    monkeypatch.setattr("sysconfig.get_config_var", lambda name: None)
+    build.compiler.cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            reports = [tc.check(bert_batch(bad=True), bert(), backend=b) for b in ("auto", "c", "auto")]
+        assert [r.backend for r in reports] == ["torch"] * 3
+        assert reports[0].codes == {"above_max"}
+        said = [w for w in caught if "no C compiler" in str(w.message)]
+        assert len(said) == 1, [str(w.message) for w in caught]
+    finally:
+        build.compiler.cache_clear()
+
+
+def test_a_plan_the_kernel_cannot_take_falls_back_to_torch_and_says_which_ran(fresh_warnings):
+    spec = tc.load_spec("cross-entropy")
+    target = torch.tensor([1]).expand(2**31 + 5)  # an expanded view past 2**31 elements: C refuses it
+    batch = {"input": torch.zeros(1, 3).expand(2**31 + 5, 3), "target": target}
+    with pytest.warns(RuntimeWarning, match="the c backend cannot check this batch"):
+        report = tc.check(batch, spec, backend="c")
+    assert report.backend == "torch" and report.ok
+
+
+def test_warmup_compiles_before_the_first_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITONCHECK_CACHE_DIR", str(tmp_path))
+    spec = bert()
+    assert tc.warmup(spec) == "c"
+    assert list((tmp_path / "c").glob("*.so")), "the kernel is in the disk cache"
+    builds = []
+    monkeypatch.setattr(build, "_build", lambda *a: builds.append(a))
+    assert tc.check(bert_batch(), spec).backend == "c"
+    assert builds == []  # the real batch (int64 ids, int64 mask) found the warmed kernel
+
+
+def test_validating_collate_compiles_in_the_parent(monkeypatch):
+    spec = bert()
+    collate = tc.ValidatingCollate(spec)
+    monkeypatch.setattr(build, "load", lambda source: pytest.fail("compiled after construction"))
+    samples = [{k: v[i] for k, v in bert_batch().items()} for i in range(4)]
+    batch = collate(samples)  # what a forked worker does first: the kernel is already there
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}
+    assert tc.check(batch, spec).backend == "c"
+
+
+def test_without_a_compiler_a_dataloader_with_workers_checks_on_torch(tmp_path):
+    """A fresh process whose PATH holds no C compiler: everything works, and the report says torch."""
+    code = textwrap.dedent("""
+        import sysconfig, warnings, torch
+        sysconfig.get_config_var = lambda name: None
+        import tritoncheck as tc
+        from torch.utils.data import DataLoader
+        spec = tc.load_spec("cross-entropy")
+        data = [{"input": torch.randn(3), "target": torch.tensor(i % 3)} for i in range(8)]
+        data[5]["target"] = torch.tensor(7)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            collate = tc.ValidatingCollate(spec, on_error="skip", log_dir=LOG_DIR)
+        loader = DataLoader(data, batch_size=4, num_workers=2, collate_fn=collate)
+        sizes = [len(b["target"]) for b in loader]
+        print(sizes, collate.stats()["samples"],
+              tc.check(data[0] | {"input": torch.randn(1, 3), "target": torch.tensor([0])}, spec).backend,
+              sum("no C compiler" in str(w.message) for w in caught))
+    """).replace("LOG_DIR", repr(str(tmp_path / "skipped")))
+    env = dict(os.environ, PATH=str(tmp_path), TRITONCHECK_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[4,", "3]", "1", "torch", "1"], out.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA tensor")
+def test_the_c_backend_refuses_device_tensors():
+    """A clear error, never a device pointer read on the host."""
+    with pytest.raises(ValueError, match="backend='c' needs CPU tensors"):
+        tc.check({k: v.cuda() for k, v in bert_batch().items()}, bert(), backend="c")
+
+
+def test_this_machine_can_build_c_kernels():
+    """CI has gcc: if this fails, every C test above ran on the torch fallback."""
+    assert c_backend.available()
