@@ -20,7 +20,20 @@ from typing import Any, Literal, Union
 import torch
 
 from . import _expr
-from ._dtypes import all_integer, dtype_name, expand_dtypes
+from ._checks import (  # the node types are re-exported: every backend imports them from here
+    DimCheck,
+    FiniteCheck,
+    MonotonicCheck,
+    RangeCheck,
+    RuleCheck,
+    ValueSetCheck,
+    describe,
+    expr_dims,
+    expr_fields,
+    field_kinds,
+    kind_of,
+)
+from ._dtypes import dtype_name, expand_dtypes
 from ._expr import Arange, Binary, Const, Dim, Expr, ExprError, RawIndex, Reduce, Ref, Sym, Unary
 from ._report import Violation
 from ._spec import BatchSpec, SpecError, number_error, split_where
@@ -40,72 +53,6 @@ class FieldPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class RangeCheck:
-    """`field >= bound` (kind min) or `field <= bound` (kind max); values in `allow` are exempt."""
-
-    kind: Literal["min", "max"]
-    field: str
-    bound: Expr  # constant or over dims, e.g. Dim('C') - 1
-    bound_text: str
-    allow: tuple[int | float, ...]
-    axes: tuple[str, ...]
-    hint: str | None
-
-    @property
-    def code(self) -> str:
-        return "below_min" if self.kind == "min" else "above_max"
-
-
-@dataclass(frozen=True, slots=True)
-class ValueSetCheck:
-    field: str
-    values: tuple[int | float, ...]
-    allow: tuple[int | float, ...]
-    axes: tuple[str, ...]
-    hint: str | None
-    kind: Literal["values"] = "values"
-    code: str = "not_in_set"
-
-
-@dataclass(frozen=True, slots=True)
-class FiniteCheck:
-    field: str
-    axes: tuple[str, ...]
-    hint: str | None
-    kind: Literal["finite"] = "finite"
-    code: str = "non_finite"
-
-
-@dataclass(frozen=True, slots=True)
-class RuleCheck:
-    """A rule over field data: `expr` must hold wherever `where` holds. `subject` gives the value shown."""
-
-    field: str
-    expr: Expr
-    where: Expr | None
-    subject: Expr
-    text: str
-    code: str
-    axes: tuple[str, ...]
-    hint: str | None
-    kind: Literal["rule"] = "rule"
-
-
-@dataclass(frozen=True, slots=True)
-class DimCheck:
-    """A rule over dims and parameters only (`L <= max_position_embeddings`): checked on the host."""
-
-    field: str
-    expr: Expr
-    subject: Expr
-    text: str
-    code: str
-    hint: str | None
-    where: Expr | None = None  # checked only where this holds (also over dims only)
-    kind: Literal["dim_bound"] = "dim_bound"
-
-
-@dataclass(frozen=True, slots=True)
 class IndexNeed:
     """A data check reads `field` at `index` along an axis sized by `dim`: it needs dim > index (or >= -index)."""
 
@@ -120,7 +67,7 @@ class IndexNeed:
         return self.index + 1 if self.index >= 0 else -self.index
 
 
-DataCheck = Union[RangeCheck, ValueSetCheck, FiniteCheck, RuleCheck]
+DataCheck = Union[RangeCheck, ValueSetCheck, FiniteCheck, RuleCheck, MonotonicCheck]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,54 +101,10 @@ class Plan:
         return "\n".join(lines)
 
 
-def describe(check: DataCheck | DimCheck) -> str:
-    """A check's rule in words (without runtime values)."""
-    if isinstance(check, RangeCheck):
-        op = ">=" if check.kind == "min" else "<="
-        allow = f" or one of {list(check.allow)}" if check.allow else ""
-        return f"{check.field} {op} {check.bound_text}{allow}"
-    if isinstance(check, ValueSetCheck):
-        allow = f" or one of {list(check.allow)}" if check.allow else ""
-        return f"{check.field} in {list(check.values)}{allow}"
-    if isinstance(check, FiniteCheck):
-        return f"{check.field} is finite (no NaN or Inf)"
-    return check.text
-
-
 def referenced_fields(check: DataCheck | DimCheck) -> set[str]:
-    if isinstance(check, (RuleCheck,)):
-        refs = _refs(check.expr) | (_refs(check.where) if check.where is not None else set())
-        return refs
-    if isinstance(check, DimCheck):
-        return set()
-    return {check.field}
+    """The fields a check reads (its kind's `reads`)."""
+    return kind_of(check).reads(check)[0]
 
-
-def _refs(expr: Expr) -> set[str]:
-    if isinstance(expr, Ref):
-        return {expr.field}
-    if isinstance(expr, Unary):
-        return _refs(expr.x)
-    if isinstance(expr, Binary):
-        return _refs(expr.a) | _refs(expr.b)
-    if isinstance(expr, Reduce):
-        return _refs(expr.x)
-    return set()
-
-
-def expr_dims(expr: Expr) -> set[str]:
-    """Dims an expression needs bound (as values or arange sizes)."""
-    if isinstance(expr, Dim):
-        return {expr.name}
-    if isinstance(expr, Arange):
-        return {expr.dim}
-    if isinstance(expr, Unary):
-        return expr_dims(expr.x)
-    if isinstance(expr, Binary):
-        return expr_dims(expr.a) | expr_dims(expr.b)
-    if isinstance(expr, Reduce):
-        return expr_dims(expr.x)
-    return set()
 
 
 def compile_plan(spec: BatchSpec) -> Plan:
@@ -227,25 +130,10 @@ def compile_plan(spec: BatchSpec) -> Plan:
     scope = _Scope(by_name, params, dims, spec.name)
 
     checks: list[DataCheck] = []
+    kinds = field_kinds()
     for fp, (name, f) in zip(fields, spec.fields.items(), strict=True):
-        allow = tuple(f.allow)
-        for kind in ("min", "max"):
-            bound = getattr(f, kind)
-            if bound is None:
-                continue
-            expr = scope.resolve(_expr.parse(bound) if isinstance(bound, str) else Const(bound), f"fields.{name}.{kind}")
-            if isinstance(expr, Const):  # a parameter expression: the same rule as a number in the file
-                problem = number_error(f"fields.{name}.{kind}", name, expr.value, all_integer(fp.dtypes))
-                if problem:
-                    raise SpecError(f"{spec.name}: {problem} ({bound} = {expr.value!r})")
-            text = _expr.to_text(expr) if not isinstance(bound, str) else bound
-            if isinstance(expr, Const) and str(expr.value) != text:
-                text = f"{text} = {expr.value}"
-            checks.append(RangeCheck(kind, name, expr, text, allow, fp.axes, f.hints.get(f"{'below_min' if kind == 'min' else 'above_max'}")))
-        if f.values is not None:
-            checks.append(ValueSetCheck(name, tuple(f.values), allow, fp.axes, f.hints.get("not_in_set")))
-        if f.finite:
-            checks.append(FiniteCheck(name, fp.axes, f.hints.get("non_finite")))
+        for kind in kinds:  # each field option lowered by the kind that declares it (min, max, values, ...)
+            checks.extend(kind.lower(name, f, fp, scope))
 
     dim_checks: list[DimCheck] = []
     for i, r in enumerate(spec.rules):
@@ -254,7 +142,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
         expr = scope.resolve(_expr.parse(parts[0]), where)
         cond = scope.resolve(_expr.parse(parts[1]), where) if len(parts) == 2 else None
         subject = expr.a if isinstance(expr, Binary) and expr.op in ("==", "!=", "<", "<=", ">", ">=") else expr
-        refs = _refs(expr) | (_refs(cond) if cond is not None else set())
+        refs = expr_fields(expr) | (expr_fields(cond) if cond is not None else set())
         if not refs:
             if _has_arange(expr) or (cond is not None and _has_arange(cond)):
                 raise scope.error(where, f"{r.rule!r} reads no field, and arange() only has a meaning next to one; "
@@ -267,7 +155,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
             dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound",
                                        r.hint, cond))
             continue
-        report_field = r.field or _first_ref(expr if _refs(expr) else cond)
+        report_field = r.field or _first_ref(expr if expr_fields(expr) else cond)
         axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
         if isinstance(cond, Const):  # `x > 0 where 0` applies nowhere; `where 1` everywhere
             if not bool(cond.value):
@@ -325,8 +213,11 @@ class _Scope:
     spec_name: str
     _cache: dict = field(default_factory=dict)
 
-    def error(self, where: str, msg: str) -> SpecError:
-        return SpecError(f"{self.spec_name}: {where}: {msg}")
+    def error(self, where: str | None, msg: str) -> SpecError:
+        return SpecError(f"{self.spec_name}: {where}: {msg}" if where else f"{self.spec_name}: {msg}")
+
+    def number_error(self, where: str, field: str, value: float, integers: bool) -> str | None:
+        return number_error(where, field, value, integers)
 
     def resolve(self, expr: Expr, where: str) -> Expr:
         try:
@@ -424,7 +315,7 @@ def _first_ref(expr: Expr) -> str:
     if isinstance(expr, Unary) or isinstance(expr, Reduce):
         return _first_ref(expr.x)
     if isinstance(expr, Binary):
-        return _first_ref(expr.a) if _refs(expr.a) else _first_ref(expr.b)
+        return _first_ref(expr.a) if expr_fields(expr.a) else _first_ref(expr.b)
     raise ExprError("rule refers to no field")
 
 
@@ -625,11 +516,7 @@ def _bind(plan: Plan, batch: Any) -> Bound:
 
 
 def _check_dims(c: DataCheck) -> set[str]:
-    if isinstance(c, RangeCheck):
-        return expr_dims(c.bound)
-    if isinstance(c, RuleCheck):
-        return expr_dims(c.expr) | (expr_dims(c.where) if c.where is not None else set())
-    return set()
+    return kind_of(c).reads(c)[1]
 
 
 def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
@@ -735,14 +622,14 @@ def evaluate_scalar(expr: Expr, dims: Mapping[str, int]) -> Any:
     raise ExprError(f"{_expr.to_text(expr)} needs batch data")
 
 
-def floor_div(a: int | float, b: int | float) -> int | float:
+def floor_div(a: float, b: float) -> int | float:
     """`a // b` as the backends compute it: integer division by zero gives 0, floats follow IEEE."""
     if isinstance(a, float) or isinstance(b, float):
         return torch.div(torch.tensor(float(a), dtype=torch.float64), float(b), rounding_mode="floor").item()
     return int(a) // int(b) if b else 0
 
 
-def mod(a: int | float, b: int | float) -> int | float:
+def mod(a: float, b: float) -> int | float:
     """`a % b` as the backends compute it: integer `a % 0` is `a` (so a == (a // b) * b + a % b), floats IEEE."""
     if isinstance(a, float) or isinstance(b, float):
         return torch.remainder(torch.tensor(float(a), dtype=torch.float64), float(b)).item()

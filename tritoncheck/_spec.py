@@ -15,9 +15,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from . import _expr
+from ._checks import options as check_options
 from ._dtypes import all_integer, expand_dtypes, number_problem
 
 ParamValue = int | float | bool | str | None
@@ -94,6 +104,19 @@ class FieldSpec(BaseModel):
             if code not in VIOLATION_CODES:
                 raise ValueError(f"unknown violation code {code!r} in hints; known: {', '.join(VIOLATION_CODES)}")
         return v
+
+
+def _with_check_options(base: type[BaseModel]) -> type[BaseModel]:
+    """`base` plus one optional key per field option a registered check kind declares
+    (`monotonic: L`), so a new kind needs no edit here; keys stay forbidden otherwise."""
+    extra = {o.name: (o.annotation, Field(None, description=o.description))
+             for o in check_options().values() if o.name not in base.model_fields}
+    if not extra:
+        return base
+    return create_model(base.__name__, __base__=base, __module__=base.__module__, __doc__=base.__doc__, **extra)
+
+
+FieldSpec = _with_check_options(FieldSpec)
 
 
 class RuleSpec(BaseModel):

@@ -7,8 +7,9 @@ rule shapes recognised structurally are repaired in place (sort box corners, for
 position, pad the tail past a token budget, clip a length to another). Large tensors are filled
 from one drawn seed with a torch generator, so a 1M-element batch costs one draw.
 
-`REGISTRY` binds, once per plan-node kind, the valid-data constraint, the mutation that breaks it
-and the code that mutation causes; `RULE_SHAPES` does the same for rule shapes. A test walks every
+Each check kind's valid-data constraint, repair and mutation are registered with the kind itself
+(`tritoncheck._checks.REGISTRY`), and reach this module's machinery through the draw context;
+`RULE_SHAPES` does the same for rule shapes. A test walks every
 built-in plan and asserts nothing is missing.
 
     from hypothesis import given
@@ -40,15 +41,14 @@ from ._expr import Binary, Const, Dim, Expr, Reduce, Ref, Unary
 from ._plan import (
     DimCheck,
     FieldPlan,
-    FiniteCheck,
     Plan,
     RangeCheck,
     RuleCheck,
-    ValueSetCheck,
     bind,
     compile_plan,
     evaluate_scalar,
     expr_dims,
+    kind_of,
     referenced_fields,
 )
 from ._spec import BatchSpec
@@ -365,6 +365,46 @@ class _Draw:
     def scalar(self, e: Expr) -> Any:
         return evaluate_scalar(e, self.dims)
 
+    # -- what a check kind's strategy parts (tritoncheck._checks) may use -----------------------
+    def limit(self, c: RangeCheck) -> int | float:
+        """A range check's bound as the backends compare it (rounded for an integer field)."""
+        return _torch_backend._Context.bound_value(_BoundShim(self, c.field), c)
+
+    def set_breaking(self, c: Any, v: float, rng: random.Random, what: str):
+        """Write `v` at one position of `c.field` where it breaks `c` and nothing else:
+        `(description, field, code, samples)`, or None when no such write exists."""
+        if not _representable(v, self.batch[c.field].dtype) or _own_codes(self, c.field, v) != {c.code}:
+            return None
+        pos = _set_one(self, c.field, v, rng, lambda: _others_hold(self, c))
+        if pos is None:
+            return None
+        return f"{what}: {c.field}{list(pos)} = {v}", c.field, c.code, self.sample_of(c.field, pos)
+
+    def sample_of(self, name: str, pos: tuple[int, ...]) -> tuple[int, ...]:
+        """The batch position of element `pos` of field `name` (empty if it has no batch axis)."""
+        axes = self.plan.field(name).axes
+        return (pos[axes.index(self.plan.batch_dim)],) if self.plan.batch_dim in axes else ()
+
+    def others_hold(self, target: Any) -> bool:
+        """Every check except `target` passes on the batch (a mutation breaks exactly one)."""
+        return _others_hold(self, target)
+
+    def constrain_rule(self, c: RuleCheck) -> None:
+        found = rule_shape(c)
+        if found and found[0].constrain:
+            found[0].constrain(c, found[1], self)
+
+    def repair_rule(self, c: RuleCheck) -> None:
+        found = rule_shape(c)
+        if found and found[0].repair:
+            found[0].repair(c, found[1], self)
+
+    def mutate_rule(self, c: RuleCheck, rng: random.Random):
+        return _mutate_rule(c, self, rng)
+
+    def break_dim_rule(self, c: DimCheck, rng: random.Random):
+        return _mutate_dim_bound(c, self, rng)
+
 
 def _dim_intervals(plan: Plan, spec: BatchSpec, dim_bounds: dict[str, tuple[int, int]]) -> dict[str, list[int]]:
     names = []
@@ -443,11 +483,10 @@ def _draw_batch(draw, plan: Plan, intervals: dict[str, list[int]], overrides: di
     ctx.domains = _domains(ctx)
     for fp in present:
         ctx.batch[fp.name] = _fill(ctx.domains[fp.name], dtypes[fp.name], ctx.shape(fp), g, edge, sentinel)
-    for c in plan.checks:
-        if isinstance(c, RuleCheck) and referenced_fields(c) <= ctx.batch.keys():
-            found = rule_shape(c)
-            if found and found[0].repair:
-                found[0].repair(c, found[1], ctx)
+    for c in plan.checks:  # each kind's repair, in plan order (rule shapes, a monotonic field's sort)
+        repair = kind_of(c).repair
+        if repair is not None and referenced_fields(c) <= ctx.batch.keys():
+            repair(c, ctx)
     return ctx
 
 
@@ -456,73 +495,18 @@ def _domains(ctx: _Draw) -> dict[str, Domain]:
     doms = {fp.name: Domain(fp.name) for fp in ctx.plan.fields}
     ctx.domains = doms
     for c in ctx.plan.checks:
-        REGISTRY[c.kind].constrain(c, doms, ctx)
+        kind_of(c).constrain(c, ctx)
     return doms
 
 
 # ---------------------------------------------------------------------------------------------
-# Registry: one entry per plan-node kind
-
-
-@dataclass(frozen=True)
-class CheckStrategy:
-    """A check kind's strategies: its valid-data constraint, and the mutation that breaks it.
-
-    `mutate(check, ctx, rng)` changes `ctx.batch` (or returns a new one) and gives back
-    `(description, field, code, samples)`, or None when it does not apply to this batch.
-    """
-
-    kind: str
-    codes: str  # the code(s) the mutation causes, in words, for docs and the coverage test
-    constrain: Callable[[Any, dict[str, Domain], _Draw], None]
-    mutate: Callable[[Any, _Draw, random.Random], Any]
-
-
-def _constrain_range(c: RangeCheck, doms: dict[str, Domain], ctx: _Draw) -> None:
-    d = doms[c.field]
-    d.allow = c.allow
-    d.narrow(">=" if c.kind == "min" else "<=", ctx.scalar(c.bound))
-
-
-def _constrain_values(c: ValueSetCheck, doms: dict[str, Domain], ctx: _Draw) -> None:
-    d = doms[c.field]
-    d.allow = c.allow
-    d.values = [v for v in c.values if d.values is None or v in d.values]
-
-
-def _constrain_finite(c: FiniteCheck, doms: dict[str, Domain], ctx: _Draw) -> None:
-    doms[c.field].finite = True  # drawn values are always finite; recorded for mutations
-
-
-def _constrain_rule(c: RuleCheck, doms: dict[str, Domain], ctx: _Draw) -> None:
-    found = rule_shape(c)
-    if found and found[0].constrain:
-        found[0].constrain(c, found[1], ctx)
-
-
-def _constrain_nothing(c: Any, doms: dict[str, Domain], ctx: _Draw) -> None:
-    """Dim rules narrow the dim draw (`_dim_intervals`); field metadata is drawn from the plan."""
+# Helpers for the check kinds' strategy parts (`tritoncheck._checks`)
 
 
 def _own_codes(ctx: _Draw, name: str, v: float) -> set[str]:
-    """The codes a single value `v` in field `name` causes among the field's own checks."""
-    out = set()
-    for c in ctx.plan.checks:
-        if getattr(c, "field", None) != name or isinstance(c, RuleCheck):
-            continue
-        if isinstance(c, FiniteCheck):
-            if not math.isfinite(v):
-                out.add(c.code)
-            continue
-        if v in c.allow:
-            continue
-        if isinstance(c, RangeCheck):
-            limit = _torch_backend._Context.bound_value(_BoundShim(ctx, c.field), c)
-            if (c.kind == "min" and v < limit) or (c.kind == "max" and v > limit):
-                out.add(c.code)
-        elif isinstance(c, ValueSetCheck) and not math.isnan(v) and v not in c.values:
-            out.add(c.code)
-    return out
+    """The codes a single value `v` in field `name` causes among the field's element-wise checks."""
+    return {c.code for c in ctx.plan.checks
+            if getattr(c, "field", None) == name and (fails := kind_of(c).value_fails) is not None and fails(c, v, ctx)}
 
 
 class _BoundShim:
@@ -545,54 +529,6 @@ def _set_one(ctx: _Draw, name: str, v: float, rng: random.Random, avoid: Callabl
         if avoid is None or avoid():
             return pos
         t[pos] = old
-    return None
-
-
-def _sample_of(ctx: _Draw, name: str, pos: tuple[int, ...]) -> tuple[int, ...]:
-    axes = ctx.plan.field(name).axes
-    return (pos[axes.index(ctx.plan.batch_dim)],) if ctx.plan.batch_dim in axes else ()
-
-
-def _mutate_range(c: RangeCheck, ctx: _Draw, rng: random.Random):
-    if c.field not in ctx.batch:
-        return None
-    t = ctx.batch[c.field]
-    limit = _torch_backend._Context.bound_value(_BoundShim(ctx, c.field), c)
-    step = -1 if c.kind == "min" else 1
-    v = limit + step
-    while v in c.allow:
-        v += step
-    if t.dtype.is_floating_point:
-        v = float(limit + step * max(1.0, abs(limit)))
-    if _own_codes(ctx, c.field, v) != {c.code}:
-        return None
-    pos = _set_one(ctx, c.field, v, rng, lambda: _others_hold(ctx, c))
-    if pos is None:
-        return None
-    what = "sentinel misuse" if c.allow and c.kind == "min" else c.code
-    return f"{what}: {c.field}{list(pos)} = {v}", c.field, c.code, _sample_of(ctx, c.field, pos)
-
-
-def _mutate_values(c: ValueSetCheck, ctx: _Draw, rng: random.Random):
-    if c.field not in ctx.batch:
-        return None
-    known = [*c.values, *c.allow]
-    for v in (max(known) + 1, min(known) - 1, (c.values[0] + 0.5) if len(c.values) else 0.5):
-        if _representable(v, ctx.batch[c.field].dtype) and _own_codes(ctx, c.field, v) == {c.code}:
-            pos = _set_one(ctx, c.field, v, rng, lambda: _others_hold(ctx, c))
-            if pos is not None:
-                return f"value outside the set: {c.field}{list(pos)} = {v}", c.field, c.code, _sample_of(ctx, c.field, pos)
-    return None
-
-
-def _mutate_finite(c: FiniteCheck, ctx: _Draw, rng: random.Random):
-    if c.field not in ctx.batch or not ctx.batch[c.field].dtype.is_floating_point:
-        return None
-    for v in rng.sample([math.nan, math.inf, -math.inf], 3):
-        if _own_codes(ctx, c.field, v) == {c.code}:
-            pos = _set_one(ctx, c.field, v, rng, lambda: _others_hold(ctx, c))
-            if pos is not None:
-                return f"non-finite: {c.field}{list(pos)} = {v}", c.field, c.code, _sample_of(ctx, c.field, pos)
     return None
 
 
@@ -626,18 +562,6 @@ def _mutate_dim_bound(c: DimCheck, ctx: _Draw, rng: random.Random):
         return None
     ctx.batch = fresh.batch
     return f"{d} = {bad} breaks {c.text}", c.field, c.code, ()
-
-
-REGISTRY: dict[str, CheckStrategy] = {
-    "min": CheckStrategy("min", "below_min", _constrain_range, _mutate_range),
-    "max": CheckStrategy("max", "above_max", _constrain_range, _mutate_range),
-    "values": CheckStrategy("values", "not_in_set", _constrain_values, _mutate_values),
-    "finite": CheckStrategy("finite", "non_finite", _constrain_finite, _mutate_finite),
-    "rule": CheckStrategy("rule", "the rule's own code", _constrain_rule, _mutate_rule),
-    "dim_bound": CheckStrategy("dim_bound", "the dim rule's code", _constrain_nothing, _mutate_dim_bound),
-    "field": CheckStrategy("field", "dtype, rank, shape, dim_mismatch, missing_field", _constrain_nothing,
-                           lambda fp, ctx, rng: _mutate_field(fp, ctx, rng)),
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1002,11 +926,9 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
     plan = _check_spec(spec)
     intervals = _dim_intervals(plan, spec, _parse_bounds(plan, dim_bounds))
     wanted = None if codes is None else set(codes)
-    targets: list[tuple[str, Any]] = [(c.kind, c) for c in plan.checks]
-    targets += [("dim_bound", c) for c in plan.dim_checks]
-    targets += [("field", fp) for fp in plan.fields]
+    targets: list[Any] = [*plan.checks, *plan.dim_checks, *plan.fields]
     if wanted is not None:
-        targets = [t for t in targets if t[0] == "field" or _target_code(t[1]) in wanted]
+        targets = [t for t in targets if isinstance(t, FieldPlan) or t.code in wanted]
 
     @st.composite
     def build(draw):
@@ -1016,9 +938,9 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
         ctx = _valid(draw, spec, plan, intervals)
         ctx.redraw = lambda overrides, present, breaking: _draw_batch(
             draw, plan, {n: iv for n, iv in intervals.items() if n not in overrides}, overrides, present, breaking)
-        for kind, target in order:
+        for target in order:
             snapshot = {k: v.clone() for k, v in ctx.batch.items()}
-            out = REGISTRY[kind].mutate(target, ctx, rng)
+            out = mutate(target, ctx, rng)
             if out is not None and (wanted is None or out[2] in wanted):
                 what, name, code, samples = out
                 return ctx.batch, Expected(name, code, samples, what)
@@ -1030,8 +952,12 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
     return build()
 
 
-def _target_code(check: Any) -> str:
-    return getattr(check, "code", "")
+def mutate(target: Any, ctx: _Draw, rng: random.Random):
+    """Break `target` (a plan check, dim rule or field) in `ctx.batch`: its kind's registered mutation,
+    or for a field a metadata mutation; `(description, field, code, samples)` or None."""
+    if isinstance(target, FieldPlan):
+        return _mutate_field(target, ctx, rng)
+    return kind_of(target).mutate(target, ctx, rng)
 
 
 def _others_hold(ctx: _Draw, target: Any) -> bool:
