@@ -1,20 +1,29 @@
 """`tritoncheck bench`: tritoncheck against the checks users write by hand, in one run.
 
-Everything the command needs lives here, so it works from an installed package; the scripts
-in the repository's `benchmarks/` (full run with model steps, the 1 GB batch, CSV history,
-plots) call into this module.
+Everything the command needs lives here, so it works from an installed package; the scripts in
+the repository's `benchmarks/` (the full run, the CSV history, the README table) call into it.
 
 Each scenario builds a spec and a realistic valid batch for a built-in family, plus the same
 contract written by hand as a generator of per-rule checks. Every contender turns
-`(case, batch)` into a callable returning `ok: bool`, and is timed on the same batch in the same
-run, rounds interleaved so that a noisy neighbour slows every contender alike:
+`(case, batch)` into a callable returning `ok: bool`, and must say valid / invalid on the valid
+batch and a broken copy before it is timed:
 
 - `hand-assert`: a `.all()` per rule with a host read each (`assert (ids < V).all()`);
 - `hand-1sync`: the same rules, stacked, one host read at the end;
 - `hand-compiled`: the one-sync version under `torch.compile`;
-- `tc-torch` / `tc-triton`: `tc.check(batch, spec, backend=...)`;
-- `floor`: one read of every byte of the batch (`aminmax` per tensor on CPU; bytes over the
-  measured device-copy bandwidth on GPU), the cost no validator can beat.
+- `tc-torch` / `tc-c` / `tc-triton`: `tc.check(batch, spec, backend=...)`: the torch reference,
+  the contract compiled to C (CPU tensors), the generated Triton kernel (GPU only);
+- `floor-read`: one `sum` per tensor, a plain read of every byte, the cost no validator beats;
+  `floor-aminmax`: one `aminmax` per tensor, the least a range check reads.
+
+Method: one thread; on CPU each contender's time is this thread's CPU time (`time.thread_time`:
+the time other processes hold the core is left out), every round times every contender (so load
+drift hits all alike), and a row is the median of at least `MIN_ROUNDS` rounds. Each row's
+ratios (`x_hand_assert`, `x_floor_read`, `x_floor_aminmax`) come from medians of that one run.
+
+Beside the timed scenarios, `startup_rows` measures what a DataLoader pays before its first
+check: the first batch's validation in each of two forked workers with a warm disk cache, and a
+cold compile of built-in contracts, each in a fresh process.
 """
 
 from __future__ import annotations
@@ -22,9 +31,13 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,28 +48,37 @@ import torch
 Batch = dict[str, torch.Tensor]
 Rules = Callable[[Batch, Mapping[str, Any]], Iterator[Any]]  # yields a 0-d bool tensor or a host bool per rule
 
+MIN_ROUNDS = 5
+FLOORS = ("floor-read", "floor-aminmax")
+DATALOADER_WORKERS = 2
+
 
 # --------------------------------------------------------------------------- results
 
 
 @dataclass
 class Result:
-    """One CSV row: one contender on one scenario. The column order is the CSV schema."""
+    """One CSV row: one contender (or startup measurement) on one scenario. Field order = CSV schema."""
 
-    timestamp: str
+    timestamp: str  # one per run: every row of a run shares it
     device: str
     threads: int
+    clock: str  # "thread" (thread CPU time), "wall", "cuda" (do_bench), "cpu" (process + children CPU time)
+    load_avg: float | None  # 1-minute load average when the row was measured
     torch_version: str
     triton_version: str
     tritoncheck_version: str
     scenario: str
     contender: str
     batch_bytes: int
-    median_ms: float | None = None
+    rounds: int | None = None  # timed rounds behind the median
+    median_ms: float | None = None  # startup rows: the slowest worker's first batch; CPU per kernel compiled
     p20_ms: float | None = None
     p80_ms: float | None = None
-    gb_per_s: float | None = None
-    floor_fraction: float | None = None  # floor time / this time; 1.0 = reads the batch once at full speed
+    gb_per_s: float | None = None  # batch bytes / median time
+    x_hand_assert: float | None = None  # hand-assert time / this time: how many times faster than it
+    x_floor_read: float | None = None  # this time / floor-read time: 1.0 = as fast as one read of the batch
+    x_floor_aminmax: float | None = None  # this time / floor-aminmax time
     launches: int | None = None  # GPU: kernels launched per check; CPU: torch ops dispatched per check
     syncs: int | None = None  # host reads of a tensor value per check (a device sync each on GPU)
     share_of_step: float | None = None  # this time / a training step (forward + backward) on the same batch
@@ -78,6 +100,22 @@ def append_csv(path: str | os.PathLike, rows: list[Result]) -> None:
             w.writerow({k: _fmt(v) for k, v in dataclasses.asdict(r).items()})
 
 
+def read_csv(path: str | os.PathLike) -> list[Result]:
+    """The rows `append_csv` wrote, typed again (empty cells are None)."""
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(Result)}
+    with open(path, newline="") as f:
+        return [Result(**{k: _parse(kinds[k], v) for k, v in row.items()}) for row in csv.DictReader(f)]
+
+
+def latest_run(rows: list[Result], device: str | None = None) -> list[Result]:
+    """The rows of the newest run (one timestamp), on `device` if given."""
+    rows = [r for r in rows if device is None or r.device == device]
+    if not rows:
+        return []
+    stamp = max(r.timestamp for r in rows)
+    return [r for r in rows if r.timestamp == stamp]
+
+
 def _fmt(v: Any) -> Any:
     if v is None:
         return ""
@@ -86,29 +124,57 @@ def _fmt(v: Any) -> Any:
     return v
 
 
+def _parse(kind: str, text: str) -> Any:
+    if text == "" and "None" in kind:
+        return None
+    if kind.startswith("int"):
+        return int(text)
+    if kind.startswith("float"):
+        return float(text)
+    return text
+
+
 def markdown_table(rows: list[Result]) -> str:
-    """A README table: per scenario, each contender's time, speed-up over hand-assert, GB/s and shares."""
-    hand = {r.scenario: r.median_ms for r in rows if r.contender == "hand-assert" and r.median_ms}
+    """Per timed scenario, each contender's time and its ratios to hand-assert and to both floors."""
     out = [
-        "| scenario | contender | median ms | vs hand-assert | GB/s | of floor | ops/launches | syncs "
-        "| of step | of collate | note |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ("| scenario | contender | median ms | vs hand-assert | / floor-read | / floor-aminmax | GB/s "
+         "| ops/launches | syncs | of step | of collate | note |"),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        timed = r.median_ms and r.scenario in hand and r.contender not in ("collate", "train-step")
-        speed = f"{hand[r.scenario] / r.median_ms:.1f}x" if timed else ""
+        if is_startup(r):
+            continue
         out.append(
             "| " + " | ".join([
-                r.scenario, r.contender, _num(r.median_ms, 3), speed, _num(r.gb_per_s, 2),
-                _pct(r.floor_fraction), _num(r.launches, 0), _num(r.syncs, 0), _pct(r.share_of_step),
-                _pct(r.share_of_collate), r.note.replace("|", "/"),
+                r.scenario, r.contender, _num(r.median_ms, 3), _times(r.x_hand_assert), _times(r.x_floor_read),
+                _times(r.x_floor_aminmax), _num(r.gb_per_s, 2), _num(r.launches, 0), _num(r.syncs, 0),
+                _pct(r.share_of_step), _pct(r.share_of_collate), r.note.replace("|", "/"),
             ]) + " |"
         )
     return "\n".join(out)
 
 
+def startup_table(rows: list[Result]) -> str:
+    """The DataLoader first-batch and cold-compile rows ("" when the run has none)."""
+    startup = [r for r in rows if is_startup(r)]
+    if not startup:
+        return ""
+    out = ["| scenario / spec | measurement | ms | note |", "|---|---|---:|---|"]
+    for r in startup:
+        out.append(f"| {r.scenario} | {r.contender} | {_num(r.median_ms, 1)} | {r.note.replace('|', '/')} |")
+    return "\n".join(out)
+
+
+def is_startup(r: Result) -> bool:
+    return r.contender.startswith("dataloader-") or r.contender == "cold-compile"
+
+
 def _num(v: float | int | None, digits: int) -> str:
     return "" if v is None else f"{v:.{digits}f}"
+
+
+def _times(v: float | None) -> str:
+    return "" if v is None else f"{v:.{2 if v < 10 else 1}f}x"
 
 
 def _pct(v: float | None) -> str:
@@ -139,7 +205,7 @@ class Case:
 class Scenario:
     name: str
     build: Callable[[bool], Case]  # build(tiny) -> Case; tiny sizes are for the smoke test
-    big: bool = False  # needs about 1 GB; off unless asked for
+    big: bool = False  # hundreds of MB: in the full run (benchmarks/run.py), not in the quick set
     description: str = ""
 
 
@@ -181,10 +247,9 @@ def _bert_rules(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
     yield (am != 0).any(dim=1).all()
 
 
-def _bert(tiny: bool) -> Case:
+def _bert_case(B: int, L: int, name: str) -> Case:
     import tritoncheck as tc
 
-    B, L = (4, 16) if tiny else (32, 128)
     g = _gen(1)
     n = _lengths(B, max(4, L // 8), L, g)
     am = _pad_mask(n, L)
@@ -195,9 +260,17 @@ def _bert(tiny: bool) -> Case:
     y = torch.randint(0, BERT["num_labels"], (B,), generator=g)
     batch = dict(input_ids=ids, attention_mask=am, token_type_ids=tt, labels=y)
     spec = tc.load_spec("bert-sequence-classification", **BERT)
-    return Case("bert-32x128" if not tiny else "bert-tiny", spec, batch,
-                _bad_copy(batch, "input_ids", (B - 1, 1), BERT["vocab_size"]), _bert_rules, BERT,
+    return Case(name, spec, batch, _bad_copy(batch, "input_ids", (B - 1, 1), BERT["vocab_size"]), _bert_rules, BERT,
                 _bert_step, "BertForSequenceClassification, 2 layers, hidden 128 (bert-tiny size)")
+
+
+def _bert(tiny: bool) -> Case:
+    return _bert_case(4, 16, "bert-tiny") if tiny else _bert_case(32, 128, "bert-32x128")
+
+
+def _bert_b1(tiny: bool) -> Case:
+    """One sample of 16 tokens: host overhead decides (the size is already tiny)."""
+    return _bert_case(1, 16, "bert-1x16")
 
 
 def _bert_step(batch: Batch) -> Callable[[], Any]:
@@ -366,27 +439,39 @@ def _ctc_step(batch: Batch) -> Callable[[], Any]:
     return step
 
 
-# 1 GB -------------------------------------------------------------------------
+# 256 MB -----------------------------------------------------------------------
 
 
 def _big(tiny: bool) -> Case:
     import tritoncheck as tc
 
-    B, L, S = (2, 16, 32) if tiny else (1664, 512, 224)  # 1664 page images of 3x224x224 float32 = 1.0 GB
+    B, L, S = (2, 16, 32) if tiny else (400, 512, 224)  # 400 page images of 3 x 224 x 224 float32: 254 MB in all
     params = dict(LAYOUTLMV3, input_size=S)
     batch = _layoutlmv3_batch(B, L, S, _gen(5))
     spec = tc.load_spec("layoutlmv3-token-classification", **params)
-    return Case(f"layoutlmv3-{B}x{L}-1GB" if not tiny else "big-tiny", spec, batch,
-                _bad_copy(batch, "bbox", (B - 1, L - 1, 2), -5), _layoutlmv3_rules, params)
+    name = "big-tiny" if tiny else f"layoutlmv3-{B}x{L}-{batch_bytes(batch) / 1e6:.0f}MB"
+    return Case(name, spec, batch, _bad_copy(batch, "bbox", (B - 1, L - 1, 2), -5), _layoutlmv3_rules, params)
 
 
 SCENARIOS = [
     Scenario("bert", _bert, description="bert-sequence-classification, 32 x 128"),
+    Scenario("bert-b1", _bert_b1, description="bert-sequence-classification, 1 x 16"),
     Scenario("layoutlmv3", _layoutlmv3, description="layoutlmv3-token-classification, 8 x 512, 224 x 224 images"),
     Scenario("bart", _bart, description="bart-seq2seq, 16 x 1024 source, 16 x 128 target"),
     Scenario("ctc", _ctc, description="ctc, T=400 N=16 C=32 S=100"),
-    Scenario("big", _big, big=True, description="layoutlmv3-token-classification, 1664 x 512 + 1 GB of images"),
+    Scenario("big", _big, big=True, description="layoutlmv3-token-classification, 400 x 512 + 400 images: 254 MB"),
 ]
+DATALOADER_SCENARIOS = ("layoutlmv3", "bert")
+
+# every parameter a built-in spec may take; each spec picks its own from this "config"
+BUILTIN_PARAMS = dict(LAYOUTLMV3, type_vocab_size=2, in_channels=3, num_classes=4, min_length=2)
+
+
+def scenario(name: str) -> Scenario:
+    for s in SCENARIOS:
+        if s.name == name:
+            return s
+    raise ValueError(f"unknown scenario {name!r}; choose from {sorted(s.name for s in SCENARIOS)}")
 
 
 def _train_step(model: torch.nn.Module, batch: Batch) -> Callable[[], Any]:
@@ -480,45 +565,62 @@ class TritonCheck(Contender):
     def skip_reason(self, device: torch.device) -> str | None:
         if self.backend == "triton" and device.type != "cuda":
             return "skipped: no GPU (under TRITON_INTERPRET the kernel is too slow to time meaningfully)"
+        if self.backend == "c" and device.type != "cpu":
+            return "skipped: the C backend checks CPU tensors"
         return None
 
     def prepare(self, case: Case, batch: Batch) -> Callable[[], bool]:
         import tritoncheck as tc
 
         backend = self.backend
+        ran = tc.check(batch, case.spec, backend=backend).backend  # compiles now, outside the timed region
+        if ran != backend:  # a fallback (no C compiler) is not timed under this backend's name
+            raise RuntimeError(f"backend={backend!r} fell back to {ran!r}")
         return lambda: tc.check(batch, case.spec, backend=backend).ok
 
 
 def default_contenders() -> list[Contender]:
-    return [HandAssert(), HandOneSync(), HandCompiled(), TritonCheck("torch"), TritonCheck("triton")]
+    return [HandAssert(), HandOneSync(), HandCompiled(), TritonCheck("torch"), TritonCheck("c"), TritonCheck("triton")]
+
+
+def floor_fns(batch: Batch) -> dict[str, Callable[[], Any]]:
+    """The two floors: one `sum` per tensor (a plain read) and one `aminmax` per tensor (bools as bytes)."""
+    ts = [t.view(torch.uint8) if t.dtype == torch.bool else t for t in batch.values()]
+    return {"floor-read": lambda: [t.sum() for t in ts], "floor-aminmax": lambda: [torch.aminmax(t) for t in ts]}
 
 
 # --------------------------------------------------------------------------- timing
 
 
-def time_cpu(fns: Mapping[str, Callable[[], Any]], reps: int, warmup: int = 3,
-             budget_s: float = 20.0, clock: str = "wall") -> dict[str, list[float]]:
-    """Milliseconds per call for each fn; rounds interleave the fns so load drift hits all alike.
+def time_cpu(fns: Mapping[str, Callable[[], Any]], rounds: int, *, clock: str = "thread", budget_s: float = 20.0,
+             sample_ms: float = 2.0) -> dict[str, list[float]]:
+    """Milliseconds per call of each fn, one sample per round; each round times every fn in turn.
 
-    clock "wall" is time.perf_counter; "thread" is this thread's CPU time (time.thread_time), which
-    leaves out the time other processes hold the core: use it on a shared, loaded machine.
+    A sample is `n` back-to-back calls divided by `n`, with `n` fixed per fn so that a sample
+    lasts about `sample_ms`: a 20 us check is not measured with a clock that costs about 1 us to
+    read. `rounds` shrinks to fit `budget_s`, never below `MIN_ROUNDS`. clock "thread" is this
+    thread's CPU time (`time.thread_time`), which leaves out the time other processes hold the
+    core; "wall" is `time.perf_counter`.
     """
-    now = time.perf_counter if clock == "wall" else time.thread_time
-    first: dict[str, float] = {}
+    now = {"thread": time.thread_time, "wall": time.perf_counter}[clock]
+    calls: dict[str, int] = {}
+    per_round = 0.0
     for name, fn in fns.items():
+        fn()  # warm: first-call costs (allocations, caches) are not what a steady state pays
         t0 = time.perf_counter()
         fn()
-        first[name] = time.perf_counter() - t0
-        for _ in range(warmup - 1 if first[name] < 0.1 else 0):  # slow calls (the 1 GB batch) warm up once
-            fn()
-    per_round = sum(first.values())
-    reps = min(reps, max(3, int(budget_s / max(per_round, 1e-9))))  # at least 3 unless fewer were asked for
+        once = max(time.perf_counter() - t0, 1e-7)
+        calls[name] = max(1, min(10_000, int(sample_ms * 1e-3 / once)))
+        per_round += calls[name] * once
+    rounds = max(MIN_ROUNDS, min(rounds, int(budget_s / per_round)))
     out: dict[str, list[float]] = {n: [] for n in fns}
-    for _ in range(reps):
+    for _ in range(rounds):
         for name, fn in fns.items():
+            n = calls[name]
             t0 = now()
-            fn()
-            out[name].append((now() - t0) * 1e3)
+            for _ in range(n):
+                fn()
+            out[name].append((now() - t0) * 1e3 / n)
     return out
 
 
@@ -584,25 +686,11 @@ def count_ops(fn: Callable[[], Any], device: torch.device) -> tuple[int, int]:
     return top, reads
 
 
-def floor_fn(batch: Batch) -> Callable[[], Any]:
-    """One read of every byte: aminmax per tensor (bools viewed as bytes)."""
-    ts = [t.view(torch.uint8) if t.dtype == torch.bool else t for t in batch.values()]
-    return lambda: [torch.aminmax(t) for t in ts]
-
-
-def device_copy_gbps(device: torch.device, nbytes: int = 1 << 28) -> float:
-    """Measured device-to-device copy bandwidth (bytes read + written), GB/s."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    ms = time_gpu(lambda: dst.copy_(src))[0]
-    return 2 * nbytes / (ms * 1e-3) / 1e9
-
-
-def _load() -> str:
+def load_average() -> float | None:
     try:
-        return f"{os.getloadavg()[0]:.1f}"
+        return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):  # not on every platform
-        return "n/a"
+        return None
 
 
 def device_name(device: torch.device) -> str:
@@ -618,6 +706,134 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
+# --------------------------------------------------------------------------- startup: DataLoader, cold compile
+
+
+class _TimedCollate:
+    """default_collate that keeps its own thread CPU time, so the validation around it can be told apart."""
+
+    def __init__(self) -> None:
+        from torch.utils.data import default_collate
+
+        self.collate = default_collate
+        self.ms = 0.0
+
+    def __call__(self, samples: list[Any]) -> Any:
+        t0 = time.thread_time()
+        batch = self.collate(samples)
+        self.ms = (time.thread_time() - t0) * 1e3
+        return batch
+
+
+class _ValidationTimer:
+    """A DataLoader collate_fn: `ValidatingCollate` (made here, in the parent, so it warms up before the
+    fork), returning per batch the worker's pid and what validation cost (its time minus the collate's)."""
+
+    def __init__(self, spec: Any, warmup: bool):
+        import tritoncheck as tc
+
+        self.inner = _TimedCollate()
+        self.collate = tc.ValidatingCollate(spec, collate_fn=self.inner, warmup=warmup)
+        self.spec = spec
+
+    def __call__(self, samples: list[Any]) -> dict[str, Any]:
+        import tritoncheck as tc
+
+        w0, t0 = time.perf_counter(), time.thread_time()
+        batch = self.collate(samples)
+        cpu_ms, wall_ms = (time.thread_time() - t0) * 1e3, (time.perf_counter() - w0) * 1e3
+        backend = tc.check(batch, self.spec).backend  # untimed: which backend the collate used
+        return {"pid": os.getpid(), "ms": cpu_ms - self.inner.ms, "wall_ms": wall_ms - self.inner.ms, "backend": backend}
+
+
+def first_batches(scenario_name: str, tiny: bool, warmup: bool, per_worker: int = 3) -> list[dict[str, Any]]:
+    """In this (fresh) process: a DataLoader with two forked workers over the scenario's samples,
+    collated and checked by `ValidatingCollate`; per batch, in order, what `_ValidationTimer` returns."""
+    from torch.utils.data import DataLoader
+
+    torch.set_num_threads(1)
+    case = scenario(scenario_name).build(tiny)
+    samples = samples_of(case)
+    timer = _ValidationTimer(case.spec, warmup)
+    loader = DataLoader(samples * (DATALOADER_WORKERS * per_worker), batch_size=len(samples),
+                        num_workers=DATALOADER_WORKERS, multiprocessing_context="fork", collate_fn=timer)
+    return list(loader)
+
+
+def cold_compile(spec_name: str, cache_dir: str) -> dict[str, Any]:
+    """In this (fresh) process, with an empty cache: `tc.warmup(spec, backend="c")`, and the CPU
+    seconds it cost this process and the compiler processes it ran."""
+    import resource
+
+    os.environ["TRITONCHECK_CACHE_DIR"] = cache_dir
+    import tritoncheck as tc
+
+    spec = tc.load_spec(spec_name, config=BUILTIN_PARAMS)
+    kids0, cpu0, wall0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.process_time(), time.perf_counter()
+    backend = tc.warmup(spec, backend="c")
+    kids1, cpu1, wall1 = resource.getrusage(resource.RUSAGE_CHILDREN), time.process_time(), time.perf_counter()
+    kids = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
+    libraries = sum(name.endswith(".so") for _, _, names in os.walk(cache_dir) for name in names)
+    return {"backend": backend, "self_s": cpu1 - cpu0, "children_s": kids, "wall_s": wall1 - wall0, "libraries": libraries}
+
+
+def _in_fresh_process(function: str, *args: Any, env: Mapping[str, str] | None = None) -> Any:
+    """`function(*args)` of this module, run in a new interpreter; its JSON result."""
+    code = (f"import json, sys; from tritoncheck.bench import {function}; "
+            f"print(json.dumps({function}(*json.loads(sys.argv[1]))))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"{function} failed in a fresh process: {tail[:200]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def startup_rows(opts: Options, row: Callable[..., Result], log: Callable[[str], None]) -> list[Result]:
+    """DataLoader first batches (`opts.dataloader` scenarios) and cold compiles (`opts.cold_compile` specs)."""
+    import tritoncheck as tc
+
+    rows = []
+    for name in opts.dataloader:
+        case = scenario(name).build(opts.tiny)
+        tc.warmup(case.spec, case.batch)  # the disk cache is warm: this signature and the warm-up's are built
+        tc.warmup(case.spec)
+        for warm in (True, False):
+            what = "dataloader-first-batch" + ("" if warm else "-no-warmup")
+            try:
+                got = _in_fresh_process("first_batches", name, opts.tiny, warm)
+            except (RuntimeError, subprocess.SubprocessError) as exc:
+                rows.append(row(case.name, what, batch_bytes(case.batch), note=f"skipped: {exc}"))
+                continue
+            firsts: dict[int, dict[str, Any]] = {}
+            for b in got:
+                firsts.setdefault(b["pid"], b)
+            later = [b["ms"] for b in got if firsts[b["pid"]] is not b]
+            worst = max(firsts.values(), key=lambda b: b["ms"])
+            parent = "ValidatingCollate warmed up in the parent" if warm else "no warm-up: each worker loads the kernel"
+            cpu = ", ".join(f"{b['ms']:.2f}" for b in firsts.values())
+            wall = ", ".join(f"{b['wall_ms']:.2f}" for b in firsts.values())
+            note = (f"slowest of {len(firsts)} forked workers' first batch, thread CPU ms ({cpu}; wall {wall}); "
+                    f"later batches: median {statistics.median(later):.3f} ms; backend {worst['backend']}; "
+                    f"{parent}; warm disk cache")
+            rows.append(row(case.name, what, batch_bytes(case.batch), rounds=1, median_ms=worst["ms"], note=note))
+            log(f"  {what}: {worst['ms']:.2f} ms")
+    for spec_name in opts.cold_compile:
+        with tempfile.TemporaryDirectory(prefix="tc-cold-") as cache:
+            try:
+                got = _in_fresh_process("cold_compile", spec_name, cache)
+            except (RuntimeError, subprocess.SubprocessError) as exc:
+                rows.append(row(spec_name, "cold-compile", 0, note=f"skipped: {exc}"))
+                continue
+        total, kernels = got["self_s"] + got["children_s"], max(got["libraries"], 1)
+        note = (f"CPU per kernel of tc.warmup(spec, backend='c') with an empty cache: {got['libraries']} kernel(s), "
+                f"{total:.2f} s CPU in all (this process {got['self_s']:.2f} + compiler {got['children_s']:.2f}), "
+                f"wall {got['wall_s']:.2f} s; backend {got['backend']}")
+        rows.append(row(spec_name, "cold-compile", 0, clock="cpu", rounds=1, median_ms=1e3 * total / kernels, note=note))
+        log(f"  cold compile {spec_name}: {total:.2f} s CPU, {got['libraries']} kernel(s)")
+    return rows
+
+
 # --------------------------------------------------------------------------- run
 
 
@@ -625,13 +841,15 @@ def device_name(device: torch.device) -> str:
 class Options:
     scenarios: list[str] = field(default_factory=lambda: [s.name for s in SCENARIOS if not s.big])
     device: str = "cpu"
-    reps: int = 30
+    rounds: int = 30
     threads: int = 1
     tiny: bool = False
     step: bool = False  # time a small model's training step on each batch
     contenders: list[str] | None = None  # names; None = all
     budget_s: float = 20.0  # per scenario, CPU timing
-    clock: str = "wall"  # CPU: "wall" (perf_counter) or "thread" (thread CPU time; for loaded machines)
+    clock: str = "thread"  # CPU: "thread" (thread CPU time) or "wall" (perf_counter)
+    dataloader: list[str] = field(default_factory=list)  # scenarios to measure in forked DataLoader workers
+    cold_compile: list[str] = field(default_factory=list)  # built-in spec names to compile cold
 
 
 def run_benchmarks(opts: Options, log: Callable[[str], None] = lambda s: None) -> list[Result]:
@@ -652,90 +870,95 @@ def run_benchmarks(opts: Options, log: Callable[[str], None] = lambda s: None) -
     torch.set_num_threads(opts.threads)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     dname = device_name(device)
-    copy_gbps = device_copy_gbps(device) if device.type == "cuda" else None
+    clock = "cuda" if device.type == "cuda" else opts.clock
     contenders = [c for c in default_contenders() if opts.contenders is None or c.name in opts.contenders]
-    by_name = {s.name: s for s in SCENARIOS}
+
+    def row(scenario_name: str, contender: str, nbytes: int, **kw: Any) -> Result:
+        kw.setdefault("clock", clock)
+        return Result(stamp, dname, opts.threads, load_avg=load_average(), torch_version=torch.__version__,
+                      triton_version=triton_version, tritoncheck_version=tc.__version__, scenario=scenario_name,
+                      contender=contender, batch_bytes=nbytes, **kw)
+
     rows: list[Result] = []
     for sname in opts.scenarios:
-        if sname not in by_name:
-            raise ValueError(f"unknown scenario {sname!r}; choose from {sorted(by_name)}")
-        case = by_name[sname].build(opts.tiny)
-        batch = {k: v.to(device) for k, v in case.batch.items()}
-        bad = {k: v.to(device) for k, v in case.bad.items()}
-        nbytes = batch_bytes(batch)
-        log(f"{case.name}: {nbytes / 1e6:.1f} MB")
+        rows += _scenario_rows(scenario(sname).build(opts.tiny), opts, device, contenders, row, log)
+    rows += startup_rows(opts, row, log)
+    return rows
 
-        def row(contender: str, **kw: Any) -> Result:
-            return Result(stamp, dname, opts.threads, torch.__version__, triton_version, tc.__version__,
-                          case.name, contender, nbytes, **kw)
 
-        fns: dict[str, Callable[[], bool]] = {}
-        skipped: dict[str, str] = {}
-        for c in contenders:
-            reason = c.skip_reason(device)
-            if reason is None:
-                try:
-                    fn, bad_fn = c.prepare(case, batch), c.prepare(case, bad)
-                    verdicts = (fn(), bad_fn())
-                    if verdicts != (True, False):
-                        reason = f"disagrees: valid -> {verdicts[0]}, broken -> {verdicts[1]}"
-                except Exception as exc:  # noqa: BLE001 - a contender that cannot run here is recorded, not fatal
-                    reason = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-            if reason is None:
-                fns[c.name] = fn
-            else:
-                skipped[c.name] = reason
-                log(f"  {c.name}: {reason}")
-
-        # floor: one read of the batch, measured in the same run
-        if device.type == "cuda":
-            timed = {n: time_gpu(f) for n, f in fns.items()}
-            floor_ms = nbytes / (copy_gbps * 1e9) * 1e3
-            floor_note = f"bytes / device copy bandwidth ({copy_gbps:.0f} GB/s)"
-            timed["floor"] = [floor_ms] * 3
-        else:
-            raw = time_cpu({"floor": floor_fn(batch), **fns}, opts.reps, budget_s=opts.budget_s, clock=opts.clock)
-            timed = {n: _quantiles(v) for n, v in raw.items()}
-            floor_ms = timed["floor"][0]
-            floor_note = (f"aminmax over each tensor; {len(raw['floor'])} reps, {opts.clock} clock, "
-                          f"load average {_load()}")
-
-        collate_ms = step_ms = None
-        step_note = ""
-        if device.type == "cpu":
-            from torch.utils.data import default_collate
-
-            samples = samples_of(case)
-            collate_ms = _quantiles(time_cpu({"c": lambda: default_collate(samples)}, 20, budget_s=10,
-                                             clock=opts.clock)["c"])[0]
-        if opts.step and case.model_step is not None:
+def _scenario_rows(case: Case, opts: Options, device: torch.device, contenders: list[Contender],
+                   row: Callable[..., Result], log: Callable[[str], None]) -> list[Result]:
+    batch = {k: v.to(device) for k, v in case.batch.items()}
+    bad = {k: v.to(device) for k, v in case.bad.items()}
+    nbytes = batch_bytes(batch)
+    log(f"{case.name}: {nbytes / 1e6:.1f} MB")
+    fns: dict[str, Callable[[], bool]] = {}
+    skipped: dict[str, str] = {}
+    for c in contenders:
+        reason = c.skip_reason(device)
+        if reason is None:
             try:
-                step = case.model_step(batch)
-                if device.type == "cuda":
-                    step_ms = time_gpu(step)[0]
-                else:
-                    step_ms = _quantiles(time_cpu({"s": step}, 5, warmup=1, budget_s=30, clock=opts.clock)["s"])[0]
-                step_note = case.step_note
-            except Exception as exc:  # noqa: BLE001
-                step_note = f"step skipped: {type(exc).__name__}: {exc}"[:160]
-            log(f"  step {step_ms} ms ({step_note})")
+                fn, bad_fn = c.prepare(case, batch), c.prepare(case, bad)
+                verdicts = (fn(), bad_fn())
+                if verdicts != (True, False):
+                    reason = f"disagrees: valid -> {verdicts[0]}, broken -> {verdicts[1]}"
+            except Exception as exc:  # noqa: BLE001 - a contender that cannot run here is recorded, not fatal
+                reason = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+        if reason is None:
+            fns[c.name] = fn
+        else:
+            skipped[c.name] = reason
+            log(f"  {c.name}: {reason}")
 
-        for name, (med, p20, p80) in timed.items():
-            launches = syncs = None
-            if name != "floor":
-                launches, syncs = count_ops(fns[name], device)
-            note = floor_note if name == "floor" else ""
-            rows.append(row(name, median_ms=med, p20_ms=p20, p80_ms=p80, gb_per_s=nbytes / (med * 1e-3) / 1e9,
-                            floor_fraction=floor_ms / med, launches=launches, syncs=syncs,
-                            share_of_step=med / step_ms if step_ms else None,
-                            share_of_collate=med / collate_ms if collate_ms else None, note=note))
-            log(f"  {name:14s} {med:9.3f} ms")
-        for name, reason in skipped.items():
-            rows.append(row(name, note=reason))
-        if collate_ms is not None:
-            rows.append(row("collate", median_ms=collate_ms, note="default_collate over the batch's samples"))
-        if step_ms is not None:
-            rows.append(row("train-step", median_ms=step_ms, note=step_note))
+    timed_fns = {**floor_fns(batch), **fns}
+    if device.type == "cuda":
+        timed = {n: time_gpu(f) for n, f in timed_fns.items()}
+        rounds = None
+    else:
+        raw = time_cpu(timed_fns, opts.rounds, clock=opts.clock, budget_s=opts.budget_s)
+        timed = {n: _quantiles(v) for n, v in raw.items()}
+        rounds = len(raw["floor-read"])
+
+    collate_ms = step_ms = None
+    step_note = ""
+    if device.type == "cpu":
+        from torch.utils.data import default_collate
+
+        samples = samples_of(case)
+        collate_ms = _quantiles(time_cpu({"c": lambda: default_collate(samples)}, 20, clock=opts.clock,
+                                         budget_s=10)["c"])[0]
+    if opts.step and case.model_step is not None:
+        try:
+            step = case.model_step(batch)
+            if device.type == "cuda":
+                step_ms = time_gpu(step)[0]
+            else:
+                step_ms = _quantiles(time_cpu({"s": step}, MIN_ROUNDS, clock=opts.clock, budget_s=30)["s"])[0]
+            step_note = case.step_note
+        except Exception as exc:  # noqa: BLE001
+            step_note = f"step skipped: {type(exc).__name__}: {exc}"[:160]
+        log(f"  step {step_ms} ms ({step_note})")
+
+    hand = timed["hand-assert"][0] if "hand-assert" in timed else None
+    floor_read, floor_aminmax = timed["floor-read"][0], timed["floor-aminmax"][0]
+    rows = []
+    for name, (med, p20, p80) in timed.items():
+        launches = syncs = None
+        if name not in FLOORS:
+            launches, syncs = count_ops(fns[name], device)
+        rows.append(row(case.name, name, nbytes, rounds=rounds, median_ms=med, p20_ms=p20, p80_ms=p80,
+                        gb_per_s=nbytes / (med * 1e-3) / 1e9, x_hand_assert=hand / med if hand else None,
+                        x_floor_read=med / floor_read, x_floor_aminmax=med / floor_aminmax,
+                        launches=launches, syncs=syncs, share_of_step=med / step_ms if step_ms else None,
+                        share_of_collate=med / collate_ms if collate_ms else None))
+        log(f"  {name:14s} {med:9.4f} ms")
+    for name, reason in skipped.items():
+        rows.append(row(case.name, name, nbytes, note=reason))
+    if collate_ms is not None:
+        rows.append(row(case.name, "collate", nbytes, median_ms=collate_ms,
+                        note="default_collate over the batch's samples"))
+    if step_ms is not None:
+        rows.append(row(case.name, "train-step", nbytes, median_ms=step_ms, note=step_note))
     return rows
 
 
@@ -745,32 +968,39 @@ def run_benchmarks(opts: Options, log: Callable[[str], None] = lambda s: None) -
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="time tritoncheck against hand-written checks on realistic batches",
                        description="Time tritoncheck against hand-written checks (assert per rule, one sync, "
-                       "torch.compile) on realistic batches of the built-in families.")
+                       "torch.compile) and two floors (a plain read, an aminmax) on realistic batches of the "
+                       "built-in families, in one run.")
     p.add_argument("--scenario", action="append", dest="scenarios",
                    choices=[s.name for s in SCENARIOS], help="repeatable; default: every scenario but 'big'")
-    p.add_argument("--big", action="store_true", help="add the 1 GB scenario")
+    p.add_argument("--big", action="store_true", help="add the 254 MB scenario")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--reps", type=int, default=30, help="timed repetitions on CPU (default 30)")
+    p.add_argument("--rounds", "--reps", type=int, default=30, dest="rounds",
+                   help=f"timed rounds on CPU (default 30, at least {MIN_ROUNDS})")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--step", action="store_true", help="also time a small model's training step (needs transformers)")
     p.add_argument("--contender", action="append", dest="contenders",
                    choices=[c.name for c in default_contenders()], help="repeatable; default: all")
-    p.add_argument("--clock", choices=["wall", "thread"], default="wall",
-                   help="CPU timer: wall (perf_counter) or thread CPU time, for a loaded machine")
+    p.add_argument("--clock", choices=["thread", "wall"], default="thread",
+                   help="CPU timer: this thread's CPU time (default) or wall clock")
+    p.add_argument("--dataloader", action="store_true",
+                   help="also measure the first batch in each of 2 forked DataLoader workers (layoutlmv3, bert)")
+    p.add_argument("--cold-compile", action="store_true", help="also compile every built-in contract with an empty cache")
     p.add_argument("--csv", help="append the rows to this CSV file")
     p.add_argument("--tiny", action="store_true", help="tiny sizes (a smoke run)")
     p.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    import sys
+    import tritoncheck as tc
 
     scenarios = args.scenarios or [s.name for s in SCENARIOS if not s.big]
     if args.big and "big" not in scenarios:
         scenarios.append("big")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    opts = Options(scenarios=scenarios, device=device, reps=max(1, args.reps), threads=max(1, args.threads),
-                   tiny=args.tiny, step=args.step, contenders=args.contenders, clock=args.clock)
+    opts = Options(scenarios=scenarios, device=device, rounds=args.rounds, threads=max(1, args.threads),
+                   tiny=args.tiny, step=args.step, contenders=args.contenders, clock=args.clock,
+                   dataloader=list(DATALOADER_SCENARIOS) if args.dataloader else [],
+                   cold_compile=tc.builtin_spec_names() if args.cold_compile else [])
     try:
         rows = run_benchmarks(opts, log=lambda s: print(s, file=sys.stderr))
     except (RuntimeError, ValueError) as exc:
@@ -779,7 +1009,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.csv:
         append_csv(args.csv, rows)
     print(markdown_table(rows))
+    startup = startup_table(rows)
+    if startup:
+        print("\n" + startup)
     return 0
 
 
-__all__ = ["Result", "COLUMNS", "Options", "SCENARIOS", "run_benchmarks", "append_csv", "markdown_table"]
+__all__ = ["COLUMNS", "SCENARIOS", "Options", "Result", "append_csv", "latest_run", "markdown_table", "read_csv",
+           "run_benchmarks", "startup_table"]
