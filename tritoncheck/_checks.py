@@ -5,7 +5,13 @@ A `CheckKind` binds, for one plan-node `kind`:
 - `node`: its plan-node type (frozen, hashable, with `kind`, `code`, `field`, `axes`, `hint`);
 - `option`: the field option that declares it (`min: 0`), or None for rules (`rules:` list);
 - `lower`: spec -> plan nodes (`lower(name, field_spec, field_plan, scope)`);
-- `describe`: the rule in words; `reads`: the fields and dims it needs; `hint`: the hint shown;
+- `describe`: the rule in words; `message`: the rule with the batch's values resolved (a bound
+  over dims); `reads`: the fields and dims it needs; `hint`: the hint shown;
+- `settle`: True when the fields' (min, max) summaries and the dims prove it holds, so no
+  backend reads data for it; `torch`: its evaluation as torch ops (a bool mask over its axes,
+  True where it fails, or None); `ir`: its lowering to kernel-IR ops (the op true where it
+  fails), from which the C and Triton generators emit code. Host kinds (`dim_bound`, checked
+  by `bind` from sizes alone) have none of these three;
 - `value_fails`: for element-wise kinds, whether one value breaks it (None: not element-wise);
 - `constrain`, `repair`, `mutate`: its valid-data constraint and the mutation that breaks it,
   for `tritoncheck.strategies` (they use only the draw context passed in, so this module needs
@@ -26,8 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
+
 from . import _expr
-from ._dtypes import all_integer
+from ._dtypes import all_integer, int_limit
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
 
 MINUS_ONE_HINT = "-1 where -100 was meant? -100 is the ignore index of PyTorch's cross-entropy and Hugging Face models"
@@ -57,6 +65,10 @@ class CheckKind:
     option: Option | None
     lower: Callable[..., tuple] | None
     describe: Callable[[Any], str]
+    message: Callable[[Any, Any], str]
+    settle: Callable[[Any, Any], bool] | None
+    torch: Callable[[Any, Any], Any] | None
+    ir: Callable[[Any, Any], Any] | None
     reads: Callable[[Any], tuple[set[str], set[str]]]
     hint: Callable[[Any, Any], str | None]
     value_fails: Callable[[Any, float, Any], bool] | None
@@ -98,6 +110,11 @@ def options() -> dict[str, Option]:
 def describe(check: Any) -> str:
     """A check's rule in words (without runtime values)."""
     return kind_of(check).describe(check)
+
+
+def message(check: Any, bound: Any) -> str:
+    """The rule a failing check reports, with its bound resolved against the batch (`bound`: a `Bound`)."""
+    return kind_of(check).message(check, bound)
 
 
 def hint(check: Any, value: Any) -> str | None:
@@ -147,6 +164,24 @@ def _no_constraint(check: Any, ctx: Any) -> None:
 
 def _allow_text(allow: tuple) -> str:
     return f" or one of {list(allow)}" if allow else ""
+
+
+def _described(check: Any, bound: Any) -> str:
+    return kind_of(check).describe(check)
+
+
+def _except_allowed(bad: torch.Tensor, x: torch.Tensor, allow: tuple) -> torch.Tensor:
+    for a in allow:  # a sentinel or two (-100): one compare each, where isin sorts
+        bad &= x != a
+    return bad
+
+
+def _to_float(v: int | float) -> float:
+    """A Python number as a double; an integer past the double range is +-inf (as torch has it)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,6 +234,69 @@ def _range_reads(c: RangeCheck) -> tuple[set[str], set[str]]:
     return {c.field}, expr_dims(c.bound)
 
 
+def range_limit(c: RangeCheck, dims: Any, dtype: torch.dtype) -> int | float:
+    """The bound a range check compares with, as every backend and the report have it: an int64
+    for an integer field (`int_limit`; +-inf where every or no value fails), a double otherwise."""
+    from ._plan import evaluate_scalar  # the plan imports this module
+
+    value = evaluate_scalar(c.bound, dims)
+    if not dtype.is_floating_point:
+        limit = int_limit(value, c.kind)
+        if isinstance(limit, str):
+            return math.inf if (limit == "always") == (c.kind == "min") else -math.inf
+        return limit
+    return _to_float(value)
+
+
+def _range_message(c: RangeCheck, bound: Any) -> str:
+    from ._plan import evaluate_scalar
+
+    rule = _range_describe(c)
+    dtype = bound.tensors[c.field].dtype
+    limit = range_limit(c, bound.dim_values(), dtype)
+    if isinstance(limit, float) and math.isinf(limit) and not dtype.is_floating_point:
+        limit = evaluate_scalar(c.bound, bound.dim_values())  # past int64: show the bound, not how it compares
+    if c.bound_text.split(" = ")[-1] != str(limit):
+        rule += f" = {limit}"
+    dims = sorted(expr_dims(c.bound))
+    if dims:
+        rule += " (" + ", ".join(f"{d}={bound.dims[d][0]} from {bound.dims[d][1]}" for d in dims) + ")"
+    return rule
+
+
+def _range_settle(c: RangeCheck, ctx: Any) -> bool:
+    summary = ctx.summary(c.field)
+    if summary is None:
+        return True
+    limit = ctx.bound_value(c)
+    return summary[0] >= limit if c.kind == "min" else summary[1] <= limit  # NaN: False, so the exact pass runs
+
+
+def _range_torch(c: RangeCheck, ctx: Any) -> torch.Tensor:
+    x, limit = ctx.tensor(c.field), ctx.bound_value(c)
+    return _except_allowed(x < limit if c.kind == "min" else x > limit, x, ctx.comparable(c.allow, c.field))
+
+
+def _range_ir(c: RangeCheck, lw: Any) -> Any:
+    x = lw.full_load(c.field)
+    cmp = "lt" if c.kind == "min" else "gt"
+    if x.kind != "i":  # a float field compares with the bound as a double rounded to its kind
+        bound = lw.const(_to_float(c.bound.value), x.kind) if isinstance(c.bound, Const) else \
+            lw.host_scalar(c.bound, "float", x.kind)
+        bad = lw.emit(cmp, (x, bound), "b")
+    elif isinstance(c.bound, Const):
+        limit = int_limit(c.bound.value, c.kind)
+        if isinstance(limit, str):  # no int64 bound: every value fails, or none does
+            bad = lw.const(limit == "always", "b")
+        else:
+            bad = lw.emit(cmp, (x, lw.const(limit, "i")), "b")
+    else:  # over dims: the host computes the int64 bound, and whether none can express it
+        limit = lw.host_scalar(c.bound, "int", "i", side=c.kind)
+        always = lw.host_scalar(c.bound, "int", "b", side=c.kind, part="always")
+        bad = lw.emit("or_", (lw.emit(cmp, (x, limit), "b"), always), "b")
+    return lw.allowed(bad, x, c.field, c.allow)
+
+
 def _range_hint(c: RangeCheck, value: Any) -> str | None:
     if c.kind == "min" and value == -1 and -100 in c.allow:
         return MINUS_ONE_HINT
@@ -236,7 +334,8 @@ for _side in ("min", "max"):
         kind=_side, node=RangeCheck, code="below_min" if _side == "min" else "above_max",
         doc=f"docs/errors.md#{'below_min' if _side == 'min' else 'above_max'}",
         option=Option(_side, None, "declared on FieldSpec"), lower=_range_lowering(_side),
-        describe=_range_describe, reads=_range_reads, hint=_range_hint, value_fails=_range_fails,
+        describe=_range_describe, message=_range_message, settle=_range_settle, torch=_range_torch, ir=_range_ir,
+        reads=_range_reads, hint=_range_hint, value_fails=_range_fails,
         constrain=_range_constrain, repair=None, mutate=_range_mutate,
     ))
 
@@ -266,6 +365,34 @@ def _values_describe(c: ValueSetCheck) -> str:
     return f"{c.field} in {list(c.values)}{_allow_text(c.allow)}"
 
 
+def covers(lo: int | float, hi: int | float, values: tuple[int | float, ...]) -> bool:
+    """True if every integer in [lo, hi] is one of `values` (comparable values of an integer field)."""
+    if isinstance(lo, float) or isinstance(hi, float):
+        return False
+    lo, hi = int(lo), int(hi)
+    return hi - lo < 4096 and set(range(lo, hi + 1)) <= set(values)
+
+
+def _values_settle(c: ValueSetCheck, ctx: Any) -> bool:
+    summary = ctx.summary(c.field)
+    return summary is None or covers(*summary, ctx.comparable(c.values, c.field) + ctx.comparable(c.allow, c.field))
+
+
+def _values_torch(c: ValueSetCheck, ctx: Any) -> torch.Tensor:
+    x = ctx.tensor(c.field)  # no value of the set that the field can equal: every value fails
+    bad = ~torch.isin(x, torch.tensor(ctx.comparable(c.values, c.field), dtype=x.dtype, device=x.device))
+    return _except_allowed(bad, x, ctx.comparable(c.allow, c.field))
+
+
+def _values_ir(c: ValueSetCheck, lw: Any) -> Any:
+    x = lw.full_load(c.field)
+    nes = [lw.emit("ne", (x, lw.const(v, x.kind)), "b") for v in lw.comparable(c.values, c.field)]
+    bad = nes[0] if nes else lw.const(True, "b")  # no comparable value: every element fails
+    for ne in nes[1:]:
+        bad = lw.emit("and_", (bad, ne), "b")
+    return lw.allowed(bad, x, c.field, c.allow)
+
+
 def _values_fails(c: ValueSetCheck, v: float, ctx: Any) -> bool:
     return v not in c.allow and not math.isnan(v) and v not in c.values
 
@@ -291,7 +418,8 @@ def _values_mutate(c: ValueSetCheck, ctx: Any, rng: random.Random):
 register(CheckKind(
     kind="values", node=ValueSetCheck, code="not_in_set", doc="docs/errors.md#not_in_set",
     option=Option("values", None, "declared on FieldSpec"), lower=_values_lower,
-    describe=_values_describe, reads=_own_field, hint=_spec_hint, value_fails=_values_fails,
+    describe=_values_describe, message=_described, settle=_values_settle, torch=_values_torch, ir=_values_ir,
+    reads=_own_field, hint=_spec_hint, value_fails=_values_fails,
     constrain=_values_constrain, repair=None, mutate=_values_mutate,
 ))
 
@@ -317,6 +445,21 @@ def _finite_describe(c: FiniteCheck) -> str:
     return f"{c.field} is finite (no NaN or Inf)"
 
 
+def _finite_settle(c: FiniteCheck, ctx: Any) -> bool:
+    summary = ctx.summary(c.field)
+    return summary is None or (math.isfinite(summary[0]) and math.isfinite(summary[1]))
+
+
+def _finite_torch(c: FiniteCheck, ctx: Any) -> torch.Tensor:
+    return ~torch.isfinite(ctx.tensor(c.field))
+
+
+def _finite_ir(c: FiniteCheck, lw: Any) -> Any:
+    if lw.fields[c.field].kind == "i":
+        return lw.const(False, "b")  # an integer is always finite: nothing to read
+    return lw.emit("not_", (lw.emit("isfinite", (lw.full_load(c.field),), "b"),), "b")
+
+
 def _finite_fails(c: FiniteCheck, v: float, ctx: Any) -> bool:
     return not math.isfinite(v)
 
@@ -339,7 +482,8 @@ def _finite_mutate(c: FiniteCheck, ctx: Any, rng: random.Random):
 register(CheckKind(
     kind="finite", node=FiniteCheck, code="non_finite", doc="docs/errors.md#non_finite",
     option=Option("finite", None, "declared on FieldSpec"), lower=_finite_lower,
-    describe=_finite_describe, reads=_own_field, hint=_spec_hint, value_fails=_finite_fails,
+    describe=_finite_describe, message=_described, settle=_finite_settle, torch=_finite_torch, ir=_finite_ir,
+    reads=_own_field, hint=_spec_hint, value_fails=_finite_fails,
     constrain=_finite_constrain, repair=None, mutate=_finite_mutate,
 ))
 
@@ -389,6 +533,26 @@ def _dim_reads(c: DimCheck) -> tuple[set[str], set[str]]:
     return set(), expr_dims(c.expr) | expr_dims(c.where)
 
 
+def _rule_settle(c: RuleCheck, ctx: Any) -> bool:
+    """Settled by the fields' (min, max) and the dims, without touching data."""
+    return ctx.settled_by_summary(c) or ctx.interval(c.expr) == (1, 1)
+
+
+def _rule_torch(c: RuleCheck, ctx: Any) -> torch.Tensor | None:
+    ok = ctx.values(c.expr, c.axes).to(torch.bool)
+    if c.where is None:
+        return None if bool(ok.all()) else ~ok  # one reduction + read instead of ~ok and a count
+    bad = ~ok & ctx.values(c.where, c.axes).to(torch.bool)
+    return bad if bool(bad.any()) else None
+
+
+def _rule_ir(c: RuleCheck, lw: Any) -> Any:
+    bad = lw.emit("not_", (lw.truth(lw.expr(c.expr)),), "b")
+    if c.where is not None:
+        bad = lw.emit("and_", (bad, lw.truth(lw.expr(c.where))), "b")
+    return bad
+
+
 def _rule_constrain(c: RuleCheck, ctx: Any) -> None:
     ctx.constrain_rule(c)
 
@@ -409,12 +573,12 @@ def _dim_mutate(c: DimCheck, ctx: Any, rng: random.Random):
 
 register(CheckKind(
     kind="rule", node=RuleCheck, code="rule_failed", doc="docs/errors.md#rule_failed", option=None, lower=None,
-    describe=_text, reads=_rule_reads, hint=_spec_hint, value_fails=None,
+    describe=_text, message=_described, settle=_rule_settle, torch=_rule_torch, ir=_rule_ir, reads=_rule_reads, hint=_spec_hint, value_fails=None,
     constrain=_rule_constrain, repair=_rule_repair, mutate=_rule_mutate,
 ))
 register(CheckKind(
     kind="dim_bound", node=DimCheck, code="dim_bound", doc="docs/errors.md#dim_bound", option=None, lower=None,
-    describe=_text, reads=_dim_reads, hint=_spec_hint, value_fails=None,
+    describe=_text, message=_described, settle=None, torch=None, ir=None, reads=_dim_reads, hint=_spec_hint, value_fails=None,
     constrain=_no_constraint, repair=None, mutate=_dim_mutate,
 ))
 
@@ -450,6 +614,27 @@ def _monotonic_describe(c: MonotonicCheck) -> str:
     return f"{c.field} is non-decreasing along {c.axis}"
 
 
+def _monotonic_settle(c: MonotonicCheck, ctx: Any) -> bool:
+    summary = ctx.summary(c.field)
+    return summary is None or summary[0] == summary[1]  # a constant field never decreases
+
+
+def _monotonic_torch(c: MonotonicCheck, ctx: Any) -> torch.Tensor | None:
+    x = ctx.tensor(c.field)  # size 1 along an expanded axis, where nothing can decrease
+    a = c.axes.index(c.axis)
+    n = x.shape[a]
+    if n < 2:
+        return None
+    bad = torch.zeros(x.shape, dtype=torch.bool, device=x.device)  # position 0 has no predecessor
+    bad.narrow(a, 1, n - 1).copy_(x.narrow(a, 1, n - 1) < x.narrow(a, 0, n - 1))
+    return bad
+
+
+def _monotonic_ir(c: MonotonicCheck, lw: Any) -> Any:
+    # read 2 elements per position (x[i], x[i-1]; the second hits the cache): x[0] is its own predecessor
+    return lw.emit("lt", (lw.full_load(c.field), lw.load_prev(c.field, c.axis)), "b")
+
+
 def _monotonic_repair(c: MonotonicCheck, ctx: Any) -> None:
     """Sort along the axis: the same values, so every element-wise check still holds."""
     if c.field in ctx.batch:
@@ -482,6 +667,7 @@ def _monotonic_mutate(c: MonotonicCheck, ctx: Any, rng: random.Random):
 register(CheckKind(
     kind="monotonic", node=MonotonicCheck, code="not_monotonic", doc="docs/errors.md#not_monotonic",
     option=Option("monotonic", str | None, "A dim name: values never decrease along that axis (position_ids along L)."),
-    lower=_monotonic_lower, describe=_monotonic_describe, reads=_own_field, hint=_spec_hint, value_fails=None,
+    lower=_monotonic_lower, describe=_monotonic_describe, message=_described, settle=_monotonic_settle,
+    torch=_monotonic_torch, ir=_monotonic_ir, reads=_own_field, hint=_spec_hint, value_fails=None,
     constrain=_no_constraint, repair=_monotonic_repair, mutate=_monotonic_mutate,
 ))
