@@ -23,7 +23,17 @@ import torch
 
 from ._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype, int_limit
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
-from ._plan import Bound, DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, describe, evaluate_scalar
+from ._plan import (
+    Bound,
+    DataCheck,
+    FiniteCheck,
+    Plan,
+    RangeCheck,
+    RuleCheck,
+    describe,
+    evaluate_scalar,
+    expr_dims,
+)
 from ._report import Violation
 
 # samples listed for a violation along an expanded (zero-stride) batch axis, where every sample is bad
@@ -102,17 +112,8 @@ class _Context:
         return self._summary[name]
 
     def bound_value(self, check: RangeCheck) -> int | float:
-        """The bound as the field's compute dtype compares it (an int64 for an integer field)."""
-        value = evaluate_scalar(check.bound, self.dims)
-        if not self.bound.tensors[check.field].dtype.is_floating_point:
-            limit = int_limit(value, check.kind)
-            if isinstance(limit, str):  # every int64 fails ("always") or none does: infinities compare exactly
-                return math.inf if (limit == "always") == (check.kind == "min") else -math.inf
-            return limit
-        try:
-            return float(value)
-        except OverflowError:  # an integer past the float range (a product of dims)
-            return math.inf if value > 0 else -math.inf
+        """The bound as the field's compute dtype compares it (see `bound_value`)."""
+        return bound_value(check, self.dims, self.bound.tensors[check.field].dtype)
 
     def bad_mask(self, check: DataCheck) -> torch.Tensor | None:
         """A bool tensor over `check.axes`, True where the check fails; None when the summary clears it."""
@@ -384,37 +385,54 @@ def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
 
 
 def make_violation(check: DataCheck, ctx: _Context, count: int, samples: tuple[int, ...], index: tuple[int, ...]) -> Violation:
-    """The violation for a failing check, with the value at its first offending index.
-
-    Shared by both backends, so that the value, rule text and hint match exactly.
-    """
+    """The violation for a failing check, with the value at its first offending index."""
     if isinstance(check, RuleCheck):
         value = _python(_at(ctx.values(check.subject, check.axes), index))
     else:
         stored = _at(ctx.stored(check.field), index)
         value = _python(stored.to(compute_dtype(stored.dtype)))
+    return violation(check, ctx.bound, count, samples, index, value)
+
+
+def bound_value(check: RangeCheck, dims: Mapping[str, int], dtype: torch.dtype) -> int | float:
+    """A range check's bound as a field of `dtype` compares with it: the exact int64 bound for an
+    integer field (`int_limit`; +-inf where every value fails or none does), a double for a float one."""
+    value = evaluate_scalar(check.bound, dims)
+    if not dtype.is_floating_point:
+        limit = int_limit(value, check.kind)
+        if isinstance(limit, str):  # every int64 fails ("always") or none does: infinities compare exactly
+            return math.inf if (limit == "always") == (check.kind == "min") else -math.inf
+        return limit
+    try:
+        return float(value)
+    except OverflowError:  # an integer past the float range (a product of dims)
+        return math.inf if value > 0 else -math.inf
+
+
+def violation(check: DataCheck, bound: Bound, count: int, samples: tuple[int, ...], index: tuple[int, ...],
+              value: Any) -> Violation:
+    """A failing check as the report shows it: the rule in words (a range check's bound resolved
+    against the batch's dims, and where those dims came from), the value found at the first
+    offending index, and the hint. Every backend builds its violations here, so their reports
+    cannot drift apart."""
     rule = describe(check)
     if isinstance(check, RangeCheck):
-        limit = ctx.bound_value(check)
-        if isinstance(limit, float) and math.isinf(limit) and not ctx.bound.tensors[check.field].dtype.is_floating_point:
-            limit = evaluate_scalar(check.bound, ctx.dims)  # past int64: show the bound, not how it compares
+        dims = bound.dim_values()
+        dtype = bound.tensors[check.field].dtype
+        limit = bound_value(check, dims, dtype)
+        if isinstance(limit, float) and math.isinf(limit) and not dtype.is_floating_point:
+            limit = evaluate_scalar(check.bound, dims)  # past int64: show the bound, not how it compares
         if check.bound_text.split(" = ")[-1] != str(limit):
             rule += f" = {limit}"
-        dims = sorted(_dims_of(check.bound))
-        if dims:
-            rule += " (" + ", ".join(f"{d}={ctx.dims[d]} from {ctx.bound.dims[d][1]}" for d in dims) + ")"
+        names = sorted(expr_dims(check.bound))
+        if names:
+            rule += " (" + ", ".join(f"{d}={dims[d]} from {bound.dims[d][1]}" for d in names) + ")"
     return Violation(check.field, check.code, rule, samples, count, index, value, _hint(check, value))
 
 
 def _at(t: torch.Tensor, index: tuple[int, ...]) -> torch.Tensor:
     """`t[index]`, where an axis of size 1 stands for the whole axis (an expanded view, or a broadcast)."""
     return t[tuple(0 if n == 1 else i for i, n in zip(index, t.shape, strict=True))]
-
-
-def _dims_of(expr: Expr) -> set[str]:
-    from ._plan import expr_dims
-
-    return expr_dims(expr)
 
 
 def _hint(check: DataCheck, value: Any) -> str | None:

@@ -8,7 +8,8 @@ with `PointOps` at that one position. PointOps is the eager torch ops handler of
 it evaluates in the same kinds the generated kernels compute in, and reduces with torch over the
 reduced axes, so a violation costs one small evaluation, never a pass over the batch.
 
-The rule text and hint are built as the torch backend builds them, so reports agree exactly.
+The violation itself (rule text, resolved bound, hint) comes from the torch backend's
+`violation`, the one builder every backend uses, so reports agree exactly.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from typing import Any
 import torch
 
 from .._dtypes import compute_dtype
-from .._plan import Bound, DataCheck, RangeCheck, RuleCheck, describe, evaluate_scalar, expr_dims
+from .._plan import Bound, RuleCheck
 from .._report import Violation
-from .ir import BIG, KIND_DTYPE, Kernel, Op, range_bound, walk
-
-MINUS_ONE_HINT = "-1 where -100 was meant? -100 is the ignore index of PyTorch's cross-entropy and Hugging Face models"
+from .._torch_backend import violation
+from .ir import BIG, KIND_DTYPE, Kernel, Op, walk
 
 
 def decode(kernel: Kernel, values: Sequence[int], bound: Bound) -> list[Violation]:
@@ -49,7 +49,7 @@ def decode(kernel: Kernel, values: Sequence[int], bound: Bound) -> list[Violatio
             index.append(flat % size if size else 0)
             flat = flat // size if size else 0
         index = tuple(reversed(index))
-        out.append(violation(check, count, samples, index, point_value(kernel, k, index, bound), bound))
+        out.append(violation(check, bound, count, samples, index, point_value(kernel, k, index, bound)))
     return out
 
 
@@ -68,30 +68,6 @@ def point_value(kernel: Kernel, k: int, index: tuple[int, ...], bound: Bound) ->
     env: dict[int, Any] = {}
     walk(subject.ops, PointOps(kernel, bound, at), env)
     return env[subject.value.id].item()
-
-
-def violation(check: DataCheck, count: int, samples: tuple[int, ...], index: tuple[int, ...], value: Any,
-              bound: Bound) -> Violation:
-    """A failing check as a violation: the rule in words (a range check's bound resolved against
-    the batch's dims), the value found at the first offending position, and a hint."""
-    rule = describe(check)
-    if isinstance(check, RangeCheck):
-        dtype = bound.tensors[check.field].dtype
-        limit = range_bound(check, bound.dim_values(), dtype)
-        if isinstance(limit, float) and math.isinf(limit) and not dtype.is_floating_point:
-            limit = evaluate_scalar(check.bound, bound.dim_values())  # past int64: show the bound, not how it compares
-        if check.bound_text.split(" = ")[-1] != str(limit):
-            rule += f" = {limit}"
-        dims = sorted(expr_dims(check.bound))
-        if dims:
-            rule += " (" + ", ".join(f"{d}={bound.dims[d][0]} from {bound.dims[d][1]}" for d in dims) + ")"
-    return Violation(check.field, check.code, rule, samples, count, index, value, hint(check, value))
-
-
-def hint(check: DataCheck, value: Any) -> str | None:
-    if isinstance(check, RangeCheck) and check.kind == "min" and value == -1 and -100 in check.allow:
-        return MINUS_ONE_HINT
-    return check.hint
 
 
 class PointOps:
@@ -254,4 +230,4 @@ def _mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(b == 0, a, r)
 
 
-__all__ = ["PointOps", "decode", "hint", "point_value", "violation"]
+__all__ = ["PointOps", "decode", "point_value"]

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from .._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype
-from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from .._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype, int_limit
+from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, to_text
 from .._plan import DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, evaluate_scalar
 
 BIG = 2**62  # a first-index slot holds BIG - index, so 0 means "none" and max() keeps the first
@@ -96,7 +96,8 @@ class HostScalar:
     """A sub-expression over dims and constants, evaluated on the host per call.
 
     `py` is its Python type ("int", "float" or "bool"), which decides the argument array it
-    travels in (int64 or double). A bound on an integer field has a `side` ("min"/"max"): its
+    travels in (int64 or double); an int past int64 raises `Unsupported` when a call evaluates it
+    (the torch backend computes with it as a float). A bound on an integer field has a `side` ("min"/"max"): its
     value is the int64 the field is compared with (`int_limit`), and a second scalar of the same
     bound (`part="always"`) is 1 where no int64 can express it because every value fails.
     """
@@ -117,7 +118,11 @@ class HostScalar:
             return INT64_MIN if self.side == "min" else INT64_MAX  # no value fails (or "always" decides)
         if self.py == "float":
             return _to_float(v)
-        return min(max(int(v), INT64_MIN), INT64_MAX)
+        if self.py == "int" and not INT64_MIN <= v <= INT64_MAX:
+            # torch's backend turns such an int into a Python float, which changes the kind the
+            # expression computes in (int64 -> float32): no kernel lowered for int64 says that
+            raise Unsupported(f"{to_text(self.expr)} = {v} is past int64")
+        return int(v)
 
 
 def _to_float(v: int | float) -> float:
@@ -236,6 +241,26 @@ class Kernel:
         """The double argument array: ("scalar", slot) for float host scalars."""
         return [("scalar", s) for s in self.float_slots]
 
+    def selections(self) -> list[tuple[str, int, int]]:
+        """(field, axis position, index) for every fixed index a load selects (`x[:, -1]`), so a
+        launcher can refuse an index out of range instead of reading past the tensor."""
+        found: dict[tuple[str, int, int], None] = {}
+
+        def visit(ops: tuple[Op, ...]) -> None:
+            for op in ops:
+                if op.name == "load":
+                    for pos, sel in enumerate(op.args[1]):
+                        if sel is not None:
+                            found[(op.args[0], pos, sel)] = None
+                elif op.name == "reduction":
+                    visit(op.args[2])
+
+        for g in self.groups:
+            visit(g.ops)
+        for sub in self.subjects.values():
+            visit(sub.ops)
+        return list(found)
+
     def pretty(self) -> str:
         """The IR as text, one op per line (for debugging and tests; never fed to a compiler)."""
         lines = [f"kernel for {self.spec_name}: {len(self.checks)} checks, {len(self.groups)} groups"]
@@ -337,21 +362,6 @@ def convert(value: int | float | bool, kind: str) -> int | float | bool:
     return torch.tensor(value, dtype=torch.float32).item()
 
 
-def int_limit(value: int | float, side: str) -> int | str:
-    """The int64 bound an integer field is compared with, exactly: `x < value` (side "min") or
-    `x > value` (side "max"); "always"/"never" where no int64 bound expresses it (NaN, inf, huge)."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "never"
-        if math.isinf(value):
-            return "always" if (value > 0) == (side == "min") else "never"
-        value = math.ceil(value) if side == "min" else math.floor(value)
-    value = int(value)
-    if side == "min":
-        return "always" if value > INT64_MAX else "never" if value <= INT64_MIN else value
-    return "always" if value < INT64_MIN else "never" if value >= INT64_MAX else value
-
-
 def pytype(expr: Expr) -> str:
     """The Python type (int, float or bool) `evaluate_scalar` gives a host expression."""
     if isinstance(expr, Const):
@@ -408,18 +418,6 @@ def has_reduce(expr: Expr | None) -> bool:
     return False
 
 
-def range_bound(check: RangeCheck, dims: Mapping[str, int], dtype: torch.dtype) -> int | float:
-    """The bound a range check compares with, as the report states it: an int64 for an integer
-    field (`int_limit`; +-inf where every or no value fails), a double for a float field."""
-    value = evaluate_scalar(check.bound, dims)
-    if not dtype.is_floating_point:
-        limit = int_limit(value, check.kind)
-        if isinstance(limit, str):
-            return math.inf if (limit == "always") == (check.kind == "min") else -math.inf
-        return limit
-    return _to_float(value)
-
-
 # ---------------------------------------------------------------------------------------------
 # Lowering.
 
@@ -472,6 +470,8 @@ class _Lowering:
         if isinstance(x, _Weak):
             if isinstance(x.expr, Const):
                 return self.const(x.expr.value, kind)
+            if kind == "b" and x.py != "bool":  # `where B - 1`: its truth, exactly, whatever its size
+                return self.scalar(HostScalar(Binary("!=", x.expr, Const(0)), "bool"), kind)
             return self.scalar(HostScalar(x.expr, x.py), kind)
         if x.kind == kind:
             return x
