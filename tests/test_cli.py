@@ -79,7 +79,7 @@ def test_config_file(saved, tmp_path, capsys):
     [
         (["check", "no-such-spec", "{batch}"], "no built-in spec named 'no-such-spec'"),
         (["check", "conv1d-classifier", "{batch}"], "missing parameter(s) in_channels, num_classes"),
-        (["check", "cross-entropy", "{batch}", "-p", "nope=1"], "unknown parameter(s) ['nope']"),
+        (["check", "cross-entropy", "{batch}", "-p", "nope=1"], "unknown parameter(s) nope; this spec takes none"),
         (["check", "cross-entropy", "{batch}", "-p", "novalue"], "--param takes NAME=VALUE"),
         (["check", "cross-entropy", "/no/such/file.pt"], "batch file not found"),
         (["check", "cross-entropy", "{junk}"], "cannot read batch file"),

@@ -34,7 +34,7 @@ def scan(*argv):
 
 def test_one_bad_file_exits_1_and_lists_its_bad_samples(batches, tmp_path, capsys):
     out = tmp_path / "report.json"
-    assert scan(batches, "--json", out) == 1
+    assert scan(batches, "--output", out) == 1
     report = json.loads(out.read_text())
     assert (report["batches"], report["samples"], report["bad_samples"], report["ok"]) == (4, 16, 2, False)
     found = [(e["source"], e["sample"], e["field"], e["code"], e["value"], e["index"]) for e in report["violations"]]
@@ -43,12 +43,12 @@ def test_one_bad_file_exits_1_and_lists_its_bad_samples(batches, tmp_path, capsy
     assert report["summary"] == [{"code": "above_max", "field": "target", "samples": 1},
                                  {"code": "below_min", "field": "target", "samples": 1}]
     shown = capsys.readouterr().out
-    assert "2 bad sample(s) of 16" in shown and "above_max" in shown and "d.pt sample 1" in shown
+    assert "2 bad samples of 16 samples in 4 files" in shown and "above_max" in shown and "d.pt sample 1" in shown
 
 
 def test_clean_data_exits_0(batches, tmp_path, capsys):
     (batches / "part2" / "d.pt").unlink()
-    assert scan(batches, "--json", "-") == 0
+    assert scan(batches, "--json") == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["violations"] == [] and report["samples"] == 12
 
@@ -56,7 +56,7 @@ def test_clean_data_exits_0(batches, tmp_path, capsys):
 def test_batch_level_violation_is_pinned_on_samples(tmp_path, capsys):
     # every target ignored: the rule fails for the batch as a whole, and for each sample alone
     torch.save(ce_batch([-100, -100]), tmp_path / "x.pt")
-    assert scan(tmp_path / "x.pt", "--json", "-") == 1
+    assert scan(tmp_path / "x.pt", "--json") == 1
     report = json.loads(capsys.readouterr().out)
     assert [(e["sample"], e["code"]) for e in report["violations"]] == [(0, "all_ignored"), (1, "all_ignored")]
 
@@ -64,7 +64,7 @@ def test_batch_level_violation_is_pinned_on_samples(tmp_path, capsys):
 def test_unreadable_file_is_reported_not_fatal(batches, tmp_path, capsys):
     (batches / "broken.pt").write_bytes(b"not a torch file")
     (batches / "part2" / "d.pt").unlink()
-    assert scan(batches, "--json", "-") == 1
+    assert scan(batches, "--json") == 1
     report = json.loads(capsys.readouterr().out)
     assert [(e["source"].rsplit("/", 1)[1], e["sample"], e["code"]) for e in report["violations"]] == [
         ("broken.pt", None, "unreadable")
@@ -73,7 +73,7 @@ def test_unreadable_file_is_reported_not_fatal(batches, tmp_path, capsys):
 
 def test_unmappable_batch_reports_batch_level(tmp_path, capsys):
     torch.save({"input": torch.randn(2, 3)}, tmp_path / "x.pt")  # target missing: no sample to blame
-    assert scan(tmp_path / "x.pt", "--json", "-") == 1
+    assert scan(tmp_path / "x.pt", "--json") == 1
     report = json.loads(capsys.readouterr().out)
     assert [(e["sample"], e["field"], e["code"]) for e in report["violations"]] == [(None, "target", "missing_field")]
 
@@ -103,7 +103,7 @@ def test_saved_hf_dataset_reports_rows(tmp_path, capsys):
     }
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "ds"))
     params = [f"--param={p}" for p in ("vocab_size=50", "max_position_embeddings=16", "type_vocab_size=2", "num_labels=3")]
-    code = main(["scan", "bert-sequence-classification", str(tmp_path / "ds"), *params, "--batch-size=2", "--json=-"])
+    code = main(["scan", "bert-sequence-classification", str(tmp_path / "ds"), *params, "--batch-size=2", "--json"])
     assert code == 1
     report = json.loads(capsys.readouterr().out)
     assert sorted((e["sample"], e["field"], e["code"], e["value"]) for e in report["violations"]) == [

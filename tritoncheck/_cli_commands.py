@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ._api import BACKENDS
-from ._report import printable
+from ._report import fitted_table, printable, printable_lines
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+FORMATS = ("text", "table", "json")
 
 
 class UsageError(Exception):
@@ -35,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", help="a built-in spec name (see `tritoncheck specs`) or a YAML spec file")
     p.add_argument("batch", help="the batch: a torch.save'd dict of tensors (.pt), .safetensors or .npz")
     _add_param_args(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_output_args(p)
     p.add_argument("--backend", choices=list(BACKENDS), default="auto", help="default: auto (C on CPU, Triton on CUDA)")
     p.set_defaults(run=_guarded(run_check))
 
@@ -50,6 +51,33 @@ def _add_param_args(p: argparse.ArgumentParser) -> None:
                    help="a spec parameter, e.g. --param vocab_size=50265 (repeatable; int/float/bool/str)")
     p.add_argument("--config", "-c", metavar="FILE",
                    help="a JSON or YAML file of parameters, e.g. a Hugging Face config.json (extra keys are ignored)")
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    """One convention for every command that reports: --format picks what stdout shows, --output writes JSON."""
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="text, table or json on stdout (default: table on a terminal, text when piped)")
+    p.add_argument("--json", action="store_const", const="json", dest="format", help="the same as --format json")
+    p.add_argument("--output", "-o", metavar="FILE", help="also write the full report as JSON to FILE")
+
+
+def output_format(args: argparse.Namespace) -> str:
+    return args.format or ("table" if sys.stdout.isatty() else "text")
+
+
+def write_json(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def closest(name: str, choices: Any) -> str:
+    """` (did you mean 'x'?)` for the choice nearest to a misspelled `name`, or nothing."""
+    import difflib
+
+    match = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def _guarded(fn):
@@ -68,7 +96,7 @@ def _guarded(fn):
 
 def say(text: str, file=None) -> None:
     """Print `text` with its line breaks kept and every other control character escaped."""
-    print("\n".join(printable(line) for line in str(text).split("\n")), file=file or sys.stdout)
+    print(printable_lines(str(text)), file=file or sys.stdout)
 
 
 def parse_value(text: str) -> Any:
@@ -143,18 +171,39 @@ def load_batch(path: str) -> Any:
 
 
 def _load_spec(args: argparse.Namespace, fill: bool = True):
-    from ._spec import load_spec, read_spec
+    """The spec named on the command line, its parameters from --param and --config.
 
+    Errors speak the command line: a missing parameter names --param (and says which config
+    file lacked it), an unknown one or a misspelled spec name gets the closest valid name.
+    """
+    from ._spec import builtin_spec_names, read_spec
+
+    name = args.spec if hasattr(args, "spec") else args.name
     params = parse_params(args.param)
     config = read_config(args.config)
-    if fill:
-        spec = load_spec(args.spec if hasattr(args, "spec") else args.name, config=config, **params)
-    else:
-        spec = read_spec(args.name)
-        spec = spec.with_params(config, **params) if (params or config) else spec
-    for name, value in spec.params.items():  # 1e400 parses as inf: never a vocabulary size
+    if Path(name).suffix == "" and not Path(name).exists() and name not in builtin_spec_names():
+        raise UsageError(f"no built-in spec named {name!r}{closest(name, builtin_spec_names())}; "
+                         "`tritoncheck specs` lists them, or give a YAML file")
+    spec = read_spec(name)
+    unknown = sorted(set(params) - set(spec.params))
+    if unknown:
+        hint = closest(unknown[0], spec.params)
+        raise UsageError(f"{name}: unknown parameter(s) {', '.join(unknown)}{hint}; "
+                         f"this spec takes {', '.join(spec.params) or 'none'}")
+    spec = spec.with_params(config, **params) if (params or config) else spec
+    for key, value in spec.params.items():  # 1e400 parses as inf: never a vocabulary size
         if isinstance(value, float) and not math.isfinite(value):
-            raise UsageError(f"parameter {name} must be a finite number, got {value} (from --param or --config)")
+            raise UsageError(f"parameter {key} must be a finite number, got {value} (from --param or --config)")
+    missing = spec.missing_params()
+    if fill and missing:
+        where = f"not in {args.config}: " if args.config else ""
+        raise UsageError(f"{name}: missing parameter(s) {', '.join(missing)}; {where}give "
+                         + " ".join(f"--param {m}=..." for m in missing)
+                         + ("" if args.config else " or --config config.json"))
+    if fill:
+        from ._spec import load_spec
+
+        spec = load_spec(name, config=config, **params)  # compiles the plan: a bad size is a SpecError now
     return spec
 
 
@@ -169,44 +218,48 @@ def run_check(args: argparse.Namespace) -> int:
         if args.backend == "torch":
             raise  # the reference backend reports bad data instead of raising: anything else is a bug
         raise UsageError(f"backend {args.backend!r} cannot check this batch: {exc}") from None
-    if args.json:
-        print(report.to_json(indent=2))  # exact: JSON escapes control characters itself
-    else:
-        from rich.text import Text
-
-        console = _console()
-        if report.ok:
-            console.print(Text(str(report), style="green"))
-        else:
-            console.print(report.table())
-            if report.skipped:
-                console.print(Text(f"not checked because of the above: {printable('; '.join(report.skipped))}"))
+    if args.output:
+        write_json(args.output, report.to_json(indent=2))
+    show_report(report, output_format(args))
     return EXIT_OK if report.ok else EXIT_VIOLATIONS
 
 
-def _console():
-    """A rich console for `Text` and tables; piped output is not cut to 80 columns, so it stays greppable."""
+def show_report(report: Any, fmt: str) -> None:
+    """A report on stdout: JSON (exact: JSON escapes control characters itself), text, or a table at the width."""
+    if fmt == "json":
+        print(report.to_json(indent=2))
+    elif fmt == "text":
+        say(str(report))
+    else:
+        console().print(report)
+
+
+def console():
+    """A rich console for `Text` and reports: the terminal's width, or $COLUMNS (80 if unset) when piped."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False, highlight=False)
+    return Console(markup=False, emoji=False, highlight=False)
 
 
 def run_specs(args: argparse.Namespace) -> int:
     from ._spec import builtin_spec_names, read_spec
 
     if args.name is None:
-        from rich.table import Table
         from rich.text import Text
 
-        table = Table(title="built-in specs", title_justify="left")
-        table.add_column("name", no_wrap=True)
-        table.add_column("description", overflow="fold")
-        table.add_column("parameters", overflow="fold")
+        rows = []
         for name in builtin_spec_names():
             spec = read_spec(name)
             params = ", ".join(k if v is None else f"{k}={v}" for k, v in spec.params.items())
-            table.add_row(*(Text(printable(c)) for c in (name, " ".join(spec.description.split()), params or "-")))
-        _console().print(table)
+            rows.append((name, " ".join(spec.description.split()), params or "-"))
+        out = console()
+        table = fitted_table("built-in specs", ("name", "description", "parameters"),
+                             [tuple(Text(printable(c)) for c in row) for row in rows], out.width)
+        if table is not None and sys.stdout.isatty():
+            out.print(table)
+        else:  # piped, or too narrow for a table: one paragraph per spec
+            for name, description, params in rows:
+                say(f"{name}\n    {description}\n    parameters: {params}")
         return EXIT_OK
     spec = _load_spec(args, fill=False)
     say(spec.to_yaml().rstrip())

@@ -55,6 +55,11 @@ def printable(text: Any) -> str:
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
+def printable_lines(text: str) -> str:
+    """`text` with its line breaks kept and every other control character escaped."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 @dataclass(frozen=True)
 class Violation:
     """One broken rule of the contract.
@@ -171,24 +176,126 @@ class Report:
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), **kwargs)
 
-    def table(self):
-        """A `rich` table of the violations, for terminals: every cell is literal `Text`, never markup."""
-        from rich.table import Table
+    def table(self, width: int | None = None):
+        """A `rich` table of the violations, for terminals: every cell is literal `Text`, never markup.
+
+        With `width`, no word is split: one column per item when that fits, else three (where,
+        rule, found), else None (too narrow for a table).
+        """
+        title = str(self).splitlines()[0]
+        if width is None:
+            return fitted_table(title, *self._wide_rows(), width=None)
+        layouts = (self._wide_rows(), self._compact_rows())
+        return next((t for cols, rows in layouts if (t := fitted_table(title, cols, rows, width)) is not None), None)
+
+    def _wide_rows(self) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
         from rich.text import Text
 
-        title = Text(str(self).splitlines()[0])
-        table = Table(title=title, title_justify="left", show_lines=False)
-        for col in ("location", "code", "rule", "found", "count", "samples"):
-            table.add_column(col, overflow="fold")
+        rows = []
         for v in self.violations:
-            samples = ", ".join(map(str, v.samples[:MAX_SAMPLES_SHOWN])) + (" ..." if len(v.samples) > MAX_SAMPLES_SHOWN else "")
-            rule = Text(printable(v.rule))
-            if v.hint:
-                rule.append(f"\nhint: {printable(v.hint)}", style="dim")
             found = "" if v.value is None else _fmt(v.value)
-            table.add_row(Text(printable(v.location)), Text(printable(v.code)), rule, Text(found), Text(str(v.count)),
-                          Text(samples))
-        return table
+            rows.append((Text(printable(v.location)), Text(printable(v.code)), _rule_text(v), Text(found),
+                         Text(str(v.count)), Text(_samples_text(v))))
+        return ("location", "code", "rule", "found", "count", "samples"), rows
+
+    def _compact_rows(self) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+        from rich.text import Text
+
+        rows = []
+        for v in self.violations:
+            where = Text(printable(v.location))
+            where.append(f"\n{printable(v.code)}", style="bold")
+            found = [f"found {_fmt(v.value)}"] if v.value is not None else []
+            found.append(f"count {v.count}")
+            if v.samples:
+                found.append(f"samples {_samples_text(v)}")
+            rows.append((where, _rule_text(v), Text("\n".join(found))))
+        return ("where", "rule", "found"), rows
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        """The report at the console's width: a table that splits no word, else one paragraph per violation."""
+        from rich.padding import Padding
+        from rich.text import Text
+
+        if self.ok:
+            yield Text(str(self), style="green")
+            return
+        table = self.table(width=options.max_width)
+        if table is None:  # too narrow for any table: the text form, wrapped at spaces, indents kept
+            for line in str(self).splitlines():
+                indent = len(line) - len(line.lstrip(" "))
+                yield Padding(Text(line.lstrip(" ")), (0, 0, 0, indent))
+            return
+        yield table
+        if self.skipped:
+            yield Text(f"not checked because of the above: {printable('; '.join(self.skipped))}")
+
+    def _repr_html_(self) -> str:
+        """The report as an HTML table, for notebooks; every piece of spec and batch text is escaped."""
+        from html import escape
+
+        head = escape(str(self).splitlines()[0])
+        if self.ok:
+            return f"<p style='color:green'>{head}</p>"
+        cells = ("location", "code", "rule", "found", "count", "samples")
+        out = [f"<p><b>{head}</b></p>", "<table>", "<tr>" + "".join(f"<th>{c}</th>" for c in cells) + "</tr>"]
+        for v in self.violations:
+            rule = escape(printable(v.rule)) + (f"<br><i>hint: {escape(printable(v.hint))}</i>" if v.hint else "")
+            found = "" if v.value is None else escape(_fmt(v.value))
+            row = (escape(printable(v.location)), escape(printable(v.code)), rule, found, str(v.count),
+                   escape(_samples_text(v)))
+            out.append("<tr>" + "".join(f"<td style='text-align:left'>{c}</td>" for c in row) + "</tr>")
+        out.append("</table>")
+        if self.skipped:
+            out.append(f"<p>not checked because of the above: {escape(printable('; '.join(self.skipped)))}</p>")
+        return "\n".join(out)
+
+
+def _samples_text(v: Violation) -> str:
+    return ", ".join(map(str, v.samples[:MAX_SAMPLES_SHOWN])) + (" ..." if len(v.samples) > MAX_SAMPLES_SHOWN else "")
+
+
+def _rule_text(v: Violation) -> Any:
+    from rich.text import Text
+
+    rule = Text(printable(v.rule))
+    if v.hint:
+        rule.append(f"\nhint: {printable(v.hint)}", style="dim")
+    return rule
+
+
+def fitted_table(title: str | None, columns: tuple[str, ...], rows: list[tuple[Any, ...]], width: int | None):
+    """A `rich` table of `Text` cells that splits no word at `width`, or None if it cannot fit.
+
+    Each column gets its longest word, then the narrow columns grow to their longest line and the
+    widest (a rule, a description) takes what is left. `width=None`: rich's own layout.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    def longest(cell: Any, words: bool) -> int:
+        lines = cell.plain.split("\n")
+        return max((len(w) for line in lines for w in (line.split() if words else [line])), default=0)
+
+    widths: list[int | None] = [None] * len(columns)
+    if width is not None:
+        cells = [[Text(c), *(row[i] for row in rows)] for i, c in enumerate(columns)]
+        mins = [max(longest(c, True) for c in col) for col in cells]
+        maxs = [max(longest(c, False) for c in col) for col in cells]
+        room = width - (3 * len(columns) + 1) - sum(mins)  # 2 padding + 1 border per column, 1 closing border
+        if room < 0:
+            return None
+        widths = list(mins)
+        for i in sorted(range(len(columns)), key=lambda i: maxs[i] - mins[i]):  # narrow columns first
+            grow = min(room, maxs[i] - mins[i])
+            widths[i] = mins[i] + grow
+            room -= grow
+    table = Table(title=None if title is None else Text(title), title_justify="left", show_lines=width is not None)
+    for col, w in zip(columns, widths, strict=True):
+        table.add_column(col, overflow="fold", width=w)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 class BatchValidationError(ValueError):
@@ -203,6 +310,18 @@ class BatchValidationError(ValueError):
     def errors(self) -> list[dict[str, Any]]:
         """The violations as plain dicts (field, code, rule, samples, count, index, value, hint, message)."""
         return [] if self.report is None else [v.to_dict() for v in self.report.violations]
+
+    def __rich__(self) -> Any:
+        """In a terminal or notebook with rich: the report's table (the bare message if it was rebuilt from text)."""
+        from rich.text import Text
+
+        return self.report if self.report is not None else Text(printable_lines(str(self)))
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the report as an HTML table, every piece of text escaped."""
+        from html import escape
+
+        return self.report._repr_html_() if self.report is not None else f"<pre>{escape(printable_lines(str(self)))}</pre>"
 
     def __reduce__(self):
         # Pickle (DataLoader workers, copy, deepcopy) rebuilds from the message text, then restores

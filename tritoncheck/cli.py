@@ -19,10 +19,12 @@ import traceback
 from collections.abc import Sequence
 from importlib import import_module
 
+from . import __version__
 from ._cli_commands import EXIT_INTERNAL, say
 
-# One module per subcommand; each has add_parser(subparsers) that sets the `run` default.
-COMMAND_MODULES = ["tritoncheck._cli_commands", "tritoncheck.bench", "tritoncheck._scan", "tritoncheck._infer"]
+# One module per subcommand; each has add_parser(subparsers) that sets the `run` default. `bench`
+# is not among them: its harness is imported only when `tritoncheck bench` runs (see _add_bench).
+COMMAND_MODULES = ["tritoncheck._cli_commands", "tritoncheck._scan", "tritoncheck._infer"]
 EPILOG = """exit codes:
   0  valid (or nothing to report)
   1  violations found (scan: bad samples or unreadable files)
@@ -34,13 +36,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tritoncheck", description="Check training batches against a contract.",
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
+    parser.add_argument("--version", action="version", version=f"tritoncheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         import_module(module).add_parser(sub)  # each module adds its subcommand and sets `run`
+    _add_bench(sub)
     for command in sub.choices.values():  # `tritoncheck check --debug ...` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     try:
-        args = parser.parse_args(argv)
+        args, rest = parser.parse_known_args(argv)
+        if rest and args.command != "bench":
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.rest = rest
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     try:
@@ -55,6 +62,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         say(f"tritoncheck: internal error: please report: {type(exc).__name__}: {first}", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    """`bench` as a stub that takes any arguments, so that other commands never import the harness."""
+    p = sub.add_parser("bench", add_help=False, help="time tritoncheck against hand-written checks on realistic batches")
+    p.set_defaults(run=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    """Parse the arguments with the harness's own parser (tritoncheck.bench.add_parser), then run it."""
+    from . import bench
+
+    parser = argparse.ArgumentParser(prog="tritoncheck")
+    bench.add_parser(parser.add_subparsers())
+    try:
+        real = parser.parse_args(["bench", *args.rest])
+    except SystemExit as exc:  # usage errors exit 2, --help 0, as for every other command
+        return int(exc.code or 0)
+    return int(real.run(real))
 
 
 if __name__ == "__main__":
