@@ -1,0 +1,147 @@
+"""Differential fuzz (issue 10): random YAML specs x random batches, every backend, one report.
+
+For each example, `tc.load_spec` on the written YAML may raise only `tc.SpecError`; a spec that
+loads must give a report from `tc.check` on every backend this machine has (torch; Triton, under
+its interpreter without a GPU; "c" where `check` accepts it) without raising, and the reports must
+be identical but for `backend`. Specs and batches come from tests/fuzz_specs.py.
+
+CI runs a bounded, derandomized search. A longer run, with a fresh random seed (printed, and
+added to the failure) and no example database, is one command:
+
+    TRITONCHECK_FUZZ_EXAMPLES=20000 TRITONCHECK_FUZZ_SEED=random python -m pytest -q -s tests/test_differential_fuzz.py
+
+`TRITONCHECK_FUZZ_SEED=<int>` replays one seed of such a run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fuzz_specs import Case, cases
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+import tritoncheck as tc
+
+EXAMPLES = int(os.environ.get("TRITONCHECK_FUZZ_EXAMPLES", "80"))
+_SEED_ENV = os.environ.get("TRITONCHECK_FUZZ_SEED")
+SEED = None if _SEED_ENV is None else random.randrange(2**32) if _SEED_ENV == "random" else int(_SEED_ENV)
+if SEED is not None:
+    print(f"differential fuzz: TRITONCHECK_FUZZ_SEED={SEED}", file=sys.stderr)
+
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    derandomize=SEED is None,
+    database=None,
+    deadline=None,
+    print_blob=SEED is not None,
+    # no shrinking: each smaller example generates and interprets a new kernel, which took Hypothesis
+    # over five minutes; the first failing example is printed whole (spec text, batch as code)
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+                           HealthCheck.large_base_example],
+)
+TRIVIAL_SPEC = {"name": "probe", "fields": {"x": {"dtype": "float32", "shape": ["B"]}}}
+
+
+def available_backends() -> list[str]:
+    """torch always; triton when it imports; "c" when `check` accepts it (it raises ValueError otherwise)."""
+    out = ["torch"]
+    try:
+        import triton  # noqa: F401
+        out.append("triton")
+    except ImportError:
+        pass
+    try:
+        tc.check({"x": torch.zeros(1)}, tc.BatchSpec.model_validate(TRIVIAL_SPEC), backend="c")
+        out.append("c")
+    except ValueError:
+        pass
+    return out
+
+
+BACKENDS = available_backends()
+
+
+def on_device(batch: dict[str, Any], backend: str) -> dict[str, Any]:
+    """Triton's batch goes to the GPU where one exists and the interpreter is off; others stay on CPU."""
+    if backend != "triton" or not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        return batch
+    return {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def comparable(value: Any) -> Any:
+    """A report's dict with types kept apart (1 vs 1.0 vs True) and NaN equal to itself."""
+    if isinstance(value, dict):
+        return {k: comparable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [comparable(v) for v in value]
+    if isinstance(value, float):
+        return ("float", "nan" if math.isnan(value) else repr(value))
+    if isinstance(value, (bool, int)):
+        return (type(value).__name__, value)
+    return value
+
+
+def report_of(batch: dict[str, Any], spec: tc.BatchSpec, backend: str) -> dict[str, Any]:
+    try:
+        report = tc.check(on_device(batch, backend), spec, backend=backend)
+    except Exception as exc:
+        exc.add_note(f"tc.check(batch, spec, backend={backend!r}) raised")
+        raise
+    d = report.to_dict()
+    d.pop("backend")
+    return comparable(d)
+
+
+@pytest.fixture(scope="module")
+def spec_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fuzz-specs")
+
+
+def check_case(case: Case, spec_dir: Path) -> None:
+    """The property: only SpecError at load; no exception from check; the same report everywhere."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=spec_dir, delete=False, encoding="utf-8") as f:
+        f.write(case.yaml_text)
+    try:
+        spec = tc.load_spec(f.name)
+    except tc.SpecError:
+        return
+    finally:
+        os.unlink(f.name)
+    reports = {b: report_of(case.batch, spec, b) for b in BACKENDS}
+    reference = reports["torch"]
+    for b, r in reports.items():
+        assert r == reference, f"backend {b!r} disagrees with torch:\n{_diff(reference, r)}"
+
+
+def _diff(a: dict, b: dict) -> str:
+    lines = []
+    for key in a.keys() | b.keys():
+        if a.get(key) != b.get(key):
+            lines.append(f"  {key}:\n    torch: {a.get(key)!r}\n    other: {b.get(key)!r}")
+    return "\n".join(lines)
+
+
+def _seeded(test):
+    return test if SEED is None else seed(SEED)(test)
+
+
+@_seeded
+@SETTINGS
+@given(case=cases())
+def test_random_specs_and_batches_give_one_report_on_every_backend(spec_dir, case):
+    """See the module docstring; a failure prints the spec text and the batch as Python code."""
+    try:
+        check_case(case, spec_dir)
+    except Exception as exc:
+        if SEED is not None:
+            exc.add_note(f"replay: TRITONCHECK_FUZZ_SEED={SEED} TRITONCHECK_FUZZ_EXAMPLES={EXAMPLES}")
+        raise
