@@ -36,6 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("tritoncheck.strategies needs hypothesis: pip install 'tritoncheck[strategies]'") from exc
 
 from . import _torch_backend
+from ._checks import range_limit
 from ._dtypes import DTYPES, compute_dtype
 from ._expr import Binary, Const, Dim, Expr, Reduce, Ref, Unary
 from ._plan import (
@@ -368,7 +369,7 @@ class _Draw:
     # -- what a check kind's strategy parts (tritoncheck._checks) may use -----------------------
     def limit(self, c: RangeCheck) -> int | float:
         """A range check's bound as the backends compare it (rounded for an integer field)."""
-        return _torch_backend._Context.bound_value(_BoundShim(self, c.field), c)
+        return range_limit(c, self.dims, self.batch[c.field].dtype)
 
     def set_breaking(self, c: Any, v: float, rng: random.Random, what: str):
         """Write `v` at one position of `c.field` where it breaks `c` and nothing else:
@@ -507,14 +508,6 @@ def _own_codes(ctx: _Draw, name: str, v: float) -> set[str]:
     """The codes a single value `v` in field `name` causes among the field's element-wise checks."""
     return {c.code for c in ctx.plan.checks
             if getattr(c, "field", None) == name and (fails := kind_of(c).value_fails) is not None and fails(c, v, ctx)}
-
-
-class _BoundShim:
-    """Just enough of the backend's context to reuse its bound rounding (`bound_value`)."""
-
-    def __init__(self, ctx: _Draw, name: str):
-        self.dims = ctx.dims
-        self.bound = type("B", (), {"tensors": {name: ctx.batch[name]}})()
 
 
 def _set_one(ctx: _Draw, name: str, v: float, rng: random.Random, avoid: Callable | None = None) -> tuple[int, ...] | None:
