@@ -3,7 +3,7 @@
     python benchmarks/plot.py  # writes benchmarks/results/<device>.png
 
 Per scenario, one bar per contender: time relative to the hand-written assert-per-rule checks
-(log scale, lower is better); the floor (one read of the batch) is drawn as a bar too.
+(log scale, lower is better); the two floors (a plain read, an aminmax) are drawn as bars too.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ORDER = ["floor", "hand-assert", "hand-1sync", "hand-compiled", "tc-torch", "tc-triton"]
+ORDER = ["floor-read", "floor-aminmax", "hand-assert", "hand-1sync", "hand-compiled", "tc-torch", "tc-c", "tc-triton"]
 
 
 def main() -> int:
@@ -38,8 +38,7 @@ def main() -> int:
             if r["device"] == device and r["timestamp"] == stamp and r["median_ms"] and r["contender"] in ORDER:
                 ms[r["scenario"]][r["contender"]] = float(r["median_ms"])
         scenarios = list(ms)
-        clock = next((c for r in rows if r["timestamp"] == stamp and r["contender"] == "floor"
-                      for c in ("thread clock", "wall clock") if c in r["note"]), "")
+        clock = next((f"{r['clock']} clock" for r in rows if r["timestamp"] == stamp and r["contender"] in ORDER), "")
         fig, ax = plt.subplots(figsize=(2.2 * len(scenarios) + 2, 4.5))
         width = 0.8 / len(ORDER)
         for i, name in enumerate(ORDER):

@@ -146,8 +146,8 @@ def markdown_table(rows: list[Result]) -> str:
             continue
         out.append(
             "| " + " | ".join([
-                r.scenario, r.contender, _num(r.median_ms, 3), _times(r.x_hand_assert), _times(r.x_floor_read),
-                _times(r.x_floor_aminmax), _num(r.gb_per_s, 2), _num(r.launches, 0), _num(r.syncs, 0),
+                r.scenario, r.contender, _num(r.median_ms, 3), ratio_text(r.x_hand_assert), ratio_text(r.x_floor_read),
+                ratio_text(r.x_floor_aminmax), _num(r.gb_per_s, 2), _num(r.launches, 0), _num(r.syncs, 0),
                 _pct(r.share_of_step), _pct(r.share_of_collate), r.note.replace("|", "/"),
             ]) + " |"
         )
@@ -173,7 +173,8 @@ def _num(v: float | int | None, digits: int) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
 
-def _times(v: float | None) -> str:
+def ratio_text(v: float | None) -> str:
+    """A ratio as every table shows it: two decimals below 10x, one above."""
     return "" if v is None else f"{v:.{2 if v < 10 else 1}f}x"
 
 
@@ -1015,5 +1016,5 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["COLUMNS", "SCENARIOS", "Options", "Result", "append_csv", "latest_run", "markdown_table", "read_csv",
-           "run_benchmarks", "startup_table"]
+__all__ = ["COLUMNS", "SCENARIOS", "Options", "Result", "append_csv", "latest_run", "markdown_table", "ratio_text",
+           "read_csv", "run_benchmarks", "startup_table"]
