@@ -165,7 +165,7 @@ def test_readme_table_is_the_newest_recorded_run():
 
 def test_command_writes_csv(tmp_path, capsys):
     path = tmp_path / "out.csv"
-    code = main(["bench", "--tiny", "--reps", "1", "--scenario", "bart", "--contender", "tc-torch",
+    code = main(["bench", "--tiny", "--rounds", "1", "--scenario", "bart", "--contender", "tc-torch",
                  "--device", "cpu", "--csv", str(path)])
     assert code == 0
     assert "| bart-tiny | tc-torch |" in capsys.readouterr().out

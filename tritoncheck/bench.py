@@ -778,12 +778,12 @@ def cold_compile(spec_name: str, cache_dir: str) -> dict[str, Any]:
     return {"backend": backend, "self_s": cpu1 - cpu0, "children_s": kids, "wall_s": wall1 - wall0, "libraries": libraries}
 
 
-def _in_fresh_process(function: str, *args: Any, env: Mapping[str, str] | None = None) -> Any:
+def _in_fresh_process(function: str, *args: Any) -> Any:
     """`function(*args)` of this module, run in a new interpreter; its JSON result."""
     code = (f"import json, sys; from tritoncheck.bench import {function}; "
             f"print(json.dumps({function}(*json.loads(sys.argv[1]))))")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=600, check=False)
+                          timeout=600, check=False)
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"{function} failed in a fresh process: {tail[:200]}")
@@ -975,7 +975,7 @@ def add_parser(sub: Any) -> None:
                    choices=[s.name for s in SCENARIOS], help="repeatable; default: every scenario but 'big'")
     p.add_argument("--big", action="store_true", help="add the 254 MB scenario")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--rounds", "--reps", type=int, default=30, dest="rounds",
+    p.add_argument("--rounds", type=int, default=30,
                    help=f"timed rounds on CPU (default 30, at least {MIN_ROUNDS})")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--step", action="store_true", help="also time a small model's training step (needs transformers)")
