@@ -7,6 +7,7 @@ import warnings
 from typing import Any, Literal
 
 from . import _torch_backend
+from ._kernel import build
 from ._plan import bind, compile_plan
 from ._report import BatchValidationError, Report, Violation
 from ._spec import BatchSpec, SpecError
@@ -37,7 +38,7 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto") -> Report:
 def run_data_checks(plan: Any, bound: Any, chosen: str) -> tuple[list[Violation], str]:
     """The data checks on `chosen`, or on torch when a compiled backend cannot take them: (violations, backend that ran)."""
     if chosen == "c":
-        from ._kernel import build, c_backend, ir
+        from ._kernel import c_backend, ir
 
         try:
             return c_backend.run(plan, bound), "c"
@@ -197,9 +198,7 @@ def prepare(batch: Any, spec: BatchSpec, backend: Backend):
 
 def _c_available() -> bool:
     """A C compiler exists; if not, say once that the torch backend checks CPU batches."""
-    from ._kernel import build
-
-    if build.compiler() is not None:
+    if build.compiler() is not None:  # cached: a warm check pays a dict lookup
         return True
     _warn_fallback("c", build.CompileError("no C compiler (cc, gcc or the Python build's CC) on PATH"))
     return False

@@ -1,7 +1,8 @@
 """Validation inside DataLoader workers: `ValidatingCollate` and `IndexedDataset`.
 
-A worker checks each batch right after collating it, on the CPU with the torch backend, so a bad
-batch is caught before it is pinned, copied to the GPU or seen by the model. What happens next is
+A worker checks each batch right after collating it, on the CPU with the contract compiled to C
+(the torch backend where no C compiler exists), so a bad batch is caught before it is pinned,
+copied to the GPU or seen by the model. What happens next is
 `on_error`:
 
 - "raise": the main process raises `BatchValidationError` with the full `Report`.
