@@ -570,7 +570,7 @@ def cases(draw) -> Case:
 
 def _num(v: Any) -> str:
     if isinstance(v, float) and not math.isfinite(v):
-        return "nan" if v != v else ("inf" if v > 0 else "-inf")
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
     return repr(v)
 
 
@@ -584,7 +584,7 @@ def tensor_code(t: torch.Tensor) -> str:
     """Python that rebuilds `t` exactly: its whole storage, then sizes, strides and offset."""
     storage = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
     values = storage.tolist()
-    if len(values) > 8 and all(v == values[0] or v != v and values[0] != values[0] for v in values):
+    if len(values) > 8 and len({_num(v) for v in values}) == 1:
         code = f"torch.full(({len(values)},), {_num(values[0])}, dtype={t.dtype})"
     else:
         code = f"torch.tensor({_list_code(values)}, dtype={t.dtype})"

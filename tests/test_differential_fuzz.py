@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from fuzz_specs import Case, cases
@@ -30,7 +31,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 import tritoncheck as tc
 
-EXAMPLES = int(os.environ.get("TRITONCHECK_FUZZ_EXAMPLES", "80"))
+EXAMPLES = int(os.environ.get("TRITONCHECK_FUZZ_EXAMPLES", "150"))
 _SEED_ENV = os.environ.get("TRITONCHECK_FUZZ_SEED")
 SEED = None if _SEED_ENV is None else random.randrange(2**32) if _SEED_ENV == "random" else int(_SEED_ENV)
 if SEED is not None:
@@ -71,10 +72,23 @@ BACKENDS = available_backends()
 
 
 def on_device(batch: dict[str, Any], backend: str) -> dict[str, Any]:
-    """Triton's batch goes to the GPU where one exists and the interpreter is off; others stay on CPU."""
+    """Triton's batch goes to the GPU where one exists and the interpreter is off; others stay on CPU.
+
+    A numpy array goes too when torch can view it (else it stays, and is `not_a_tensor` everywhere),
+    so that no field is left behind on the CPU to make a device mismatch of its own.
+    """
     if backend != "triton" or not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         return batch
-    return {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    return {k: _to_cuda(v) for k, v in batch.items()}
+
+
+def _to_cuda(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        try:
+            value = torch.from_numpy(value)
+        except (TypeError, ValueError):
+            return value
+    return value.cuda() if isinstance(value, torch.Tensor) else value
 
 
 def comparable(value: Any) -> Any:
