@@ -112,3 +112,142 @@ def test_saved_hf_dataset_reports_rows(tmp_path, capsys):
         (3, "labels", "above_max", 9),
     ]
     assert report["samples"] == 5 and report["bad_samples"] == 2
+
+
+# --- datasets: renames, fields the data lacks, progress, wording, padded chunks -------------------
+
+BERT = [f"--param={p}" for p in ("vocab_size=50", "max_position_embeddings=16", "type_vocab_size=2", "num_labels=3")]
+
+
+def save_ds(tmp_path, rows, name="ds"):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / name))
+    return str(tmp_path / name)
+
+
+def scan_ds(spec, path, *argv, params=BERT):
+    return main(["scan", spec, path, *params, "--json", *argv])
+
+
+def found(report):
+    rows = [(e["sample"], e["field"], e["code"], e["value"]) for e in report["violations"]]
+    return sorted(rows, key=lambda r: (-1 if r[0] is None else r[0], *map(str, r[1:])))
+
+
+def test_datasets_label_column_is_checked_as_labels(tmp_path, capsys):
+    # a `datasets` dataset calls it `label`; the collator renames it to `labels` later
+    path = save_ds(tmp_path, {"input_ids": [[1, 2], [3, 4, 5], [6]], "label": [0, -1, 2]})
+    assert scan_ds("bert-sequence-classification", path) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert found(report) == [(1, "labels", "below_min", -1)]
+    assert report["renamed"] == {"label": "labels"}
+    assert main(["scan", "bert-sequence-classification", path, *BERT, "--format", "text"]) == 1
+    assert "checked label as labels" in capsys.readouterr().out
+
+
+def test_rename_option_maps_any_column_and_rejects_unknown_fields(tmp_path, capsys):
+    path = save_ds(tmp_path, {"input_ids": [[1, 2], [3, 4]], "class_id": [7, 1]})
+    assert scan_ds("bert-sequence-classification", path, "--rename", "class_id=labels") == 1
+    assert found(json.loads(capsys.readouterr().out)) == [(0, "labels", "above_max", 7)]
+    assert scan_ds("bert-sequence-classification", path, "--rename", "class_id=label") == 2
+    assert "no field 'label' (did you mean 'labels'?)" in capsys.readouterr().err
+
+
+def test_every_field_the_data_lacks_is_reported_once(tmp_path, capsys):
+    # input_ids (required) is misspelled; the optional fields are simply absent
+    path = save_ds(tmp_path, {"input_id": [[1, 2]] * 5, "labels": [0, 1, 5, 2, 1]})
+    assert scan_ds("bert-sequence-classification", path, "--batch-size=2") == 1
+    report = json.loads(capsys.readouterr().out)
+    missing = [e for e in report["violations"] if e["code"] == "missing_field"]
+    assert [(e["sample"], e["field"]) for e in missing] == [(None, "input_ids")]  # once, not once per chunk
+    assert "did you mean 'input_id'?" in missing[0]["message"]
+    assert found(report)[-1] == (2, "labels", "above_max", 5)  # the rest is still checked row by row
+    assert report["absent_fields"] == {path: {"required": ["input_ids"],
+                                              "optional": ["attention_mask", "token_type_ids", "position_ids"]}}
+
+
+def test_progress_counts_rows_against_rows_and_output_says_rows(tmp_path, monkeypatch, capsys):
+    from rich.progress import Progress
+
+    seen = {"total": None, "done": 0}
+    add_task, advance = Progress.add_task, Progress.advance
+
+    def record_add(self, description, *args, total=None, **kwargs):
+        seen["total"] = total
+        return add_task(self, description, *args, total=total, **kwargs)
+
+    def record_advance(self, task, amount=1):
+        seen["done"] += amount
+        return advance(self, task, amount)
+
+    monkeypatch.setattr(Progress, "add_task", record_add)
+    monkeypatch.setattr(Progress, "advance", record_advance)
+    path = save_ds(tmp_path, {"input_ids": [[1, 2, 3][: 1 + i % 3] for i in range(50)], "labels": [0] * 49 + [9]})
+    assert main(["scan", "bert-sequence-classification", path, *BERT, "--batch-size=16"]) == 1
+    assert seen == {"total": 50, "done": 50}
+    out = capsys.readouterr().out
+    assert out.startswith("1 bad row of 50 rows for bert-sequence-classification") and "batch" not in out
+    assert "row 49" in out
+
+
+def test_ragged_rows_are_padded_per_chunk_not_checked_one_by_one(tmp_path, monkeypatch, capsys):
+    import tritoncheck._api as api
+
+    calls = []
+    real = api.check
+    monkeypatch.setattr(api, "check", lambda batch, spec, **kw: calls.append(1) or real(batch, spec, **kw))
+    rows = {"input_ids": [[1] * (1 + i % 7) for i in range(60)], "labels": [i % 3 for i in range(60)]}
+    assert scan_ds("bert-sequence-classification", save_ds(tmp_path, rows), "--batch-size=20") == 0
+    assert json.loads(capsys.readouterr().out)["samples"] == 60
+    assert len(calls) == 3  # one check per chunk of 20 rows
+
+
+def hf_rows(rng, n, bad):
+    """Ragged tokenised rows; `bad` puts in errors of every kind padding could hide or invent."""
+    rows = {"input_ids": [], "attention_mask": [], "labels": []}
+    for i in range(n):
+        length = int(rng.integers(1, 9))
+        ids = [int(x) for x in rng.integers(2, 50, length)]
+        mask = [1] * length
+        label = int(rng.integers(0, 3))
+        kind = i % 9 if bad else -1
+        if kind == 0:
+            ids[-1] = 50  # past the vocabulary
+        elif kind == 1:
+            mask = [0] * length  # attends nowhere: padding with 0 must not hide it
+        elif kind == 2:
+            mask = mask[:-1] or [1, 1]  # fields disagree on L: padding both must not hide it
+        elif kind == 3:
+            ids, mask = ids + [1] * 20, mask + [1] * 20  # too long for max_position_embeddings=16
+        elif kind == 4:
+            label = -1
+        rows["input_ids"].append(ids)
+        rows["attention_mask"].append(mask)
+        rows["labels"].append(label)
+    return rows
+
+
+@pytest.mark.parametrize("spec, params", [
+    ("bert-sequence-classification", BERT),
+    ("roberta-sequence-classification", [*BERT, "--param=pad_token_id=1"]),
+])
+def test_padded_chunks_find_exactly_what_row_by_row_finds(tmp_path, capsys, spec, params):
+    rng = np.random.default_rng(0)
+    path = save_ds(tmp_path, hf_rows(rng, 45, bad=True))
+    assert main(["scan", spec, path, *params, "--json", "--batch-size=1"]) == 1  # one row per check: no padding
+    alone = json.loads(capsys.readouterr().out)
+    assert main(["scan", spec, path, *params, "--json", "--batch-size=16"]) == 1
+    padded = json.loads(capsys.readouterr().out)
+    assert found(padded) == found(alone)
+    assert {e["code"] for e in padded["violations"]} >= {"above_max", "no_attended_position", "dim_mismatch",
+                                                         "below_min"}
+    assert padded["bad_samples"] == alone["bad_samples"]
+
+
+def test_padding_never_hides_a_row_too_short_for_a_dim_rule(tmp_path, capsys):
+    # conv1d inputs (C, L): one short row among long ones breaks L >= min_length only at its own length
+    inputs = [np.zeros((2, 12)).tolist()] * 3 + [np.zeros((2, 3)).tolist()]
+    path = save_ds(tmp_path, {"inputs": inputs, "labels": [0, 1, 0, 1]})
+    params = ["-p", "in_channels=2", "-p", "num_classes=2", "-p", "min_length=5"]
+    assert main(["scan", "conv1d-classifier", path, *params, "--json"]) == 1
+    assert [(e["sample"], e["code"]) for e in json.loads(capsys.readouterr().out)["violations"]] == [(3, "dim_bound")]

@@ -88,6 +88,7 @@ class _Item:
     offset: int  # the dataset row (or file sample) of its first row
     data: Any  # a mapping, a _Ragged chunk, a UsageError (unreadable file) or another exception
     rows: int  # progress: rows for a dataset, 1 per file
+    spec: Any = None  # the spec to check it against, where it differs from the command's
 
 
 def run_scan(args: argparse.Namespace) -> int:
@@ -99,7 +100,8 @@ def run_scan(args: argparse.Namespace) -> int:
     spec = _load_spec(args)
     renames = _renames(args.rename, spec)
     scan = _Scan(spec, args.backend)
-    items, total, unit, absent = _sources(Path(args.data), spec, args.batch_size, renames)
+    applied: dict[str, str] = {}  # the renames some batch or column actually needed
+    items, total, unit, absent = _sources(Path(args.data), spec, args.batch_size, renames, applied)
     for source, fields in absent.items():  # said once, not once per chunk
         for name in fields["required"]:
             scan.entries.append(_entry(source, None, name, "missing_field", fields["message"][name]))
@@ -110,7 +112,7 @@ def run_scan(args: argparse.Namespace) -> int:
         for item in items:
             scan.add(item)
             progress.advance(task, item.rows)
-    report = _summary(spec.name, str(args.data), unit, scan, renames, absent)
+    report = _summary(spec.name, str(args.data), unit, scan, applied, absent)
     if args.output:
         write_json(args.output, json.dumps(report, indent=2))
     fmt = output_format(args)
@@ -137,11 +139,12 @@ class _Scan:
         if isinstance(item.data, Exception):
             self.errors.append(_error(item.source, item.offset, item.data))
             return
+        spec = item.spec or self.spec
         try:
             if isinstance(item.data, _Ragged):
-                found, size = item.data.scan(self.spec, self.backend)
+                found, size = item.data.scan(spec, self.backend)
             else:
-                found, size = scan_batch(item.data, self.spec, self.backend)
+                found, size = scan_batch(item.data, spec, self.backend)
         except Exception as exc:  # a bug in one batch's check must not hide the rest of the data
             self.errors.append(_error(item.source, item.offset, exc))
             return
@@ -172,7 +175,7 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
         return [], size
     meta = any(v.code in METADATA_CODES for v in report.violations)
     if meta or not isinstance(batch, Mapping) or plan.batch_dim not in report.dims:
-        return [(None, v) for v in report.violations], size
+        return [(0 if size == 1 else None, v) for v in report.violations], size  # one sample: it is to blame
 
     def subset(positions: list[int]) -> tuple[Any, Any]:
         part = take(positions) if take is not None else _take(batch, plan, positions)
@@ -216,21 +219,22 @@ def _renames(items: list[str], spec: Any) -> dict[str, str]:
     return out
 
 
-def _renamed(batch: Any, renames: dict[str, str]) -> Any:
-    """A mapping's keys renamed where the new name is not taken; anything else as it is."""
+def _renamed(batch: Any, renames: dict[str, str], applied: dict[str, str]) -> Any:
+    """A mapping's keys renamed where the new name is not taken (noted in `applied`); anything else as it is."""
     if not isinstance(batch, Mapping) or not renames:
         return batch
-    keys = set(batch)
-    return {renames[k] if k in renames and renames[k] not in keys else k: v for k, v in batch.items()}
+    moved = {k: renames[k] for k in batch if k in renames and renames[k] not in batch}
+    applied.update(moved)
+    return {moved.get(k, k): v for k, v in batch.items()}
 
 
-def _sources(data: Path, spec: Any, batch_size: int, renames: dict[str, str]
+def _sources(data: Path, spec: Any, batch_size: int, renames: dict[str, str], applied: dict[str, str]
              ) -> tuple[Iterator[_Item], int, str, dict[str, dict[str, Any]]]:
     """The items to check, the progress total, its unit, and per dataset split the contract fields it lacks."""
     if not data.exists():
         raise UsageError(f"data not found: {data}")
     if data.is_dir() and _is_hf_dataset(data):
-        return _dataset_items(data, spec, batch_size, renames)
+        return _dataset_items(data, spec, batch_size, renames, applied)
     if data.is_file():
         files = [data]
     else:
@@ -241,7 +245,7 @@ def _sources(data: Path, spec: Any, batch_size: int, renames: dict[str, str]
     def gen() -> Iterator[_Item]:
         for path in files:
             try:
-                yield _Item(str(path), 0, _renamed(load_batch(str(path)), renames), 1)
+                yield _Item(str(path), 0, _renamed(load_batch(str(path)), renames, applied), 1)
             except UsageError as exc:
                 yield _Item(str(path), 0, exc, 1)
 
@@ -253,7 +257,7 @@ def _is_hf_dataset(path: Path) -> bool:
     return saved_dataset or (path / "dataset_dict.json").is_file()
 
 
-def _dataset_items(path: Path, spec: Any, batch_size: int, renames: dict[str, str]
+def _dataset_items(path: Path, spec: Any, batch_size: int, renames: dict[str, str], applied: dict[str, str]
                    ) -> tuple[Iterator[_Item], int, str, dict[str, dict[str, Any]]]:
     try:
         import datasets
@@ -272,6 +276,7 @@ def _dataset_items(path: Path, spec: Any, batch_size: int, renames: dict[str, st
         taken = {c: renames.get(c, c) for c in ds.column_names}
         taken = {c: f for c, f in taken.items() if f in spec.fields and (c == f or f not in ds.column_names)}
         columns[split] = taken
+        applied.update({c: f for c, f in taken.items() if c != f})
         lacking = [f for f in spec.fields if f not in taken.values()]
         required = [f for f in lacking if not spec.fields[f].optional]
         others = [c for c in ds.column_names if c not in taken]
@@ -293,7 +298,7 @@ def _dataset_items(path: Path, spec: Any, batch_size: int, renames: dict[str, st
                 try:
                     rows = {columns[split][c]: v for c, v in view[start:start + n].items()}
                 except Exception as exc:  # a damaged chunk is recorded, and the scan goes on
-                    yield _Item(sources[split], start, exc, n)
+                    yield _Item(sources[split], start, exc, n, specs[split])
                     continue
                 yield from _chunk_items(sources[split], start, rows, n, specs[split])
 
@@ -305,15 +310,15 @@ def _chunk_items(source: str, start: int, rows: dict[str, list[Any]], n: int, sp
     """A chunk as one batch; padded if ragged; row by row only if a column is not numeric."""
     batch = _to_batch(rows)
     if batch is not None:
-        yield _Item(source, start, batch, n)
+        yield _Item(source, start, batch, n, spec)
         return
-    ragged = _Ragged.build(rows, n, spec)
+    ragged = _Ragged.build(rows, spec)
     if ragged is not None:
-        yield _Item(source, start, ragged, n)
+        yield _Item(source, start, ragged, n, spec)
         return
     for r in range(n):  # text or mixed-rank values: each row as it is
         row = {name: [values[r]] for name, values in rows.items()}
-        yield _Item(source, start + r, _to_batch(row) or row, 1)
+        yield _Item(source, start + r, _to_batch(row) or row, 1, spec)
 
 
 def _to_batch(rows: dict[str, list[Any]]) -> dict[str, Any] | None:
@@ -330,98 +335,153 @@ def _to_batch(rows: dict[str, list[Any]]) -> dict[str, Any] | None:
 
 
 class _Ragged:
-    """A chunk whose rows differ in length: per-row tensors, padded into a batch for any subset of rows."""
+    """A chunk whose rows differ in length, kept per column padded to its longest row, with each row's sizes.
 
-    def __init__(self, rows: dict[str, list[Any]], pads: dict[str, float], n: int):
-        self.rows, self.pads, self.n = rows, pads, n
+    Only the dims bound from the batch (L, T) are padded, every field that has one to the same
+    length; a row that differs along any other axis (bbox's 4) is padded too, but checked alone.
+    """
+
+    def __init__(self, columns: dict[str, tuple[Any, Any]], spec: Any, plan: Any):
+        import torch
+
+        self.columns, self.spec, self.plan = columns, spec, plan  # name -> (padded values, sizes [n, rank])
+        self.n = len(next(iter(columns.values()))[0])
+        axes = {f.name: f.axes for f in plan.fields}
+        self.dims = {name: [axes[name][k + 1] if name in axes and k + 1 < len(axes[name]) else f"{name}.{k}"
+                            for k in range(sizes.shape[1])] for name, (_, sizes) in columns.items()}
+        self.free = {d for f in plan.fields for d in f.shape if isinstance(d, str)} - {plan.batch_dim}
+        by_dim: dict[str, list[Any]] = defaultdict(list)
+        for name, (_, sizes) in columns.items():
+            for k, d in enumerate(self.dims[name]):
+                by_dim[d].append(sizes[:, k])
+        self.sizes = {d: torch.stack(cols, dim=1) for d, cols in by_dim.items()}  # per dim: [n, columns with it]
 
     @classmethod
-    def build(cls, rows: dict[str, list[Any]], n: int, spec: Any) -> _Ragged | None:
-        """Each value as a tensor (None if one is not numeric or ranks differ within a column)."""
-        import torch
+    def build(cls, rows: dict[str, list[Any]], spec: Any) -> _Ragged | None:
+        """None if a column is not numeric, or its rows differ in rank."""
+        from ._plan import compile_plan
 
-        tensors: dict[str, list[Any]] = {}
+        columns = {}
         for name, values in rows.items():
-            try:
-                tensors[name] = [torch.tensor(v) for v in values]
-            except (TypeError, ValueError, RuntimeError):
+            column = _padded_column(values, _pad_value(name, spec))
+            if column is None:
                 return None
-            if len({t.dim() for t in tensors[name]}) > 1:
-                return None
-        return cls(tensors, {name: _pad_value(name, spec) for name in rows}, n)
+            columns[name] = column
+        return cls(columns, spec, compile_plan(spec)) if columns else None
 
     def take(self, positions: list[int]) -> dict[str, Any]:
-        """The rows at `positions` as one batch, each column padded to the longest of them."""
+        """The rows at `positions` as one batch, each dim padded to the longest of them; one row as it is."""
         import torch
+        from torch.nn.functional import pad
 
+        if len(positions) == 1:
+            i = positions[0]
+            return {name: values[i][tuple(slice(0, s) for s in sizes[i].tolist())].unsqueeze(0)
+                    for name, (values, sizes) in self.columns.items()}
+        every = positions == list(range(self.n))
+        index = torch.tensor(positions)
+        pick = (lambda t: t) if every else (lambda t: t.index_select(0, index))  # (advanced indexing is slower)
+        longest = {d: int(pick(sizes).max()) for d, sizes in self.sizes.items()}
         out = {}
-        for name, values in self.rows.items():
-            part = [values[i] for i in positions]
-            dtype = part[0].dtype
-            for t in part[1:]:
-                dtype = torch.promote_types(dtype, t.dtype)
-            shape = [max(sizes) for sizes in zip(*(t.shape for t in part), strict=True)]
-            batch = torch.full((len(part), *shape), self.pads[name], dtype=dtype)
-            for i, t in enumerate(part):
-                batch[(i, *(slice(0, s) for s in t.shape))] = t
-            out[name] = batch
+        for name, (values, _) in self.columns.items():
+            target = [longest[d] for d in self.dims[name]]
+            part = pick(values)[(slice(None), *(slice(0, t) for t in target))]
+            grow = [t - have for t, have in zip(target, part.shape[1:], strict=True)]
+            if any(grow):  # another field is longer along a shared dim
+                part = pad(part, [x for g in reversed(grow) for x in (0, g)], value=_pad_value(name, self.spec))
+            out[name] = part
         return out
 
     def scan(self, spec: Any, backend: str) -> tuple[list[tuple[int | None, Any]], int]:
         """The bad rows, each as checking it alone finds it; see the module docstring for why that holds."""
+        import torch
+
         from ._api import check
         from ._data import relocate
-        from ._plan import bind, compile_plan
+        from ._plan import bind
 
-        plan = compile_plan(spec)
-        axes = {f.name: f.axes for f in plan.fields}
-        padded = {name: self._padded_axes(name, axes.get(name)) for name in self.rows}
-        read = {d for fields, dims, needs in plan.needs for d in (*dims, *(need.dim for need in needs))}
-        groups: dict[tuple, list[int]] = defaultdict(list)  # rows of equal length in every dim a data check reads
-        for i in range(self.n):
-            key = tuple(self.rows[name][i].shape[k] for name, dims in padded.items() for k, d in dims if d in read)
-            groups[key].append(i)
+        plan = self.plan
+        suspect = torch.zeros(self.n, dtype=torch.bool)
+        for d, sizes in self.sizes.items():
+            suspect |= (sizes != sizes[:, :1]).any(dim=1)  # its fields disagree on d
+            if d not in self.free:
+                suspect |= sizes[:, 0] != sizes.max()  # shorter along a fixed axis (bbox's 4)
+        read = sorted({d for _, dims, needs in plan.needs for d in (*dims, *(n.dim for n in needs))} & self.sizes.keys())
+        # rows of equal length in every dim a data check reads, so that padding changes none of them
+        keys = torch.stack([self.sizes[d][:, 0] for d in read], dim=1) if read else torch.zeros(self.n, 1)
+        _, group_of = torch.unique(keys, dim=0, return_inverse=True)
         found: list[tuple[int | None, Any]] = []
-        for members in groups.values():
+        for g in group_of.unique().tolist():
+            members = (group_of == g).nonzero().flatten().tolist()
             batch = self.take(members)
             rows, _ = scan_batch(batch, spec, backend, take=lambda pos, m=members: self.take([m[p] for p in pos]))
-            bad = {members[p] for p, _ in rows if p is not None}
             found += [(None, v) if p is None else (members[p], relocate(v, members[p], plan)) for p, v in rows]
             if any(p is None for p, _ in rows):
                 continue  # a metadata problem of the whole chunk: no row is to blame
-            dims = bind(plan, batch).dims if plan.dim_checks else {}
-            for i in members:
-                if i not in bad and self._suspect(i, padded, plan, dims):
-                    own = check(self.take([i]), spec, backend=backend)
-                    found += [(i, relocate(v, i, plan)) for v in own.violations]
+            bad = {members[p] for p, _ in rows}
+            index = torch.tensor(members)
+            again = suspect.index_select(0, index) | self._breaks_dim_rule(index, bind(plan, batch).dims)
+            for i in (m for m, s in zip(members, again.tolist(), strict=True) if s and m not in bad):
+                found += [(i, relocate(v, i, plan)) for v in check(self.take([i]), spec, backend=backend).violations]
         return sorted(found, key=lambda f: -1 if f[0] is None else f[0]), self.n
 
-    def _padded_axes(self, name: str, axes: tuple[str, ...] | None) -> list[tuple[int, str]]:
-        """(row axis, dim name) of each axis along which this column's rows differ."""
-        if axes is None:
-            return []
-        sizes = [t.shape for t in self.rows[name]]
-        return [(k, axes[k + 1]) for k in range(len(sizes[0]))
-                if len({s[k] for s in sizes}) > 1 and k + 1 < len(axes)]
+    def _breaks_dim_rule(self, members: Any, dims: dict[str, tuple[int, str]]) -> Any:
+        """Per member: does a rule over dims (`L >= min_length`) fail at the row's own sizes?"""
+        import torch
 
-    def _suspect(self, i: int, padded: dict[str, list[tuple[int, str]]], plan: Any, dims: dict) -> bool:
-        """Row `i` could break a check only at its own lengths: its fields disagree, or a dim rule fails."""
         from ._plan import evaluate_scalar
 
-        own: dict[str, set[int]] = defaultdict(set)
-        for name, axes in padded.items():
-            for k, d in axes:
-                own[d].add(self.rows[name][i].shape[k])
-        if any(len(sizes) > 1 for sizes in own.values()):
-            return True
-        values = {d: size for d, (size, _) in dims.items()} | {d: sizes.pop() for d, sizes in own.items()}
-        for c in plan.dim_checks:
-            try:
-                if (c.where is None or evaluate_scalar(c.where, values)) and not evaluate_scalar(c.expr, values):
-                    return True
-            except KeyError:  # a dim this chunk does not bind: the padded check skipped it as well
-                continue
+        names = sorted(self.free & self.sizes.keys())
+        if not self.plan.dim_checks or not names:
+            return torch.zeros(len(members), dtype=torch.bool)
+        own = torch.stack([self.sizes[d][:, 0].index_select(0, members) for d in names], dim=1)
+        combos, inverse = torch.unique(own, dim=0, return_inverse=True)
+        fails = []
+        for combo in combos.tolist():
+            values = {d: size for d, (size, _) in dims.items()} | dict(zip(names, combo, strict=True))
+            fails.append(any(_fails(c, values, evaluate_scalar) for c in self.plan.dim_checks))
+        return torch.tensor(fails).index_select(0, inverse)
+
+
+def _fails(c: Any, values: dict[str, int], evaluate: Callable[..., Any]) -> bool:
+    try:
+        return bool((c.where is None or evaluate(c.where, values)) and not evaluate(c.expr, values))
+    except KeyError:  # a dim this chunk does not bind: the padded check skipped the rule as well
         return False
+
+
+def _padded_column(values: list[Any], pad_value: float) -> tuple[Any, Any] | None:
+    """A column as (its rows padded to the longest, each row's sizes [n, rank]), or None if not numeric."""
+    import itertools
+
+    import torch
+
+    if len({len(v) if isinstance(v, list) else -1 for v in values}) == 1:
+        try:
+            whole = torch.tensor(values)  # rows of one shape
+            return whole, torch.tensor(whole.shape[1:], dtype=torch.long).expand(len(values), -1)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    try:  # rows of numbers (token ids): one flat copy, no tensor per row
+        lengths = torch.tensor([len(v) for v in values])
+        flat = torch.tensor(list(itertools.chain.from_iterable(values)))
+        rows = None if flat.dim() == 1 else [torch.tensor(v) for v in values]  # rows of rows: bbox [L, 4]
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    if rows is None:
+        out = torch.full((len(values), int(lengths.max())), pad_value, dtype=flat.dtype)
+        out.masked_scatter_(torch.arange(out.shape[1]) < lengths[:, None], flat)  # (faster than out[mask] = flat)
+        return out, lengths[:, None]
+    if len({t.dim() for t in rows}) > 1:
+        return None
+    dtype = rows[0].dtype
+    for t in rows[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    sizes = torch.tensor([list(t.shape) for t in rows], dtype=torch.long)
+    out = torch.full((len(rows), *sizes.max(dim=0).values.tolist()), pad_value, dtype=dtype)
+    for j, t in enumerate(rows):
+        out[(j, *(slice(0, s) for s in t.shape))] = t
+    return out, sizes
 
 
 def _pad_value(name: str, spec: Any) -> float:
@@ -451,7 +511,7 @@ def _one_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
-def _summary(spec: str, data: str, unit: str, scan: _Scan, renames: dict[str, str],
+def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, str],
              absent: dict[str, dict[str, Any]]) -> dict[str, Any]:
     entries = scan.entries
     bad = {(e["source"], e["sample"]) for e in entries if e["sample"] is not None}
@@ -467,7 +527,7 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renames: dict[str, st
         "samples": scan.samples,
         "bad_samples": len(bad),
         "failed_batches": len(scan.errors),
-        "renamed": renames,
+        "renamed": renamed,
         "absent_fields": {src: {"required": a["required"], "optional": a["optional"]} for src, a in absent.items()},
         "summary": [{"code": c, "field": f, "samples": n} for (c, f), n in sorted(per.items())],
         "violations": entries,
