@@ -182,3 +182,71 @@ def test_example_batches_are_what_the_script_makes(tmp_path):
     saved_bad = torch.load(EXAMPLES / "layoutlmv3_bad_batch.pt", weights_only=True)
     for k, v in mk.bad_batch(config).items():
         assert torch.equal(v.nan_to_num(), saved_bad[k].nan_to_num()), k
+
+
+# --- output formats, one JSON convention, version, lazy bench, errors in command-line terms ------------
+
+
+def test_version(capsys):
+    import tritoncheck as tc
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"tritoncheck {tc.__version__}"
+
+
+def test_piped_output_is_text_json_and_table_on_request(saved, tmp_path, capsys, monkeypatch):
+    path = saved(ce_batch(bad=True))
+    assert main(["check", "cross-entropy", path]) == 1  # capsys is not a terminal: text
+    assert capsys.readouterr().out.splitlines()[3] == "    [code=above_max, count=1, value=5]"
+    assert main(["check", "cross-entropy", path, "--format", "json"]) == 1
+    as_json = capsys.readouterr().out
+    assert main(["check", "cross-entropy", path, "--json"]) == 1
+    assert capsys.readouterr().out == as_json and json.loads(as_json)["violations"][0]["code"] == "above_max"
+    monkeypatch.setenv("COLUMNS", "60")
+    assert main(["check", "cross-entropy", path, "--format", "table"]) == 1
+    table = capsys.readouterr().out
+    assert "┃" in table and max(map(len, table.splitlines())) <= 60
+
+
+def test_output_file_is_the_same_json_for_check_and_scan(saved, tmp_path, capsys):
+    path = saved(ce_batch(bad=True))
+    out = tmp_path / "report.json"
+    assert main(["check", "cross-entropy", path, "--output", str(out)]) == 1
+    assert "target[1]" in capsys.readouterr().out  # the report for people still goes to stdout
+    assert json.loads(out.read_text())["violations"][0]["index"] == [1]
+    assert main(["scan", "cross-entropy", path, "-o", str(out)]) == 1
+    assert json.loads(out.read_text())["violations"][0]["sample"] == 1
+
+
+def test_check_never_imports_the_benchmark_harness(saved):
+    code = ("import sys; from tritoncheck.cli import main; rc = main(['check', 'cross-entropy', sys.argv[1]]); "
+            "print('bench imported:', 'tritoncheck.bench' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, saved(ce_batch())], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().endswith("bench imported: False"), done.stdout + done.stderr
+
+
+def test_bench_arguments_reach_the_harness_parser(capsys):
+    assert main(["bench", "--help"]) == 0
+    assert "--scenario" in capsys.readouterr().out
+    assert main(["bench", "--scenario", "nope"]) == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+    assert main(["check", "--scenario", "x"]) == 2  # other commands still refuse unknown options
+
+
+@pytest.mark.parametrize("args, says, never", [
+    (["check", "conv1d-classifier", "{batch}"], "give --param in_channels=... --param num_classes=... or --config",
+     "keywords"),
+    (["check", "conv1d-classifier", "{batch}", "-c", "{config}"], "not in {config}: give --param num_classes=...",
+     "config=model.config"),
+    (["check", "cross-entropi", "{batch}"], "no built-in spec named 'cross-entropi' (did you mean 'cross-entropy'?)",
+     "Traceback"),
+    (["check", "conv1d-classifier", "{batch}", "-p", "in_chanels=3"], "in_chanels (did you mean 'in_channels'?)",
+     "Traceback"),
+])
+def test_errors_speak_the_command_line_and_suggest_names(args, says, never, saved, tmp_path, capsys):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"in_channels": 4}))
+    subs = {"{batch}": saved(ce_batch()), "{config}": str(config)}
+    assert main([subs.get(a, a) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert says.format(config=config) in err and never not in err

@@ -161,3 +161,61 @@ def test_error_rebuilt_from_text_as_torch_dataloader_does_keeps_message_without_
     assert err.report is None
     assert err.errors() == []
     assert "DataLoader worker" in str(err)
+
+
+# --- terminals and notebooks ------------------------------------------------------------------------
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture(scope="module")
+def example_report():
+    """The README's bad LayoutLMv3 batch: long rules, hints and names such as config.num_labels."""
+    config = json.loads((EXAMPLES / "layoutlmv3_config.json").read_text())
+    batch = torch.load(EXAMPLES / "layoutlmv3_bad_batch.pt", weights_only=True)
+    report = tc.check(batch, tc.load_spec("layoutlmv3-token-classification", config=config), backend="torch")
+    assert not report.ok
+    return report
+
+
+def rendered(obj, width):
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=__import__("io").StringIO())
+    console.print(obj)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("width", [200, 100, 80, 60, 40])
+def test_report_at_any_width_splits_no_word(example_report, width):
+    text = rendered(example_report, width)
+    assert max(map(len, text.splitlines())) <= width
+    parts = [p for v in example_report.violations for p in (v.location, v.code, v.rule, v.hint, str(v.value))]
+    words = {w.strip(",;:()") for p in parts for w in p.split() if len(w) <= width - 6}
+    missing = sorted(w for w in words if w not in text)
+    assert not missing, f"split at {width} columns: {missing}"
+    assert "config.num_labels" in text
+
+
+def test_report_at_80_columns_is_still_a_table(example_report):
+    text = rendered(example_report, 80)
+    assert "┃ where" in text and "no_attended_position" in text
+    assert "┃ location" in rendered(example_report, 200)  # one column per item when there is room
+
+
+def test_notebook_html_escapes_everything():
+    v = tc.Violation(field="<img src=x onerror=alert(1)>", code="above_max", rule="x <= 1 & <u>", samples=(0,),
+                     index=(0,), value="<script>", hint="<script>alert(1)</script>")
+    html = tc.Report(spec="s<em>", violations=(v,))._repr_html_()
+    assert "<script" not in html and "<img" not in html and "<u>" not in html and "<em>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<table>" in html
+    assert tc.Report(spec="ok-spec")._repr_html_().startswith("<p style='color:green'>batch is valid")
+
+
+def test_validation_error_renders_its_report_in_notebooks_and_rich():
+    with pytest.raises(tc.BatchValidationError) as err:
+        tc.validate({"input": torch.randn(2, 3), "target": torch.tensor([0, 3])}, tc.load_spec("cross-entropy"))
+    assert "<table>" in err.value._repr_html_() and "target[1]" in err.value._repr_html_()
+    assert "above_max" in rendered(err.value, 80)
+    bare = tc.BatchValidationError("Caught BatchValidationError in worker\n\x1b[31mred")
+    assert "\\x1b[31mred" in rendered(bare, 80) and "\\x1b" in bare._repr_html_()

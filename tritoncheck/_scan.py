@@ -19,7 +19,9 @@ Ragged rows (token lists of different lengths) are padded per chunk, as a collat
 a row the padded chunk flags is checked alone (its own values, no padding); a row whose fields
 disagree on a padded length, or that breaks a rule over dims (`L >= min_length`) at its own
 length, is checked alone too; and rows are grouped by their length in any dim a data check
-reads (`arange(L)`, `lengths <= T`) so that no padding changes such a check.
+reads (`arange(L)`, `lengths <= T`) so that no padding changes such a check. One case is left to
+the pad values: a rule that a pad value itself satisfies (`any(x == 0, dim=L)` with 0 padding)
+holds for the padded row, as it does for the same row padded by the collator in training.
 """
 
 from __future__ import annotations
