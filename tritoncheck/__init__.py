@@ -6,6 +6,7 @@
 """
 
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from ._api import check as check
 from ._api import validate as validate
@@ -22,6 +23,14 @@ from ._spec import builtin_spec_names as builtin_spec_names
 from ._spec import load_spec as load_spec
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these load on first use (_LAZY)
+    from . import strategies as strategies
+    from ._data import IndexedDataset as IndexedDataset
+    from ._data import ValidatingCollate as ValidatingCollate
+    from ._derive import spec_for as spec_for
+    from ._guard import guard as guard
+    from ._triton.deferred import wait as wait
 
 # Loaded on first use, so that `import tritoncheck` pulls in neither hypothesis, triton nor
 # transformers (a DataLoader worker on a CPU-only machine needs none of them).
