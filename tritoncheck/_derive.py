@@ -23,6 +23,7 @@ Position handling, by what the model has:
 from __future__ import annotations
 
 import inspect
+import logging
 import warnings
 from typing import Any
 
@@ -30,6 +31,10 @@ from torch import nn
 
 from ._spec import BatchSpec, ParamValue, SpecError, spec_from_dict
 
+logger = logging.getLogger("tritoncheck")
+# A note on what spec_for could not derive: CRASH if a batch breaking it likely crashes the model
+# (an id past a table), which is warned; HARMLESS gaps are only logged (INFO, "tritoncheck" logger).
+CRASH, HARMLESS = True, False
 INT_IDS = ["int64", "int32"]
 MASK = ["int64", "int32", "bool"]
 # Model types whose position ids start at pad_token_id + 1 and skip padding.
@@ -67,7 +72,8 @@ def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValu
 
     Args:
         model: a Hugging Face `PreTrainedModel` (the head class decides the labels), or a plain
-            `torch.nn.Module` (what its first and last layers reveal; a warning lists the rest).
+            `torch.nn.Module` (what its first and last layers reveal). What could not be derived is
+            named in the description and logged; a `UserWarning` only for a likely crash cause.
         problem_type: for a sequence-classification head, overrides `config.problem_type`
             ("single_label_classification", "multi_label_classification" or "regression").
         **params: override a derived parameter, such as `max_position_embeddings=8192`.
@@ -85,8 +91,12 @@ def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValu
     else:
         raise TypeError(f"spec_for needs a torch.nn.Module (a Hugging Face model or your own), got {name}")
     if notes:
-        data["description"] += " Not derived (add these to the contract yourself): " + "; ".join(notes) + "."
-        warnings.warn(f"spec_for({name}): could not derive: " + "; ".join(notes), UserWarning, stacklevel=2)
+        data["description"] += " Not derived (add these to the contract yourself): " + "; ".join(n for n, _ in notes) + "."
+        logger.info("spec_for(%s): could not derive: %s", name, "; ".join(n for n, _ in notes))
+        crashes = [n for n, crash in notes if crash]
+        if crashes:  # harmless gaps (a float input's range, no length bound where nothing overflows) are only logged
+            warnings.warn(f"spec_for({name}): left unchecked, a likely crash cause: " + "; ".join(crashes), UserWarning,
+                          stacklevel=2)
     return spec_from_dict(data, f"spec_for({name})").with_params(**params)
 
 
@@ -105,9 +115,9 @@ class _Derivation:
         self.fields: dict[str, dict[str, Any]] = {}
         self.rules: list[dict[str, Any]] = []
         self.desc: list[str] = [f"Derived by tc.spec_for from {self.cls} (model_type {self.model_type or '?'})."]
-        self.notes: list[str] = []
+        self.notes: list[tuple[str, bool]] = []  # (what was not derived, whether it is a likely crash cause)
 
-    def build(self) -> tuple[dict[str, Any], list[str]]:
+    def build(self) -> tuple[dict[str, Any], list[tuple[str, bool]]]:
         head = self._head()
         seq2seq = bool(getattr(self.config, "is_encoder_decoder", False))
         text = "input_ids" in self.accepted
@@ -132,7 +142,7 @@ class _Derivation:
         if text or head == "sequence_classification":
             self._labels(head, seq2seq)
         elif "labels" in self.accepted:
-            self.notes.append("labels")
+            self.notes.append(("labels", CRASH))
         if not self.fields:
             raise SpecError(f"spec_for({self.cls}): nothing to derive: its forward takes {', '.join(sorted(self.accepted))}, "
                             "none of which (input_ids, pixel_values) spec_for knows; write the contract in YAML")
@@ -157,7 +167,7 @@ class _Derivation:
         if rows is None:
             rows = configured
             if rows is None:
-                self.notes.append("the token id bound (no input embedding and no config.vocab_size)")
+                self.notes.append(("the token id bound (no input embedding and no config.vocab_size)", CRASH))
         elif configured is not None and configured != rows:
             self.desc.append(f"Ids are bounded by the input embedding's {rows} rows, "
                              f"not config.vocab_size={configured} (resized embeddings).")
@@ -186,7 +196,7 @@ class _Derivation:
         elif getattr(self.config, "type_vocab_size", None) == 0:
             field["description"] = "ignored by the model (type_vocab_size 0)"
         else:
-            self.notes.append("the token_type_ids bound (no token type table found)")
+            self.notes.append(("the token_type_ids bound (no token type table found)", CRASH))
         self.fields["token_type_ids"] = field
 
     def _bbox(self) -> None:
@@ -196,7 +206,7 @@ class _Derivation:
             box: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "L", 4], "min": 0, "hints": {
                 "above_max": "bbox looks like pixels: normalise to 0-1000 by page width/height, int(1000 * x / width)"}}
             if size is None:
-                self.notes.append("the bbox coordinate bound")
+                self.notes.append(("the bbox coordinate bound", CRASH))
             else:
                 self.params["max_2d_position_embeddings"] = int(size)
                 box["max"] = "max_2d_position_embeddings - 1"
@@ -210,7 +220,7 @@ class _Derivation:
             channels = getattr(self.config, "num_channels", None)
             size = getattr(self.config, "input_size", None) or getattr(self.config, "image_size", None)
             if channels is None or not isinstance(size, int):
-                self.notes.append("the pixel_values shape")
+                self.notes.append(("the pixel_values shape", CRASH))
                 shape: list[Any] = ["B", "C", "H", "W"]
             else:
                 self.params.update(num_channels=int(channels), input_size=int(size))
@@ -230,7 +240,7 @@ class _Derivation:
         elif table is not None and (self.model_type in ROBERTA_STYLE or table.padding_idx is not None) and dim == "L":
             pad = table.padding_idx if table.padding_idx is not None else getattr(self.config, "pad_token_id", None)
             if pad is None:
-                self.notes.append("the pad id that offsets RoBERTa-style positions")
+                self.notes.append(("the pad id that offsets RoBERTa-style positions", CRASH))
                 return
             self.params.update(max_position_embeddings=table.num_embeddings, pad_token_id=int(pad))
             self.rules.append({
@@ -254,7 +264,7 @@ class _Derivation:
             self.desc.append("Rotary positions: the trained context is treated as a (soft) length bound.")
             bound = f"{max_param} - 1"
         else:
-            self.notes.append(f"a bound on {dim} (no position table, rotary embedding or known relative scheme)")
+            self.notes.append((f"a bound on {dim} (no position table, rotary embedding or known relative scheme)", HARMLESS))
             bound = None
         if dim == "L" and "position_ids" in self.accepted:
             field: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "L"], "min": 0, "optional": True}
@@ -298,7 +308,7 @@ class _Derivation:
             self.rules.append({"rule": "start_positions <= end_positions",
                                "hint": "an answer that ends before it starts; were character offsets mapped to tokens?"})
         elif "labels" in self.accepted:
-            self.notes.append(f"labels (no known head in {self.cls})")
+            self.notes.append((f"labels (no known head in {self.cls})", CRASH))
 
     def _lm_labels(self, dim: str) -> None:
         rows = None
@@ -312,7 +322,7 @@ class _Derivation:
             name = "output_vocab_size"
             self.params[name] = int(rows)
         if name not in self.params:
-            self.notes.append("the label id bound (no output embedding)")
+            self.notes.append(("the label id bound (no output embedding)", CRASH))
         field: dict[str, Any] = {"dtype": ["int64"], "shape": ["B", dim], "min": 0, "allow": [-100], "optional": True,
                                  "hints": {"below_min": "ignored positions must be exactly -100"}}
         if name in self.params:
@@ -381,7 +391,7 @@ _POOLS = (nn.MaxPool1d, nn.AvgPool1d)
 _NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.modules.instancenorm._InstanceNorm)
 
 
-def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[str]]:
+def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[tuple[str, bool]]]:
     """What the first and last layers reveal. Layers are taken in registration order, which is the
     order they run in for nn.Sequential and for most hand-written models."""
     name = type(model).__name__
@@ -392,7 +402,7 @@ def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[str]]:
     params: dict[str, ParamValue] = {}
     fields: dict[str, dict[str, Any]] = {}
     rules: list[dict[str, Any]] = []
-    notes: list[str] = []
+    notes: list[tuple[str, bool]] = []
     desc = [f"Derived by tc.spec_for from the modules of {name}."]
     if isinstance(first, (nn.Embedding, nn.EmbeddingBag)):
         params["vocab_size"] = first.num_embeddings
@@ -403,7 +413,7 @@ def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[str]]:
             params["min_length"] = _min_conv_length(model)
             rules.append({"rule": "L >= min_length", "code": "dim_bound",
                           "hint": "shorter than the receptive field of the Conv1d stack; pad short samples"})
-        notes.append("an upper bound on L (no position table)")
+        notes.append(("an upper bound on L (no position table)", HARMLESS))
     elif isinstance(first, nn.Conv1d):
         params["in_channels"] = first.in_channels
         params["min_length"] = _min_conv_length(model)
@@ -412,19 +422,19 @@ def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[str]]:
                       "hint": "shorter than the receptive field of the Conv1d stack "
                       "(kernel_size, dilation, padding, stride); pad short samples"})
         desc.append("The first layer is a Conv1d: channels-first input, at least min_length steps for the conv/pool stack.")
-        notes.append("the value range of inputs (only finiteness is checked)")
+        notes.append(("the value range of inputs (only finiteness is checked)", HARMLESS))
     elif isinstance(first, nn.Conv2d):
         params["in_channels"] = first.in_channels
         fields["inputs"] = {"dtype": ["float"], "shape": ["B", "in_channels", "H", "W"], "finite": True}
-        notes.append("the minimum image size and the value range of inputs")
+        notes.append(("the minimum image size and the value range of inputs", HARMLESS))
     elif isinstance(first, nn.Linear):
         params["in_features"] = first.in_features
         fields["inputs"] = {"dtype": ["float"], "shape": ["B", "in_features"], "finite": True}
-        notes.append("the value range of inputs (only finiteness is checked)")
+        notes.append(("the value range of inputs (only finiteness is checked)", HARMLESS))
     elif first is not None:
-        notes.append(f"the input (the first layer is a {type(first).__name__})")
+        notes.append((f"the input (the first layer is a {type(first).__name__})", CRASH))
     else:
-        notes.append("the input (no layer with weights)")
+        notes.append(("the input (no layer with weights)", CRASH))
 
     last = next((m for m in reversed(layers) if isinstance(m, nn.Linear)), None)
     if last is not None and last is not first and last.out_features > 1:
@@ -433,9 +443,9 @@ def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[str]]:
                             "hints": {"above_max": "a class index >= the final Linear's out_features (1-based labels?)"}}
         desc.append(f"The final Linear has {last.out_features} outputs: labels are assumed to be one class index per sample.")
     elif last is not None and last is not first:
-        notes.append("labels (the final Linear has one output: regression or binary targets?)")
+        notes.append(("labels (the final Linear has one output: regression or binary targets?)", HARMLESS))
     else:
-        notes.append("labels (no final nn.Linear)")
+        notes.append(("labels (no final nn.Linear)", HARMLESS))
     if not fields:
         raise SpecError(
             f"spec_for({name}): nothing to derive: the module has no nn.Embedding, nn.Conv1d, nn.Conv2d or nn.Linear; "
