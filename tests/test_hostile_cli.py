@@ -75,9 +75,11 @@ def test_markup_in_spec_name_on_a_valid_batch_is_printed_literally(evil, capsys)
     assert "batch is valid for evil[/x] \\x1b[2J" in out
 
 
-def test_markup_and_control_characters_in_hints_rules_and_field_names(evil, capsys):
+@pytest.mark.parametrize("fmt, columns", [("text", "80"), ("table", "200"), ("table", "80"), ("table", "50")])
+def test_markup_and_control_characters_in_hints_rules_and_field_names(evil, capsys, monkeypatch, fmt, columns):
     spec, _, bad = evil
-    assert main(["check", spec, bad]) == 1
+    monkeypatch.setenv("COLUMNS", columns)  # the table: one column per item, three, or the text form
+    assert main(["check", spec, bad, "--format", fmt]) == 1
     captured = capsys.readouterr()
     assert_no_control(captured.out, captured.err)
     words = captured.out.split()  # the table folds long cells at spaces: compare word by word
@@ -114,9 +116,12 @@ def test_report_text_escapes_control_characters_in_values_and_names():
     assert v.to_dict()["field"] == "f\x1b[2J" and v.to_dict()["hint"] == "h\x1b]8;;u\x07"  # data stays exact
     from rich.console import Console
 
-    console = Console(record=True, width=200, color_system=None)
-    console.print(report.table())
-    assert_no_control(console.export_text())
+    for width in (200, 60, 30):  # the table, its three-column form, the text form; and the notebook's HTML
+        console = Console(record=True, width=width, color_system=None)
+        console.print(report.table())
+        console.print(report)
+        assert_no_control(console.export_text())
+    assert_no_control(report._repr_html_())
 
 
 def test_control_characters_never_reach_a_real_terminal_stream(evil):
@@ -124,8 +129,8 @@ def test_control_characters_never_reach_a_real_terminal_stream(evil):
     spec, _, bad = evil
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, "-m", "tritoncheck.cli", "check", spec, bad], capture_output=True,
-                          env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "tritoncheck.cli", "check", spec, bad, "--format", "table"],
+                          capture_output=True, env=env, timeout=300)
     assert proc.returncode == 1, proc.stderr.decode(errors="replace")
     for stream in (proc.stdout, proc.stderr):
         for raw in (b"\x1b", b"\x07", b"\r", "\x9b".encode(), b"\x7f", "\u202e".encode()):
@@ -336,15 +341,20 @@ def test_scan_goes_on_past_an_8_byte_file_expanded_to_2_to_the_40(tmp_path, caps
     assert ("b_bad.pt", 1, "above_max") in [(Path(e["source"]).name, e["sample"], e["code"]) for e in report["violations"]]
 
 
-def test_scan_output_prints_spec_and_field_text_literally(tmp_path, capsys):
+@pytest.mark.parametrize("fmt", ["text", "table"])
+def test_scan_output_prints_spec_and_field_text_literally(tmp_path, capsys, fmt):
     spec = write_spec(tmp_path / "evil.yaml")
     data = tmp_path / "data"
     data.mkdir()
-    save(data / "x\x1b[2J.pt", {"input": torch.randn(2, 3), "target": torch.tensor([0, 5])})
-    assert main(["scan", str(spec), str(data)]) == 1
+    save(data / "x\x1b[2J.pt", {"input": torch.randn(2, 3), "target": torch.tensor([0, 5]),
+                                "[bold]k[/bold]\x1b[31m": torch.zeros(2)})
+    assert main(["scan", str(spec), str(data), "--format", fmt, "--rename", "target=[bold]k[/bold]\x1b[31m"]) == 2
+    assert_no_control(capsys.readouterr().err)
+    assert main(["scan", str(spec), str(data), "--format", fmt]) == 1
     captured = capsys.readouterr()
     assert_no_control(captured.out, captured.err)
-    assert "evil[/x]" in captured.out and "x\\x1b[2J.pt sample 1" in captured.out
+    assert "evil[/x]" in captured.out and "x\\x1b[2J.pt: [bold]k[/bold]\\x1b[31m" in captured.out
+    assert "(and 1 source with problems of a whole batch)" in captured.out
 
 
 class WritesMarker:

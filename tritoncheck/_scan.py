@@ -517,6 +517,7 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
              absent: dict[str, dict[str, Any]]) -> dict[str, Any]:
     entries = scan.entries
     bad = {(e["source"], e["sample"]) for e in entries if e["sample"] is not None}
+    whole = {e["source"] for e in entries if e["sample"] is None}  # a metadata problem, a missing column
     per: Counter[tuple[str, str]] = Counter()
     for key in {(e["source"], e["sample"], e["code"], e["field"]) for e in entries}:
         per[(key[2], key[3] or "")] += 1
@@ -528,6 +529,7 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
         "batches": scan.checks,  # batch files, or dataset chunks, that were checked
         "samples": scan.samples,
         "bad_samples": len(bad),
+        "sources_with_batch_problems": len(whole),
         "failed_batches": len(scan.errors),
         "renamed": renamed,
         "absent_fields": {src: {"required": a["required"], "optional": a["optional"]} for src, a in absent.items()},
@@ -551,6 +553,9 @@ def _show(report: dict[str, Any], table: bool) -> None:
     else:
         head = (f"{_plural(report['bad_samples'], 'bad sample')} of {_plural(report['samples'], 'sample')} "
                 f"in {_plural(report['batches'], 'file')} for {report['spec']}")
+    if report["sources_with_batch_problems"]:
+        n = report["sources_with_batch_problems"]
+        head += f" (and {_plural(n, 'source')} with problems of a whole batch)"
     notes = [f"  checked {old} as {new}" for old, new in report["renamed"].items()]
     for src, fields in report["absent_fields"].items():
         if fields["optional"]:
