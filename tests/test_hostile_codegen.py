@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tritoncheck as tc
+from tritoncheck._kernel import ir
 from tritoncheck._plan import bind, compile_plan
 
 pytest.importorskip("triton")
@@ -29,8 +30,8 @@ from tritoncheck._triton import codegen  # noqa: E402
 
 @pytest.fixture
 def device() -> str:
-    """CUDA tensors where a GPU exists; else CPU tensors and Triton's interpreter."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """CUDA tensors where a GPU runs the compiled kernel; else CPU tensors and Triton's interpreter."""
+    return "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 
 
 def load(tmp_path, data: dict, **params) -> tc.BatchSpec:
@@ -42,7 +43,8 @@ def load(tmp_path, data: dict, **params) -> tc.BatchSpec:
 
 def source_of(spec: tc.BatchSpec, dtypes: dict[str, torch.dtype]) -> str:
     plan = compile_plan(spec)
-    return codegen.generate(plan, plan.checks, dtypes).source
+    fields = {f.name: ir.FieldSig(f.name, dtypes[f.name], f.axes, True) for f in plan.fields}
+    return codegen.generate(ir.lower(plan, plan.checks, fields)).source
 
 
 def key(v: tc.Violation):

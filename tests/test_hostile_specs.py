@@ -79,11 +79,8 @@ def test_a_size_past_the_integer_range_is_refused_at_load(tmp_path):
     assert "hostile.yaml" in str(err.value) and "fields.x.shape: 'n * n * n * n': constant expression is out of range" in str(err.value)
 
 
-def test_bounds_and_rules_past_int64_over_dims(backend, request):
+def test_bounds_and_rules_past_int64_over_dims(backend):
     """`L * 2**62` is past int64 for L >= 2: it compares as the number it is, never wrapped."""
-    if backend == "triton":
-        request.applymarker(pytest.mark.xfail(strict=True, reason="Triton: 'Scalar 4611686018427387904 is out of "
-                                              "range for type int32' (a literal past int32 in a rule)"))
     big = "L * 4611686018427387904"
     s = spec({"x": {"dtype": "int64", "shape": ["B", "L"]}, "p": {"dtype": "float32", "shape": ["B", "L"]}},
              [f"x < {big}", f"p < {big}", f"x > -{big}", f"x + {big} > 0"])
@@ -126,9 +123,7 @@ def test_a_rule_over_dims_keeps_its_where(backend):
         ("dim_bound", "sum(L) <= 9 fails with L=10 (from x)", 10)]
 
 
-def test_a_where_over_dims_only(backend, request):
-    if backend == "triton":
-        request.applymarker(pytest.mark.xfail(strict=True, reason="Triton: 'mask has unsupported dtype' for a scalar where"))
+def test_a_where_over_dims_only(backend):
     s = spec({"x": {"dtype": "int64", "shape": ["B"]}}, ["x > 0 where B - 1", "x where B"])
     report = tc.check({"x": torch.tensor([0, 2, -1])}, s, backend=backend)
     assert [(v.rule, v.count, v.samples, v.value) for v in report.violations] == [
@@ -259,11 +254,6 @@ print(json.dumps({"seconds": time.perf_counter() - start, "found": [
 """
 
 
-def not_on_triton_yet(backend: str) -> None:
-    if backend == "triton":  # it would allocate or loop over 2**40 elements: not run, to keep the suite quick
-        pytest.xfail("issue 10 item 6: the Triton backend still reads an expanded view whole")
-
-
 def run_isolated(code: str, *args, timeout: float = 120) -> dict:
     """Run `code` in a fresh interpreter (a runaway allocation or loop cannot take the test run down)."""
     proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
@@ -286,7 +276,6 @@ def expanded_report(n: int) -> list:
 
 
 def test_expanded_views_report_as_the_materialised_batch_would(backend):
-    not_on_triton_yet(backend)
     assert run_isolated(EXPANDED, backend, 4)["found"] == expanded_report(4)
     big = run_isolated(EXPANDED, backend, 2**40, timeout=60)
     assert big["found"] == expanded_report(2**40)
@@ -307,7 +296,6 @@ print(json.dumps([v.code, v.count, len(v.samples), list(v.samples[:5]), list(v.i
 
 
 def test_an_expanded_batch_axis_lists_every_sample(backend):
-    not_on_triton_yet(backend)
     from tritoncheck._torch_backend import MAX_EXPANDED_SAMPLES
 
     assert run_isolated(EXPANDED_BATCH, backend, 5) == ["above_max", 5, 5, [0, 1, 2, 3, 4], [0], 7]
@@ -335,7 +323,6 @@ print(json.dumps({"grew_kib": after - before, "codes": sorted(v.code for v in r.
 
 
 def test_checking_an_expanded_view_does_not_allocate_its_logical_size(backend):
-    not_on_triton_yet(backend)
     out = run_isolated(PEAK_RSS, backend)
     assert out["codes"] == ["above_max", "above_max", "non_finite", "not_in_set", "rule_failed", "rule_failed"]
     assert out["grew_kib"] < 64 * 1024  # a materialised 2 x 2**27 view would be 1 GiB (int32) or 256 MiB (bools)

@@ -15,6 +15,7 @@ from tritoncheck._plan import compile_plan
 from tritoncheck._spec import spec_from_dict
 from tritoncheck._kernel import c, ir
 from tritoncheck._kernel.decode import PointOps
+from tritoncheck._triton.codegen import TritonCodegen
 
 BERT = dict(vocab_size=50, max_position_embeddings=16, type_vocab_size=2, num_labels=5)
 
@@ -44,6 +45,7 @@ def ops_of(ops, name=None):
 def test_every_backend_handler_implements_every_op():
     assert ir.missing_ops(c.CCodegen) == []
     assert ir.missing_ops(PointOps) == []
+    assert ir.missing_ops(TritonCodegen) == []  # (it needs no triton to import)
 
 
 def test_walk_names_the_op_a_handler_lacks():
@@ -211,3 +213,19 @@ def test_special_literals_use_macros_and_int64_extremes_are_spelled_safely():
 def test_pretty_lists_groups_ops_and_predicates():
     text = kernel_for(tc.load_spec("cross-entropy")).pretty()
     assert "group 0 over [N, C]" in text and "any over [N]" in text and "check 3 fails where" in text
+
+
+def test_an_int_host_scalar_past_int64_is_left_to_the_torch_backend():
+    """torch's backend computes `L * 2**62` past int64 as a float (float32 against an int field):
+    a kernel lowered for int64 cannot say that, so evaluating it raises Unsupported (-> torch)."""
+    k = kernel_for(small_spec({"x": {"dtype": "int64", "shape": ["B", "L"]}}, ["x < L * 4611686018427387904"]))
+    (h,) = k.scalars
+    assert h.value({"L": 1}) == 2**62
+    with pytest.raises(ir.Unsupported, match="past int64"):
+        h.value({"L": 2})
+
+
+def test_the_truth_of_a_host_number_is_decided_on_the_host():
+    k = kernel_for(small_spec({"x": {"dtype": "int64", "shape": ["B"]}}, ["x > 0 where B - 1"]))
+    (h,) = k.scalars
+    assert h.py == "bool" and h.value({"B": 1}) == 0 and h.value({"B": 2**70}) == 1

@@ -9,6 +9,7 @@ corruptions that each target one check.
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 import pytest
@@ -185,7 +186,25 @@ def key(v: tc.Violation):
     return (v.field, v.code, v.rule, v.samples, v.count, v.index, value, v.hint)
 
 
-def assert_same(batch, spec):
+@pytest.fixture
+def device() -> str:
+    """CUDA where a GPU runs the compiled kernel; else CPU tensors and Triton's interpreter (see conftest)."""
+    return "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+
+
+def to_device(batch: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
+    """The batch on `device`, each tensor with its own strides (a strided view stays strided)."""
+    if device == "cpu":
+        return batch
+    out = {}
+    for k, t in batch.items():
+        out[k] = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+        out[k].copy_(t)
+    return out
+
+
+def assert_same(batch, spec, device="cpu"):
+    batch = to_device(batch, device)
     ref = tc.check(batch, spec, backend="torch")
     got = tc.check(batch, spec, backend="triton")
     assert got.backend == "triton"
@@ -208,30 +227,30 @@ def _dtype_cases():
 
 
 @pytest.mark.parametrize(("name", "dtype"), _dtype_cases())
-def test_every_spec_and_dtype_valid_and_broken_in_several_fields(name, dtype):
+def test_every_spec_and_dtype_valid_and_broken_in_several_fields(name, dtype, device):
     spec = spec_for(name)
     batch = make_batch(spec, dtype, seed=hash(name) % 1000)
-    ref = assert_same(batch, spec)
+    ref = assert_same(batch, spec, device)
     assert ref.ok, ref
     muts = corruptions(spec, batch)
     assert muts, f"no corruption for {name}"
     for _, mutate in muts:
         mutate()
-    ref = assert_same(batch, spec)
+    ref = assert_same(batch, spec, device)
     assert len(ref.violations) >= 2  # several fields at once
 
 
 @pytest.mark.parametrize("name", SPECS)
 @pytest.mark.parametrize("layout", ["strided", "transposed"])
-def test_each_corruption_alone_on_non_contiguous_inputs(name, layout):
+def test_each_corruption_alone_on_non_contiguous_inputs(name, layout, device):
     spec = spec_for(name)
     clean = make_batch(spec, seed=1, layout=layout)
     assert any(not t.is_contiguous() for t in clean.values())
-    assert_same(clean, spec)
+    assert_same(clean, spec, device)
     for label, _ in corruptions(spec, clean):
         batch = {k: _layout(v, layout) for k, v in clean.items()}
         dict(corruptions(spec, batch))[label]()
-        ref = assert_same(batch, spec)
+        ref = assert_same(batch, spec, device)
         assert not ref.ok, label
 
 
@@ -243,23 +262,23 @@ def test_each_corruption_alone_on_non_contiguous_inputs(name, layout):
     ({"B": 1, "L": 13}, "roberta-sequence-classification"),
     ({"T": 3, "N": 1, "S": 1, "C": 2}, "ctc"),
 ])
-def test_batch_size_one_and_ragged_sizes(sizes, name):
+def test_batch_size_one_and_ragged_sizes(sizes, name, device):
     spec = spec_for(name)
     batch = make_batch(spec, sizes=sizes, seed=3)
-    assert assert_same(batch, spec).ok
+    assert assert_same(batch, spec, device).ok
     for _, mutate in corruptions(spec, batch):
         mutate()
-    assert not assert_same(batch, spec).ok
+    assert not assert_same(batch, spec, device).ok
 
 
-def test_layoutlmv3_large_pixel_tensor_crosses_program_boundary():
+def test_layoutlmv3_large_pixel_tensor_crosses_program_boundary(device):
     spec = spec_for("layoutlmv3-token-classification").with_params(input_size=16)
     batch = make_batch(spec, sizes={"B": 2, "L": 15})
     batch["input_ids"][:, :2] = 1                       # pad tokens: 13 counted tokens <= 14
     batch["pixel_values"][1, 2, 15, 3] = float("inf")   # flat index 1536 + 512 + 243: third program
     batch["pixel_values"][1, 2, 15, 9] = float("nan")
     batch["input_ids"][0].fill_(9)                      # 15 non-pad tokens > 16 - 1 - 1
-    ref = assert_same(batch, spec)
+    ref = assert_same(batch, spec, device)
     assert {v.code for v in ref.violations} == {"non_finite", "sequence_too_long"}
 
 
@@ -270,7 +289,7 @@ def _custom(rules, fields=None, **kw):
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.float64])
-def test_floor_division_remainder_and_logic_follow_torch(dtype):
+def test_floor_division_remainder_and_logic_follow_torch(dtype, device):
     spec = _custom([
         "x // 3 != -1",
         "x % 3 != 2",
@@ -283,11 +302,11 @@ def test_floor_division_remainder_and_logic_follow_torch(dtype):
     ])
     x = torch.arange(-8, 8, dtype=dtype).reshape(2, 8)
     y = torch.tensor([1, 5], dtype=dtype)
-    assert not assert_same({"x": x, "y": y}, spec).ok
+    assert not assert_same({"x": x, "y": y}, spec, device).ok
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
-def test_nan_and_fractional_bounds_follow_torch(dtype):
+def test_nan_and_fractional_bounds_follow_torch(dtype, device):
     fields = {"x": {"dtype": "float", "shape": ["B", "L"], "min": -0.1, "max": 0.3, "allow": [-1.5]},
               "m": {"dtype": ["int", "float"], "shape": ["B", "L"], "min": 0.5, "max": 2.5, "values": [1, 2, 7]},
               "v": {"dtype": "float", "shape": ["B"], "values": [0.1, 0.2], "finite": True}}
@@ -296,11 +315,11 @@ def test_nan_and_fractional_bounds_follow_torch(dtype):
     x = torch.tensor([[0.1, float("nan"), -1.5, 0.3], [-0.1, 0.3000000001, float("inf"), -0.2]], dtype=dtype)
     m = torch.tensor([[1, 2, 3, 0], [2, 2, 1, 7]])
     v = torch.tensor([0.1, float("nan")], dtype=dtype)
-    assert_same({"x": x, "m": m, "v": v}, spec)
+    assert_same({"x": x, "m": m, "v": v}, spec, device)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_bounds_that_depend_on_dims_are_runtime_arguments(dtype):
+def test_bounds_that_depend_on_dims_are_runtime_arguments(dtype, device):
     fields = {"x": {"dtype": "float", "shape": ["B", "L"], "max": "L * 0.1", "min": "-L"},
               "m": {"dtype": "int", "shape": ["B", "L"], "max": "L * 0.5", "min": "L * -0.5"}}
     spec = _custom([], fields)
@@ -309,35 +328,51 @@ def test_bounds_that_depend_on_dims_are_runtime_arguments(dtype):
         x[1, -1] = length * 0.1 + 1e-12
         x[0, 0] = -length - 1e-12
         m = torch.tensor([[length // 2 + 1, -(length // 2) - 1] + [0] * (length - 2)] * 2)
-        report = assert_same({"x": x.to(dtype), "m": m}, spec)
+        report = assert_same({"x": x.to(dtype), "m": m}, spec, device)
         assert {v.code for v in report.violations} == {"above_max", "below_min"}
 
 
-def test_negative_indices_and_bool_fields():
+def test_negative_indices_and_bool_fields(device):
     fields = {"box": {"dtype": "int", "shape": ["B", 4]}, "keep": {"dtype": "bool", "shape": ["B"]}}
     spec = _custom(["box[:, -1] >= box[:, 1] where keep", "box[..., -4] <= box[:, 2]"], fields)
     box = torch.tensor([[0, 5, 3, 4], [1, 1, 0, 2], [0, 0, 9, 9]])
     keep = torch.tensor([True, False, True])
-    assert not assert_same({"box": box, "keep": keep}, spec).ok
+    assert not assert_same({"box": box, "keep": keep}, spec, device).ok
 
 
-def test_nested_reduction_falls_back_to_the_torch_backend():
+def test_nested_reduction_falls_back_to_the_torch_backend(device):
     spec = _custom(["any(sum(x > 0, dim=L) > 2)"])
-    batch = {"x": torch.zeros(2, 3, dtype=torch.int64), "y": torch.zeros(2, dtype=torch.int64)}
+    batch = to_device({"x": torch.zeros(2, 3, dtype=torch.int64), "y": torch.zeros(2, dtype=torch.int64)}, device)
     plan = compile_plan(spec)
     assert tb.program_for(plan, tc._plan.bind(plan, batch)) is None
-    assert not assert_same(batch, spec).ok
+    assert tb.launch(plan, tc._plan.bind(plan, batch)).backend == "torch"
+    assert not assert_same(batch, spec, device).ok
+
+
+def test_expanded_views_and_host_scalars_past_int64_are_left_to_the_torch_backend(device):
+    """The kernel would walk an expanded view's logical size; torch reads its stored values once.
+    A dim expression past int64 computes as a float in torch: no int64 kernel says that."""
+    spec = _custom(["x < L * 4611686018427387904"])
+    plan = compile_plan(spec)
+    x = torch.tensor([[3], [2**63 - 1]], device=device)  # L = 1: the bound is 2**62
+    y = torch.zeros(2, dtype=torch.int64, device=device)
+    for batch, ran in [({"x": x, "y": y}, "triton"), ({"x": x[1:].expand(2, 1), "y": y}, "torch"),
+                       ({"x": x.expand(2, 2), "y": y}, "torch"),  # L = 2: the bound is 2**63
+                       ({"x": x.repeat(1, 2), "y": y}, "torch")]:
+        pending = tb.launch(plan, tc._plan.bind(plan, batch))
+        assert pending.backend == ran
+        assert pending.result() == list(tc.check(batch, spec, backend="torch").violations)
 
 
 def _count_launches(monkeypatch, spec, batch):
     tc.check(batch, spec, backend="triton")
     program = tb.program_for(compile_plan(spec), tc._plan.bind(compile_plan(spec), batch))
     calls = []
-    cls = type(program.kernel)
+    cls = type(program.fn)
     original = cls.run
 
     def counting(self, *args, **kwargs):
-        calls.append(kwargs.get("grid"))
+        calls.append(kwargs)
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(cls, "run", counting)
@@ -345,34 +380,36 @@ def _count_launches(monkeypatch, spec, batch):
 
 
 @pytest.mark.parametrize("name", ["layoutlmv3-token-classification", "ctc"])
-def test_exactly_one_launch_per_check_valid_or_not(monkeypatch, name):
+def test_exactly_one_launch_per_check_valid_or_not(monkeypatch, name, device):
     spec = spec_for(name)
     batch = make_batch(spec)
-    calls = _count_launches(monkeypatch, spec, batch)
-    assert tc.check(batch, spec, backend="triton").ok
+    calls = _count_launches(monkeypatch, spec, to_device(batch, device))
+    assert tc.check(to_device(batch, device), spec, backend="triton").ok
     assert len(calls) == 1
+    assert calls[0]["enable_fp_fusion"] is False  # torch rounds a * b + c twice
     for _, mutate in corruptions(spec, batch):
         mutate()
-    report = tc.check(batch, spec, backend="triton")
+    report = tc.check(to_device(batch, device), spec, backend="triton")
     assert len(report.violations) > 3
     assert len(calls) == 2
 
 
-def test_a_dirty_buffer_is_reset_before_reuse():
+def test_a_dirty_buffer_is_reset_before_reuse(device):
     spec = spec_for("bert-sequence-classification")
     plan = compile_plan(spec)
-    good = make_batch(spec)
+    good = to_device(make_batch(spec), device)
     bad = make_batch(spec)
     bad["labels"][0] = 99
+    bad = to_device(bad, device)
     assert [v.code for v in tb.run(plan, tc._plan.bind(plan, bad))] == ["above_max"]
     assert tb.run(plan, tc._plan.bind(plan, good)) == []
     assert [v.code for v in tb.run(plan, tc._plan.bind(plan, bad))] == ["above_max"]
 
 
-def test_a_valid_batch_writes_nothing():
+def test_a_valid_batch_writes_nothing(device):
     spec = spec_for("mse")
     plan = compile_plan(spec)
-    good = make_batch(spec)
+    good = to_device(make_batch(spec), device)
     first = tb.launch(plan, tc._plan.bind(plan, good))
     slot = first.slot
     assert first.result() == []  # the slot goes back to the pool
@@ -384,19 +421,19 @@ def test_a_valid_batch_writes_nothing():
     assert pending.result() == []
     bad = make_batch(spec)
     bad["input"][1, 1] = float("nan")
-    pending = tb.launch(plan, tc._plan.bind(plan, bad))
+    pending = tb.launch(plan, tc._plan.bind(plan, to_device(bad, device)))
     assert set(pending.slot.device.tolist()) != {0}  # and a bad one does write
     assert [v.code for v in pending.result()] == ["non_finite"]
 
 
-def test_threads_get_their_own_buffers():
+def test_threads_get_their_own_buffers(device):
     spec = spec_for("cross-entropy")
     batches = []
     for i in range(6):
         b = make_batch(spec, seed=i)
         if i % 2:
             b["target"][i % 3] = 5 + i
-        batches.append(b)
+        batches.append(to_device(b, device))
     expected = [[key(v) for v in tc.check(b, spec, backend="torch").violations] for b in batches]
     results: dict[int, list] = {}
 
@@ -411,18 +448,19 @@ def test_threads_get_their_own_buffers():
     assert [results[i] for i in range(6)] == expected
 
 
-def test_deferred_validate_raises_at_next_call_or_wait():
+def test_deferred_validate_raises_at_next_call_or_wait(device):
     spec = spec_for("cross-entropy")
-    good = make_batch(spec)
+    good = to_device(make_batch(spec), device)
     bad = make_batch(spec)
     bad["target"][1] = 42
+    bad = to_device(bad, device)
     assert tc.validate(good, spec, deferred=True, backend="triton") is good
     assert tc.validate(bad, spec, deferred=True, backend="triton") is bad  # no raise yet
     with pytest.raises(tc.BatchValidationError) as info:
         tc.validate(good, spec, deferred=True, backend="triton")
     assert [key(v) for v in info.value.report.violations] == [key(v) for v in tc.check(bad, spec).violations]
     tc.wait()  # the good batch that followed is fine
-    tc.validate(bad, spec, deferred=True)  # auto backend on CPU: torch, raise deferred too
+    tc.validate(bad, spec, deferred=True)  # the auto backend raises deferred too
     with pytest.raises(tc.BatchValidationError):
         tc.wait()
     tc.wait()  # nothing pending any more
@@ -436,21 +474,16 @@ def test_cpu_tensors_without_the_interpreter_get_a_clear_error(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["layoutlmv3-token-classification", "ctc"])
-def test_int64_indexing_path_gives_the_same_report(monkeypatch, name):
+def test_int64_indexing_path_gives_the_same_report(monkeypatch, name, device):
     """Batches past 2**31 elements index in int64; force that path with a tiny limit."""
     spec = spec_for(name)
     batch = make_batch(spec, layout="transposed")
     for _, mutate in corruptions(spec, batch):
         mutate()
     plan = compile_plan(spec)
-    small = tb.launch(plan, tc._plan.bind(plan, batch))
-    assert not tb._needs_int64(small.program, small.bound, {}, _args_of(small), 1)
-    small.result()
+    bound = tc._plan.bind(plan, to_device(batch, device))
+    program = tb.program_for(plan, bound)
+    assert tb.arguments(program, bound)[3] is False  # int32 indices
     monkeypatch.setattr(tb, "INT32_LIMIT", 4)
-    assert not assert_same(batch, spec).ok
-
-
-def _args_of(pending):
-    sizes = {n: 1 for n in pending.program.numels}
-    sizes.update({n: 1 for n, _ in pending.program.reduces})
-    return sizes
+    assert tb.arguments(program, bound)[3] is True
+    assert not assert_same(batch, spec, device).ok

@@ -1,9 +1,16 @@
 """The Triton backend: one generated kernel launch per `check`, one small read-back.
 
-`launch` fills the kernel's arguments from the bound batch (pointers, strides, sizes, runtime
-bounds, program ranges), launches once and starts the device-to-host copy of the result buffer;
-`Pending.result` waits for it and turns counts and first indices into violations with the same
-host function as the torch backend, so the two reports agree exactly.
+`launch` looks up the program for the batch's signature (the runnable checks, each field's
+dtype, contiguity and device), fills the kernel's arguments in the kernel IR's order (pointers,
+strides of non-contiguous fields, dim sizes, host scalars, then the groups' program ranges and
+the result buffer), launches once and starts the device-to-host copy of the buffer.
+`Pending.result` waits for it and decodes it with the backend-neutral decoder the C backend uses
+(`tritoncheck/_kernel/decode.py`), so the reports agree with the torch backend's exactly.
+
+What the kernel cannot take goes to the torch backend, and `Pending.backend` says so: a plan the
+IR or this generator does not lower (`Unsupported`, e.g. a reduction inside a reduction), an
+expanded (zero-stride) view -- the kernel would walk its logical size, the torch backend reads
+its stored values once -- and a host scalar past int64.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import struct
 import threading
 from typing import Any
 
@@ -18,11 +26,14 @@ import torch
 import triton.language as tl
 
 from .. import _torch_backend
-from .._plan import Bound, Plan, referenced_fields
+from .._kernel import ir
+from .._kernel.decode import axis_size, decode
+from .._plan import Bound, DataCheck, Plan, referenced_fields
 from .._report import Violation
 from . import codegen
-from .codegen import BIG, Program, Unsupported
+from .codegen import Program
 
+INT32_LIMIT = 2**31 - 1
 _lock = threading.Lock()
 _interpreter_lock = threading.Lock()  # Triton's CPU interpreter patches global state: one launch at a time
 _programs: dict[int, tuple[Plan, dict, dict]] = {}  # id(plan) -> (plan, programs, fields read)
@@ -33,8 +44,17 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
     return launch(plan, bound).result()
 
 
+def _fields(plan: Plan, entry: tuple, checks: tuple[DataCheck, ...]) -> tuple[tuple[str, ...], tuple]:
+    ids = tuple(map(id, checks))
+    fields = entry[2].get(ids)
+    if fields is None:
+        fields = entry[2][ids] = tuple(sorted({f for c in checks for f in referenced_fields(c)}))
+    return fields, ids
+
+
 def program_for(plan: Plan, bound: Bound) -> Program | None:
-    """The compiled program for this plan, these runnable checks and these dtypes (cached).
+    """The loaded program for this plan, these runnable checks and this field signature (cached);
+    None when the plan is not lowered for Triton (the torch backend runs it).
 
     The key uses the ids of the plan's own check objects (the plan is kept alive in the cache
     entry, so ids are not reused), so a cache hit hashes no expression trees.
@@ -43,33 +63,35 @@ def program_for(plan: Plan, bound: Bound) -> Program | None:
     if entry is None or entry[0] is not plan:
         with _lock:
             entry = _programs[id(plan)] = (plan, {}, {})
-    _, programs, field_cache = entry
     checks = tuple(bound.runnable)
-    ids = tuple(map(id, checks))
-    fields = field_cache.get(ids)
-    if fields is None:
-        fields = field_cache[ids] = tuple(sorted({f for c in checks for f in referenced_fields(c)}))
+    fields, ids = _fields(plan, entry, checks)
     tensors = bound.tensors
-    key = (ids, tuple((tensors[f].dtype, tensors[f].device.type) for f in fields))
+    sig = tuple((tensors[f].dtype, tensors[f].is_contiguous(), tensors[f].device.type) for f in fields)
+    key = (ids, sig)
+    programs = entry[1]
     if key in programs:
         return programs[key]
-    with _lock:  # generation and import happen once per key, even with many threads
+    with _lock:  # lowering, generation and import happen once per key, even with many threads
         if key not in programs:
+            sigs = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous)
+                    for f, (dtype, contiguous, _) in zip(fields, sig, strict=True)}
             try:
-                program = codegen.load(codegen.generate(plan, checks, {f: tensors[f].dtype for f in fields}))
-            except Unsupported:
-                program = None  # the torch backend runs this plan instead
+                program = codegen.load(codegen.generate(ir.lower(plan, checks, sigs)))
+            except ir.Unsupported:
+                program = None
             programs[key] = program
         return programs[key]
 
 
 class Pending:
-    """A launched check whose verdict has not been read yet."""
+    """A launched check whose verdict has not been read yet. `backend` names what checks it:
+    "triton", or "torch" where the kernel could not take the batch."""
 
-    def __init__(self, plan: Plan, bound: Bound, program: Program | None, ctx: Any, slot: Any, event: Any, batch: int):
-        self.plan, self.bound, self.program, self.ctx = plan, bound, program, ctx
-        self.slot, self.event, self.batch = slot, event, batch
-        self._result: list[Violation] | None = None if program is not None else []
+    def __init__(self, bound: Bound, program: Program | None = None, slot: Any = None, event: Any = None,
+                 result: list[Violation] | None = None):
+        self.bound, self.program, self.slot, self.event = bound, program, slot, event
+        self.backend = "triton" if program is not None else "torch"
+        self._result = result
 
     def result(self) -> list[Violation]:
         if self._result is None:
@@ -77,101 +99,76 @@ class Pending:
                 self.event.synchronize()
             values = self.slot.host.tolist()
             _pool.release(self.slot, dirty=any(values))
-            self._result = decode(self.program, self.ctx, values, self.batch)
+            self._result = decode(self.program.kernel, values, self.bound)
         return self._result
 
 
 def launch(plan: Plan, bound: Bound) -> Pending:
     """Launch the plan's kernel on the bound batch; return at once (no host sync on CUDA)."""
     if not bound.runnable:
-        return Pending(plan, bound, None, None, None, None, 0)
+        return Pending(bound, result=[])
     # Refuse before generating: a kernel JIT-ed without the interpreter must not be cached for CPU use.
     device = next(iter(bound.tensors.values())).device
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"backend='triton' needs CUDA tensors (the batch is on {device}); use backend='torch', "
                          "or set TRITON_INTERPRET=1 to run the kernel on the CPU")
-    program = program_for(plan, bound)
-    if program is None:
-        done = Pending(plan, bound, None, None, None, None, 0)
-        done._result = _torch_backend.run(plan, bound)
-        return done
-    ctx = _torch_backend._Context(plan, bound)
-    axes = set(program.sizes) | {a for g in program.groups for a in g.axes} | {a for _, red in program.reduces for a in red}
-    sizes = {a: ctx.sizes.get(a, ctx.dims.get(a, 0)) for a in axes | {plan.batch_dim}}
-    args: dict[str, Any] = {}
-    for f, ptr in program.fields.items():
-        t = bound.tensors[f]
-        args[ptr] = t
-        for name, stride in zip(program.strides[f], t.stride(), strict=True):
-            args[name] = stride
-    for a, name in program.sizes.items():
-        args[name] = sizes[a]
-    for name, axes in program.reduces:
-        args[name] = math.prod(sizes[a] for a in axes)
-    for k, name in program.limits.items():
-        args[name] = ctx.bound_value(program.checks[k])
-    end = 0
-    for i, g in enumerate(program.groups):
-        numel = math.prod(sizes[a] for a in g.axes)
-        args[program.numels[i]] = numel
-        end += -(-numel // g.block)
-        args[program.ends[i]] = end
-    device = next(iter(bound.tensors[f] for f in program.fields)).device
-    batch = sizes.get(plan.batch_dim, ctx.dims.get(plan.batch_dim, 0)) if program.batch_checks else 0
-    slot = _pool.acquire(program, program.buffer_len(batch), device)
-    args["out_ptr"] = slot.device
-    args["IDX"] = tl.int64 if _needs_int64(program, bound, sizes, args, end) else tl.int32
+    try:
+        program = program_for(plan, bound)
+        if program is None:
+            raise ir.Unsupported("a plan the Triton generator does not lower")
+        if any(_expanded(bound.tensors[f.name]) for f in program.kernel.fields):
+            raise ir.Unsupported("an expanded (zero-stride) view")
+        args, grid, batch, wide = arguments(program, bound)
+    except ir.Unsupported:
+        return Pending(bound, result=_torch_backend.run(plan, bound))
+    kernel = program.kernel
+    device = bound.tensors[kernel.fields[0].name].device if kernel.fields else device
+    slot = _pool.acquire(program, kernel.layout.length(batch), device)
     event = None
-    if end > 0:
+    if grid > 0:
         with _interpreter_lock if device.type != "cuda" else contextlib.nullcontext():
-            program.kernel[(end,)](**args)
+            # no fused multiply-add: torch rounds `a * b + c` twice, so the kernel does too
+            program.fn[(grid,)](*args, slot.device, tl.int64 if wide else tl.int32, enable_fp_fusion=False)
     if device.type == "cuda":
         slot.host.copy_(slot.device, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
-    return Pending(plan, bound, program, ctx, slot, event, batch)
+    return Pending(bound, program, slot, event)
 
 
-INT32_LIMIT = 2**31 - 1
+def _expanded(t: torch.Tensor) -> bool:
+    return any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride(), strict=True))
 
 
-def _needs_int64(program: Program, bound: Bound, sizes: dict[str, int], args: dict[str, Any], programs: int) -> bool:
-    """True when an index, an element offset or a program's tile start could pass 2**31 - 1."""
-    limit = INT32_LIMIT
-    counts = [args[n] for n in program.numels] + [args[n] for n, _ in program.reduces]
-    counts += [programs * max((g.block for g in program.groups), default=1)] + [codegen.BLOCK_RED + c for c in counts]
-    if any(c >= limit for c in counts):
-        return True
-    for f in program.fields:
-        t = bound.tensors[f]
-        if sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n) >= limit:
-            return True
-    return False
-
-
-def decode(program: Program, ctx: Any, values: list[int], batch: int) -> list[Violation]:
-    """Counts and first indices from the result buffer -> violations, in the plan's order."""
-    out = []
-    n = len(program.checks)
-    batch_slot = {k: j for j, k in enumerate(program.batch_checks)}
-    for k, check in enumerate(program.checks):
-        if k in batch_slot:
-            base = 2 * n + batch_slot[k] * batch
-            per_sample = values[base : base + batch]
-            count = sum(per_sample)
-            samples = tuple(i for i, v in enumerate(per_sample) if v)
-        else:
-            count, samples = values[n + k], ()
-        if not count:
-            continue
-        flat = BIG - values[k]
-        shape = [ctx.sizes.get(a, ctx.dims.get(a, 0)) for a in check.axes]
-        index = []
-        for size in reversed(shape):
-            index.append(flat % size if size else 0)
-            flat = flat // size if size else 0
-        out.append(_torch_backend.make_violation(check, ctx, count, samples, tuple(reversed(index))))
-    return out
+def arguments(program: Program, bound: Bound) -> tuple[list[Any], int, int, bool]:
+    """(the kernel's arguments up to the result buffer, programs to launch, batch size, whether
+    indices need int64), in the order of `Kernel.int_args()`, float scalars as their bits."""
+    kernel, tensors, dims = program.kernel, bound.tensors, bound.dims
+    for f, pos, sel in kernel.selections():
+        size = tensors[f].shape[pos]
+        if not -size <= sel < size:  # bind reports this as a violation; never read past the tensor here
+            raise IndexError(f"{f}: index {sel} is out of range for an axis of size {size}")
+    args: list[Any] = [tensors[f.name] for f in kernel.fields]
+    for f in kernel.fields:
+        if not f.contiguous:
+            args.extend(tensors[f.name].stride())
+    args.extend(dims[d][0] for d in kernel.sizes)
+    values = bound.dim_values()
+    args.extend(kernel.scalars[s].value(values) for s in kernel.int_slots)
+    args.extend(struct.unpack("<q", struct.pack("<d", kernel.scalars[s].value(values)))[0] for s in kernel.float_slots)
+    end, counts = 0, []
+    for g, block in zip(kernel.groups, program.blocks, strict=True):
+        numel = math.prod(axis_size(kernel, a, values) for a in g.axes)
+        end += -(-numel // block)
+        args.append(end)
+        counts.append(-(-numel // block) * block)
+    batch = values.get(kernel.batch_dim, 0)
+    counts += [math.prod(axis_size(kernel, a, values) for a in axes) + codegen.BLOCK_RED for axes in program.reductions]
+    counts.append(kernel.layout.length(batch))
+    for f in kernel.fields:
+        t = tensors[f.name]
+        counts.append(sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n))
+    return args, end, batch, any(c >= INT32_LIMIT for c in counts)
 
 
 class _Slot:

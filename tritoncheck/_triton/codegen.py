@@ -1,21 +1,32 @@
-"""Generate one Triton kernel that runs every data check of a plan in a single launch.
+"""Triton source for a `Kernel`: every data check of a plan in one launch.
 
-The kernel has one flat grid. Checks that iterate the same axes (and hold no reduction) form a
-*group*; each group owns a contiguous range of program ids, and a program evaluates every check
-of its group on one tile, so a field checked for min, max and allowed values is read once. A
-group with a reduction (`any(mask != 0, dim=L)`) gives each program a block of output rows and
-loops over the reduced axes. Axis sizes, strides and group ranges are runtime arguments, so one
-compiled kernel serves every batch shape; the source depends only on the plan, the runnable
-checks and the field dtypes.
+The kernel IR (`tritoncheck/_kernel/ir.py`) decides what is computed: the groups, their ops
+and kinds, the host scalars, the result buffer's `Layout`. `TritonCodegen` is the Triton ops
+handler over it (Inductor's `TritonKernel` to the C generator's `CppKernel`): one method per IR
+op, each spelling the op for Triton, nothing re-decided here.
 
-Output (one int64 buffer, zero at launch): slot k holds BIG - first offending flat index of
-check k (so `atomic_max` keeps the first), slot K + k the count of a check without a batch axis,
-and a row of `B` per-sample counts after 2K for each check over the batch axis. A program that
-finds nothing wrong writes nothing.
+The kernel has one flat grid. Each group owns a contiguous range of program ids (`end_<g>`
+arguments). An element-wise group gives each program a tile of `BLOCK` elements, walked with
+one flat index when every field it reads is contiguous; a group with a reduction gives each
+program a block of output rows (`BLOCK_ROWS`, or 1 for a group without axes) and loops over the
+reduced axes `BLOCK_RED` elements a step. Dim sizes, strides and host scalars are runtime
+arguments, so one compiled kernel serves every batch shape; the source depends on the plan, the
+runnable checks and each field's dtype and contiguity.
 
-A spec is untrusted input: the source is assembled from the plan's structured values, every
-identifier comes from `_source.NameSpace` and any spec text (names, rule, bound and shape text)
-reaches it only through `_source.comment`, as `#` comment lines.
+A valid batch writes nothing: each group computes one combined "anything wrong?" reduction,
+and only a program that finds something counts per check (per sample for checks over the batch
+axis) and keeps the first offending flat index (`atomic_max` of BIG - index), into the buffer
+laid out by `Layout`.
+
+Integer arguments may reach the kernel as int32, int64 or (when equal to 1) a constexpr, as the
+JIT specialises them; each is cast once at the top (`tl.cast`), to IDX for sizes and strides
+(int32 unless an index or offset can pass 2**31 - 1, decided on the host) and to int64 for host
+scalars. Float host scalars travel as the int64 bits of their double (a float argument would be
+float32), so a bound such as 0.1 compares exactly as torch compares it.
+
+A spec is untrusted input: the source is assembled from the IR's structured values, every
+identifier comes from `_source.NameSpace`, numbers are formatted here, and any spec text (names,
+rule, bound and shape text) reaches it only through `_source.comment`, as `#` comment lines.
 
 Generated source is written to a real file (Triton's JIT reads it with `inspect`), atomically,
 under TRITONCHECK_CACHE_DIR (default ~/.cache/tritoncheck).
@@ -28,140 +39,175 @@ import hashlib
 import importlib.util
 import math
 import os
+import struct
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from .. import _expr
-from .._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype, dtype_name
-from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
-from .._plan import DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, describe, referenced_fields
+from .._dtypes import dtype_name
+from .._expr import to_text
+from .._kernel.ir import BIG, Group, Kernel, Op, Unsupported, walk
+from .._plan import describe
 from .._source import RESERVED, IndentedBuffer, NameSpace, comment
 
-BIG = 2**62
 BLOCK = 1024  # elements per program for element-wise groups
 BLOCK_ROWS = 16  # output rows per program for groups with a reduction
 BLOCK_RED = 128  # reduced elements per loop step
 KERNEL_NAME = "tritoncheck_kernel"
 
+_TL = {"b": "tl.int1", "i": "tl.int64", "f": "tl.float32", "d": "tl.float64"}
+# storage dtypes loaded as they are (no conversion to the compute kind needed)
+_NATIVE = {torch.int64: "i", torch.float32: "f", torch.float64: "d"}
+_FLOAT_MAX = {"f": repr(torch.finfo(torch.float32).max), "d": repr(torch.finfo(torch.float64).max)}
 
-class Unsupported(Exception):
-    """A construct the generator does not lower (e.g. a reduction inside a reduction)."""
+_HELPERS = {
+    "_floordiv_i": '''
+@triton.jit
+def _floordiv_i(a, b):
+    # torch's floor division for int64; a // 0 == 0, and INT64_MIN // -1 wraps (// would overflow)
+    safe = tl.where((b == 0) | (b == -1), 1, b)
+    q = a // safe  # truncates
+    q = q - ((a - q * safe != 0) & ((a < 0) != (safe < 0))).to(tl.int64)
+    return tl.where(b == 0, 0, tl.where(b == -1, -a, q))
+''',
+    "_mod_i": '''
+@triton.jit
+def _mod_i(a, b):
+    # torch.remainder for int64: the result takes the divisor's sign; a % 0 == a
+    safe = tl.where((b == 0) | (b == -1), 1, b)
+    r = a - (a // safe) * safe
+    r = r + tl.where((r != 0) & ((r < 0) != (safe < 0)), safe, 0)
+    return tl.where(b == 0, a, tl.where(b == -1, 0, r))
+''',
+    "_floordiv_f": '''
+@triton.jit
+def _floordiv_f(a, b):
+    # torch's floor division for float32 (ATen's div_floor_floating; % on floats is fmod).
+    # tl.div_rn: a float32 `/` compiles to an approximate division on NVIDIA GPUs
+    basic = tl.div_rn(a, b)
+    mod = a % b
+    basic_inf = (basic == basic) & (basic - basic != 0)  # +-inf: inf - inf is NaN
+    a_not_inf = (a != a) | (a - a == 0)
+    div = tl.div_rn(tl.where(basic_inf & a_not_inf, a, a - mod), b)
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floored = tl.floor(div)
+    floored = tl.where(div - floored > 0.5, floored + 1, floored)
+    floored = tl.where(div == 0, basic * 0, floored)  # a zero keeps the sign of a / b
+    return tl.where(b == 0, basic, floored)
+''',
+    "_floordiv_d": '''
+@triton.jit
+def _floordiv_d(a, b):
+    # _floordiv_f for float64 (whose `/` rounds to nearest)
+    basic = a / b
+    mod = a % b
+    basic_inf = (basic == basic) & (basic - basic != 0)
+    a_not_inf = (a != a) | (a - a == 0)
+    div = tl.where(basic_inf & a_not_inf, a, a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floored = tl.floor(div)
+    floored = tl.where(div - floored > 0.5, floored + 1, floored)
+    floored = tl.where(div == 0, basic * 0, floored)
+    return tl.where(b == 0, basic, floored)
+''',
+    "_mod_f": '''
+@triton.jit
+def _mod_f(a, b):
+    # torch.remainder for floats: fmod, moved into the divisor's sign
+    mod = a % b
+    return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+''',
+}
 
-
-_KIND = {torch.int64: "i", torch.float32: "f", torch.float64: "d"}
-_TL = {"i": "tl.int64", "f": "tl.float32", "d": "tl.float64"}
-
-
-@dataclass
-class Group:
-    """Checks sharing one iteration space; `reduce` groups loop over reduced axes per row."""
-
-    axes: tuple[str, ...]
-    checks: list[int]  # indices into Program.checks
-    reduce: bool
-    block: int
+# Names the kernel uses as they are; no identifier derived from a spec may take one.
+_FIXED = frozenset({KERNEL_NAME, "pid", "tile", "offs", "live", "out_ptr", "n_bad", "first", "IDX", *_HELPERS})
 
 
 @dataclass
 class Program:
-    """A generated kernel and what the launcher needs to fill its arguments."""
+    """Generated source and what the launcher needs: per group its block (elements or rows per
+    program), and the axes of every reduction (for choosing the index width)."""
 
+    kernel: Kernel
     source: str
-    checks: tuple[DataCheck, ...]
-    groups: list[Group]
-    fields: dict[str, str]  # field -> pointer argument
-    strides: dict[str, tuple[str, ...]]  # field -> stride argument per axis
-    sizes: dict[str, str]  # axis -> size argument
-    reduces: list[tuple[str, tuple[str, ...]]]  # (argument, reduced axes) per reduction
-    limits: dict[int, str]  # check index -> runtime bound argument
-    batch_dim: str
-    batch_checks: list[int]  # checks over the batch axis, in buffer order
-    ends: list[str] = field(default_factory=list)  # argument: end of each group's program range
-    numels: list[str] = field(default_factory=list)  # argument: elements (rows) of each group
-    kernel: Any = None
+    blocks: tuple[int, ...]
+    reductions: tuple[tuple[str, ...], ...]
+    fn: Any = None  # the JIT function, once `load`ed
     path: str | None = None
     launch_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def buffer_len(self, batch: int) -> int:
-        return 2 * len(self.checks) + len(self.batch_checks) * batch
+
+def generate(kernel: Kernel) -> Program:
+    """The Triton module for `kernel` (raises `Unsupported` for a reduction inside a reduction)."""
+    return TritonCodegen(kernel).run()
 
 
-def generate(plan: Plan, checks: tuple[DataCheck, ...], dtypes: dict[str, torch.dtype]) -> Program:
-    """Lower `checks` (the runnable data checks of `plan`) for fields of the given dtypes."""
-    return _Gen(plan, checks, dtypes).run()
+def literal(value: Any, kind: str) -> str:
+    """A constant of `kind` as an exact, typed Triton expression (a 0-d tensor, never a bare
+    Python number, whose type Triton would infer): ints and bools as themselves, finite floats
+    by repr (which round-trips), inf and NaN by their bits."""
+    if kind == "f" or kind == "d":
+        v = float(value)
+        if math.isfinite(v):
+            return f"tl.full((), {v!r}, {_TL[kind]})"
+        if kind == "f":
+            bits = struct.unpack("<i", struct.pack("<f", v))[0]
+            return f"tl.full((), {bits}, tl.int32).to(tl.float32, bitcast=True)"
+        bits = struct.unpack("<q", struct.pack("<d", v))[0]
+        return f"tl.full((), {_int(bits)}, tl.int64).to(tl.float64, bitcast=True)"
+    return f"tl.full((), {_int(int(value))}, {_TL[kind]})"
 
 
-# Names the kernel body uses as they are; no identifier derived from a spec may take one.
-_KERNEL_NAMES = frozenset({KERNEL_NAME, "pid", "tile", "offs", "live", "rest", "out_ptr", "n_bad", "first", "IDX"})
+def _int(v: int) -> str:
+    """An int literal; -2**63 as an expression (its absolute value is not an int64)."""
+    return f"({v + 1} - 1)" if v == -(2**63) else repr(v)
 
 
-class _Gen:
-    def __init__(self, plan: Plan, checks: tuple[DataCheck, ...], dtypes: dict[str, torch.dtype]):
-        self.plan, self.checks, self.dtypes = plan, checks, dtypes
-        self.ns = NameSpace(RESERVED | _KERNEL_NAMES)
-        self.fields: dict[str, str] = {}
-        self.strides: dict[str, tuple[str, ...]] = {}
-        self.sizes: dict[str, str] = {}
-        self.reduces: list[tuple[str, tuple[str, ...]]] = []
-        self.limits: dict[int, str] = {}
-        self.numels: list[str] = []
+class TritonCodegen:
+    """Writes the kernel; its op methods are the Triton ops handler that `ir.walk` calls."""
+
+    def __init__(self, kernel: Kernel):
+        self.k = kernel
+        self.ns = NameSpace(RESERVED | _FIXED)
         self.helpers: set[str] = set()
+        self.names: dict[int, str] = {}
+        # arguments, in `Kernel.int_args()` order, then the float scalars (as bits)
+        self.ptr = {f.name: self.ns.create_name(f"{f.name}_ptr") for f in kernel.fields}
+        self.stride_arg = {(f.name, i): self.ns.create_name(f"{f.name}_stride{i}")
+                           for f in kernel.fields if not f.contiguous for i in range(len(f.axes))}
+        self.size_arg = {a: self.ns.create_name(f"size_{a}") for a in kernel.sizes}
+        self.scalar_arg = {s: self.ns.create_name(f"scalar_{s}") for s in (*kernel.int_slots, *kernel.float_slots)}
+        self.ends = [self.ns.create_name(f"end_{g}") for g in range(len(kernel.groups))]
+        # kernel-level values cast once at the top, emitted only where used
+        self.prelude: dict[str, str] = {}  # name -> line
+        self.n: dict[str, str] = {}  # dim -> its size in IDX
+        self.st: dict[tuple[str, int], str | None] = {}  # (field, axis) -> stride in IDX (None: 1)
+        self.sc: dict[int, str] = {}  # slot -> host scalar as int64 or float64
+        # per group
+        self.buf = IndentedBuffer()
+        self.loads = IndentedBuffer()
+        self.idx: dict[str, str] = {}  # axis -> index vector of the group's position
+        self.flat = False  # loads use `offs` (element-wise group over contiguous fields)
+        self.red: tuple[tuple[str, ...], dict[str, str], str, str] | None = None  # in a reduction body
+        self.rows = 0
 
-    # -- names -------------------------------------------------------------------------------
-    def field_args(self, f: str) -> tuple[str, tuple[str, ...]]:
-        """The field's pointer and stride arguments, named once per kernel."""
-        if f not in self.fields:
-            self.fields[f] = self.ns.create_name(f"{f}_ptr")
-            self.strides[f] = tuple(self.ns.create_name(f"{f}_stride{i}") for i in range(len(self.plan.field(f).axes)))
-        return self.fields[f], self.strides[f]
-
-    def size(self, axis: str) -> str:
-        if axis not in self.sizes:
-            self.sizes[axis] = self.ns.create_name("size_" + axis)
-        return self.sizes[axis]
-
-    def kind(self, f: str) -> str:
-        return _KIND[compute_dtype(self.dtypes[f])]
-
-    # -- driver ------------------------------------------------------------------------------
+    # -- the module -------------------------------------------------------------------------------
     def run(self) -> Program:
-        groups = self.group()
-        batch_checks = [k for k, c in enumerate(self.checks) if self.plan.batch_dim in c.axes]
-        self.batch_slot = {k: j for j, k in enumerate(batch_checks)}
         body = IndentedBuffer(level=1)
-        body.writeline("pid = tl.program_id(0)")
-        body.writeline("# IDX is tl.int32 when every index and offset fits, else tl.int64 (> 2**31 elements)")
-        ends = []
-        for g_i, g in enumerate(groups):
-            end = self.ns.create_name(f"end_{g_i}")
-            ends.append(end)
-            kw = "if" if g_i == 0 else "elif"
-            checks = "; ".join(comment(describe(self.checks[k])) for k in g.checks)
-            body.writeline(f"# group {g_i}: over [{_words(g.axes)}] - {checks}")
-            body.writeline(f"{kw} pid < {end}:")
-            with body.indent():
-                start = "0" if g_i == 0 else ends[g_i - 1]
-                self.emit_group(body, g, start, g_i)
-        # arguments: fields, sizes, limits, ranges, out
-        args: list[str] = []
-        for f, ptr in self.fields.items():
-            args.append(ptr)
-            args.extend(self.strides[f])
-        args.extend(self.sizes.values())
-        args.extend(self.numels)
-        args.extend(name for name, _ in self.reduces)
-        for k, name in self.limits.items():
-            args.append(name + (": tl.constexpr" if self.kind(self.checks[k].field) == "d" else ""))
-        args.extend(ends)
-        args.append("out_ptr")
-        args.append("IDX: tl.constexpr")
+        blocks, reductions = [], []
+        for g_i, g in enumerate(self.k.groups):
+            blocks.append(self.block(g))
+            self.group(g_i, g, body, reductions)
+        args = [*self.ptr.values(), *self.stride_arg.values(), *self.size_arg.values()]
+        args += [self.scalar_arg[s] for s in self.k.int_slots] + [self.scalar_arg[s] for s in self.k.float_slots]
+        args += [*self.ends, "out_ptr", "IDX: tl.constexpr"]
         out = IndentedBuffer()
-        out.writelines(self.header(groups))
+        out.writelines(self.header(blocks))
         out.writelines(["import triton", "import triton.language as tl", "", ""])
         for name, text in _HELPERS.items():
             if name in self.helpers:
@@ -173,463 +219,335 @@ class _Gen:
             for a in args:
                 out.writeline(a + ",")
         out.writeline("):")
+        with out.indent():
+            out.writeline("pid = tl.program_id(0)")
+            if self.prelude:
+                out.writeline("# sizes and strides in IDX (int32 unless an index or offset passes 2**31 - 1), host scalars")
+                out.writelines(list(self.prelude.values()))
         out.splice(body)
-        return Program(out.getvalue(), self.checks, groups, dict(self.fields), dict(self.strides), dict(self.sizes),
-                       self.reduces, self.limits, self.plan.batch_dim, batch_checks, ends, self.numels)
+        return Program(self.k, out.getvalue(), tuple(blocks), tuple(reductions))
 
-    def group(self) -> list[Group]:
-        groups: dict[tuple, Group] = {}
-        for k, c in enumerate(self.checks):
-            has_reduce = isinstance(c, RuleCheck) and (_has_reduce(c.expr) or (c.where is not None and _has_reduce(c.where)))
-            key = (c.axes, has_reduce)
-            if key not in groups:
-                groups[key] = Group(c.axes, [], has_reduce, BLOCK_ROWS if has_reduce else BLOCK)
-            groups[key].checks.append(k)
-        return list(groups.values())
+    def header(self, blocks: list[int]) -> list[str]:
+        """The kernel in words, as `#` lines: every piece of spec text goes through `comment`."""
+        k = self.k
+        lines = [f"Generated by tritoncheck for spec {comment(k.spec_name)}: every data check in one launch.", ""]
+        lines.append("fields (read once per group that uses them):")
+        for f in k.fields:
+            lay = "contiguous" if f.contiguous else "strided"
+            lines.append(f"  {comment(f.name)}: {dtype_name(f.dtype)} [{self.shape_words(f.axes)}], {lay}")
+        lines.append(f"dims: {_words(k.sizes) or '-'} (batch dim {comment(k.batch_dim)}); "
+                     "sizes, strides and host scalars are runtime arguments")
+        lines.append("checks:")
+        for i, c in enumerate(k.checks):
+            lines.append(f"  [{i}] {comment(c.code)}: {comment(describe(c))}  over [{_words(c.axes)}]")
+        lines.append("groups (program ranges, in order):")
+        for g_i, (g, block) in enumerate(zip(k.groups, blocks, strict=True)):
+            unit = "rows" if g.reduce else "elements"
+            reads = ", ".join(f"{comment(f)} ({k.field(f).dtype.itemsize} B/elem)" for f in g.fields)
+            lines.append(f"  {g_i}: [{_words(g.axes)}], {block} {unit} per program, checks "
+                         f"{[c for c, _ in g.checks]}; reads {reads or 'nothing'}")
+        total = [f"{f.dtype.itemsize}*{self.shape_words(f.axes, '*') or '1'}" for f in k.fields]
+        lines.append(f"bytes read, at least (each field once): {' + '.join(total) or '0'}; "
+                     "a field used by several groups is read by each")
+        rows = sum(r >= 0 for r in k.layout.batch_rows)
+        lines.append(f"writes: nothing on a valid batch; on violations int64 counts into 2*{len(k.checks)} + "
+                     f"{comment(k.batch_dim)}*{rows} slots")
+        return [f"# {line}" if line else "#" for line in lines]
 
-    # -- one group ---------------------------------------------------------------------------
-    def emit_group(self, buf: IndentedBuffer, g: Group, start: str, g_i: int) -> None:
-        self.idx: dict[str, str] = {}
-        self.loads: dict[tuple, str] = {}
-        self.memo: dict[tuple, tuple[str, str]] = {}
-        buf.writeline("tile = pid.to(IDX)" if start == "0" else f"tile = (pid - {start}).to(IDX)")
-        buf.writeline(f"offs = tile * {g.block} + tl.arange(0, {g.block}).to(IDX)")
-        numel = self.ns.create_name(f"numel_{g_i}")
-        self.numels.append(numel)
-        buf.writeline(f"live = offs < {numel}  # {comment(' * '.join(g.axes) or '1')}, computed on the host")
-        self.unravel(buf, "offs", g.axes, "i_")
-        # loads and checks are emitted together; each value is computed once per group (CSE)
-        buf.writeline("# loads")
-        pre = IndentedBuffer(level=buf.level)
+    def shape_words(self, axes: tuple[str, ...], sep: str = ", ") -> str:
+        return sep.join(str(self.k.fixed[a]) if a in self.k.fixed else comment(a) for a in axes)
+
+    # -- kernel-level values ------------------------------------------------------------------------
+    def size(self, axis: str) -> str:
+        """An axis' size: a literal for a fixed axis, else the dim's size argument cast to IDX."""
+        if axis in self.k.fixed:
+            return str(self.k.fixed[axis])
+        if axis not in self.n:
+            if axis not in self.size_arg:
+                raise Unsupported(f"no size for axis {axis}")
+            self.n[axis] = name = self.ns.create_name(f"n_{axis}")
+            self.prelude[name] = f"{name} = tl.cast({self.size_arg[axis]}, IDX)  # {comment(axis)}"
+        return self.n[axis]
+
+    def stride(self, fname: str, pos: int) -> str | None:
+        """A field's stride along axis `pos` in IDX; None for a contiguous field's innermost axis (1)."""
+        key = (fname, pos)
+        if key not in self.st:
+            f = self.k.field(fname)
+            if not f.contiguous:
+                name = self.ns.create_name(f"st_{fname}_{pos}")
+                self.prelude[name] = f"{name} = tl.cast({self.stride_arg[key]}, IDX)"
+                self.st[key] = name
+            elif pos == len(f.axes) - 1:
+                self.st[key] = None
+            else:  # row-major from the sizes: size of the next axis times its stride
+                inner, size = self.stride(fname, pos + 1), self.size(f.axes[pos + 1])
+                name = self.ns.create_name(f"st_{fname}_{pos}")
+                self.prelude[name] = f"{name} = {size if inner is None else f'{inner} * {size}'}"
+                self.st[key] = name
+        return self.st[key]
+
+    def host(self, slot: int) -> str:
+        """Host scalar `slot`: an int64, or the float64 whose bits it travels in."""
+        if slot not in self.sc:
+            arg = self.scalar_arg[slot]
+            self.sc[slot] = name = self.ns.create_name(f"sc_{slot}")
+            if slot in self.k.float_slots:
+                value = f"tl.cast(tl.cast({arg}, tl.int64), tl.float64, bitcast=True)"
+            else:
+                value = f"tl.cast({arg}, tl.int64)"
+            self.prelude[name] = f"{name} = {value}  # {comment(to_text(self.k.scalars[slot].expr))}"
+        return self.sc[slot]
+
+    # -- one group ----------------------------------------------------------------------------------
+    def block(self, g: Group) -> int:
+        if not g.reduce:
+            return BLOCK
+        return BLOCK_ROWS if g.axes else 1
+
+    def group(self, g_i: int, g: Group, body: IndentedBuffer, reductions: list) -> None:
+        k = self.k
+        what = "; ".join(comment(describe(k.checks[c])) for c, _ in g.checks)
+        body.writeline(f"# group {g_i}: over [{_words(g.axes)}]: {what}")
+        body.writeline(f"{'if' if g_i == 0 else 'elif'} pid < {self.ends[g_i]}:")
+        self.buf = IndentedBuffer(level=body.level + 1)
+        self.loads = IndentedBuffer(level=body.level + 1)
+        self.idx, self.rows, self.reductions = {}, self.block(g), reductions
+        self.flat = g.elementwise and bool(g.axes) and all(k.field(f).contiguous for f in g.fields)
+        w = self.buf.writeline
+        start = "pid" if g_i == 0 else f"(pid - {self.ends[g_i - 1]})"
+        w(f"tile = {start}.to(IDX)")
+        unit = "rows" if g.reduce else "elements"
+        w(f"offs = tile * {self.rows} + tl.arange(0, {self.rows}).to(IDX)  # {unit}, row-major over the group's axes")
+        numel = " * ".join(self.size(a) for a in g.axes) or "1"
+        w(f"live = offs < {numel}")
+        if not self.flat:
+            self.unravel("offs", g.axes, self.idx)
+        env: dict[int, Any] = {}
+        checks = IndentedBuffer(level=self.buf.level)
+        head, self.buf = self.buf, checks
+        walk(g.ops, self, env)
+        self.buf = head
+        if self.loads.lines:
+            w("# loads")
+            self.buf.splice(self.loads)
+        w("# checks")
+        self.buf.splice(checks)
         bads = []
-        checks_buf = IndentedBuffer(level=buf.level)
-        self.load_buf = pre
-        for k in g.checks:
-            bads.append(self.emit_check(k, checks_buf))
-        buf.splice(pre)
-        buf.writeline("# checks")
-        buf.splice(checks_buf)
-        buf.writeline("# store: only a program that found a violation writes")
-        for k, bad in zip(g.checks, bads, strict=True):
-            buf.writeline(f"n_bad = tl.sum({bad}.to(tl.int32), axis=0)")
-            buf.writeline("if n_bad > 0:")
-            with buf.indent():
-                if k in self.batch_slot:
-                    base = f"{2 * len(self.checks)} + {self.batch_slot[k]} * {self.size(self.plan.batch_dim)}"
-                    buf.writeline(f"tl.atomic_add(out_ptr + ({base}) + {self.idx[self.plan.batch_dim]}, {bad}.to(tl.int64), mask={bad})")
-                else:
-                    buf.writeline(f"tl.atomic_add(out_ptr + {len(self.checks) + k}, n_bad.to(tl.int64))")
-                buf.writeline(f"first = tl.min(tl.where({bad}, offs.to(tl.int64), {BIG}), axis=0)")
-                buf.writeline(f"tl.atomic_max(out_ptr + {k}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
+        for c, v in g.checks:
+            bad = self.ns.create_name(f"bad_{c}")
+            bads.append(bad)
+            # `!= 0`: Triton's interpreter widens a broadcast 0-d bool to an integer, which a mask may not be
+            w(f"{bad} = (live & {env[v.id]}) != 0  # {comment(describe(k.checks[c]))}")
+        self.store(g, bads)
+        body.splice(self.buf)
 
-    def unravel(self, buf: IndentedBuffer, flat: str, axes: tuple[str, ...], prefix: str) -> None:
+    def store(self, g: Group, bads: list[str]) -> None:
+        w = self.buf.writeline
+        k = self.k
+        w("# store: one reduction on a valid batch; only a program that found a violation writes")
+        w(f"if tl.max(({' | '.join(bads)}).to(tl.int32), axis=0) > 0:")
+        with self.buf.indent():
+            per_sample = any(k.layout.sample_base(c)[1] >= 0 for c, _ in g.checks)
+            if per_sample and self.flat:  # the sample index, on this path only
+                self.unravel("offs", g.axes, self.idx)
+            for (c, _), bad in zip(g.checks, bads, strict=True):
+                w(f"n_bad = tl.sum({bad}.to(tl.int32), axis=0)")
+                w("if n_bad > 0:")
+                with self.buf.indent():
+                    base, row = k.layout.sample_base(c)
+                    if row >= 0:
+                        b = k.batch_dim
+                        w(f"tl.atomic_add(out_ptr + ({base} + {row} * {self.size(b)}) + {self.idx[b]}, "
+                          f"{bad}.to(tl.int64), mask={bad})")
+                    else:
+                        w(f"tl.atomic_add(out_ptr + {k.layout.count(c)}, n_bad.to(tl.int64))")
+                    w(f"first = tl.min(tl.where({bad}, offs.to(tl.int64), {BIG}), axis=0)")
+                    w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
+
+    def unravel(self, flat: str, axes: tuple[str, ...], into: dict[str, str]) -> None:
         """Row-major flat index -> one index vector per axis."""
-        if not axes:
-            return
-        buf.writeline(f"rest = {flat}")
+        rest = flat
         for pos in range(len(axes) - 1, -1, -1):
             a = axes[pos]
-            name = self.ns.create_name(prefix + a)
-            self.idx[a] = name
+            name = self.ns.create_name(f"i_{a}" if into is self.idx else f"j_{a}")
+            into[a] = name
             if pos == 0:
-                buf.writeline(f"{name} = rest")
+                self.buf.writeline(f"{name} = {rest}")
             else:
-                buf.writeline(f"{name} = rest % {self.size(a)}")
-                buf.writeline(f"rest = rest // {self.size(a)}")
+                self.buf.writeline(f"{name} = {rest} % {self.size(a)}")
+                nxt = self.ns.create_name("rest")
+                self.buf.writeline(f"{nxt} = {rest} // {self.size(a)}")
+                rest = nxt
 
-    def emit_check(self, k: int, cb: IndentedBuffer) -> str:
-        c = self.checks[k]
-        bad = self.ns.create_name(f"bad_{k}")
-        self.mode2d = None
-        if isinstance(c, RuleCheck):
-            ok, ok_kind = self.expr(c.expr, cb)
-            cond = f"~{_truth(ok, ok_kind)}"
-            if c.where is not None:
-                w, w_kind = self.expr(c.where, cb)
-                cond = f"{cond} & {_truth(w, w_kind)}"
-            cb.writeline(f"{bad} = live & ({cond})  # {comment(c.text)}")
-            return bad
-        x, kind = self.expr(Ref(c.field, (None,) * len(self.plan.field(c.field).axes)), cb)
-        if isinstance(c, FiniteCheck):
-            cond = f"~{self.finite(x, kind)}"
-        elif isinstance(c, RangeCheck):
-            op = "<" if c.kind == "min" else ">"
-            cond = f"{x} {op} {self.limit(k, c, kind)}"
-        else:  # an empty set (nothing the dtype can equal) fails every element
-            values = self.comparable(c.field, c.values)
-            cond = " & ".join(f"({x} != {self.const(v, kind)})" for v in values) or f"({x} == {x}) | ({x} != {x})"
-        allow = () if isinstance(c, FiniteCheck) else self.comparable(c.field, c.allow)
-        if allow:
-            cond = f"({cond})" + "".join(f" & ({x} != {self.const(v, kind)})" for v in allow)
-        cb.writeline(f"{bad} = live & ({cond})  # {comment(describe(c))}")
-        return bad
-
-    def comparable(self, f: str, values: tuple[int | float, ...]) -> tuple[int | float, ...]:
-        """The one rule for sentinels and value sets against the field's dtype (0.5 never equals an int)."""
-        return comparable_values(values, self.dtypes[f])
-
-    def limit(self, k: int, c: RangeCheck, kind: str) -> str:
-        """A bound as a literal when it is one exactly, else a runtime argument.
-
-        The argument gets the torch backend's bound value at launch, so a bound that no literal of
-        the field's kind states (0.5, inf or 1e30 against integers, 10**30 against floats) follows
-        the one rule there.
-        """
-        value = c.bound.value if isinstance(c.bound, Const) else None
-        if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX:
-            return self.const(value, kind)
-        if isinstance(value, float) and kind != "i":
-            return self.const(value, kind)
-        name = self.ns.create_name(f"limit_{k}")
-        self.limits[k] = name
+    # -- the ops handler ------------------------------------------------------------------------------
+    def let(self, op: Op, expr: str, note: str = "", buf: IndentedBuffer | None = None) -> str:
+        name = self.names[op.id] = self.ns.create_name(f"v{op.id}")
+        (buf or self.buf).writeline(f"{name} = {expr}" + (f"  # {note}" if note else ""))
         return name
 
-    def finite(self, x: str, kind: str) -> str:
-        """isfinite: NaN fails ==, and +-Inf is above the dtype's largest finite value."""
-        if kind in ("i", "b"):
-            return f"({x} == {x})"
-        big = self.const(torch.finfo(torch.float64 if kind == "d" else torch.float32).max, "d" if kind == "d" else "f")
-        return f"(tl.abs({x}) <= {big})"
+    def position(self, axis: str) -> tuple[str, str]:
+        """The index vector along `axis`, shaped for the current scope, and which scope follows it."""
+        if self.red is not None:
+            axes, jdx, _, _ = self.red
+            if axis in axes:
+                return f"{jdx[axis]}[None, :]", "inner"
+            if axis in self.idx:
+                return f"{self.idx[axis]}[:, None]", "outer"
+        elif axis in self.idx:
+            return self.idx[axis], "outer"
+        raise Unsupported(f"axis {axis} is not in the iteration space")
 
-    def const(self, v: Any, kind: str) -> str:
-        if isinstance(v, bool):
-            v = int(v)
-        if isinstance(v, float):
-            if kind == "d" or not math.isfinite(v):
-                return f"tl.full((), {_float_lit(v)}, {'tl.float64' if kind == 'd' else 'tl.float32'})"
-            return _float_lit(v)
-        return self.int_lit(v)
-
-    @staticmethod
-    def int_lit(v: int) -> str:
-        """An int literal; -2**63 as an expression (its absolute value does not fit int64)."""
-        return f"({v + 1} - 1)" if v == INT64_MIN else repr(int(v))
-
-    # -- expressions -------------------------------------------------------------------------
-    def fresh(self, base: str = "t") -> str:
-        return self.ns.create_name(base)
-
-    def expr(self, e: Expr, buf: IndentedBuffer) -> tuple[str, str]:
-        """Emit `e` once per group (common subexpressions are shared); return (name, kind)."""
-        if isinstance(e, (Unary, Binary, Reduce)):
-            key = (e, self.mode2d)
-            if key not in self.memo:
-                self.memo[key] = self._expr(e, buf)
-            return self.memo[key]
-        return self._expr(e, buf)
-
-    def _expr(self, e: Expr, buf: IndentedBuffer) -> tuple[str, str]:
-        """Emit `e`; return (variable or literal, kind) with kind b/i/f/d (bool, int64, fp32, fp64)."""
-        if isinstance(e, Const):
-            v = e.value
-            if isinstance(v, bool):
-                return ("1" if v else "0"), "i"
-            return (repr(v) if isinstance(v, int) else _float_lit(v)), ("i" if isinstance(v, int) else "w")
-        if isinstance(e, Dim):
-            return self.size(e.name), "i"
-        if isinstance(e, Arange):
-            return f"{self.index(e.dim)}.to(tl.int64)", "i"  # int64 like torch.arange, even with int32 indexing
-        if isinstance(e, Ref):
-            return self.load(e, buf)
-        if isinstance(e, Unary):
-            x, k = self.expr(e.x, buf)
-            name = self.fresh()
-            if e.op == "neg":
-                buf.writeline(f"{name} = -{_num(x, k)}")
-                return name, _arith_kind(k)
-            if e.op == "not":
-                buf.writeline(f"{name} = {x} == 0")
-                return name, "b"
-            if e.op == "abs":
-                buf.writeline(f"{name} = tl.abs({_num(x, k)})")
-                return name, _arith_kind(k)
-            buf.writeline(f"{name} = {self.finite(x, k)}")
-            return name, "b"
-        if isinstance(e, Binary):
-            a, ka = self.expr(e.a, buf)
-            b, kb = self.expr(e.b, buf)
-            a, b = self.promote_const(a, ka, e.a, kb), self.promote_const(b, kb, e.b, ka)
-            name = self.fresh()
-            if e.op in ("&", "|"):
-                buf.writeline(f"{name} = {_truth(a, ka)} {e.op} {_truth(b, kb)}")
-                return name, "b"
-            if e.op in ("==", "!=", "<", "<=", ">", ">="):
-                buf.writeline(f"{name} = {_num(a, ka)} {e.op} {_num(b, kb)}")
-                return name, "b"
-            kind = _result_kind(ka, kb)
-            if e.op in ("//", "%"):
-                fn = ("_floordiv" if e.op == "//" else "_remainder") + ("_int" if kind == "i" else "_float")
-                self.helpers.add(fn)
-                buf.writeline(f"{name} = {fn}({_num(a, ka)}, {_num(b, kb)})")
-            else:
-                buf.writeline(f"{name} = {_num(a, ka)} {e.op} {_num(b, kb)}")
-            return name, kind
-        if isinstance(e, Reduce):
-            return self.reduce(e, buf)
-        raise Unsupported(f"cannot lower {type(e).__name__}")
-
-    def promote_const(self, text: str, kind: str, e: Expr, other: str) -> str:
-        # a float literal next to fp64 data must keep double precision (torch compares in fp64)
-        if isinstance(e, Const) and kind == "w" and other == "d":
-            return self.const(float(e.value), "d")
-        if isinstance(e, Const) and kind == "w" and not math.isfinite(e.value):
-            return self.const(float(e.value), "f")
-        return text
-
-    def index(self, axis: str) -> str:
-        if axis not in self.idx:
-            raise Unsupported(f"axis {axis} is not in the iteration space")
-        i = self.idx[axis]
-        return self.shape_for(axis, i)
-
-    def shape_for(self, axis: str, i: str) -> str:
-        """In a reduction loop, outer indices are columns ([:, None]) and reduced ones rows."""
-        if self.mode2d is None:
-            return i
-        return f"{i}[None, :]" if axis in self.mode2d else f"{i}[:, None]"
-
-    def load(self, e: Ref, buf: IndentedBuffer) -> tuple[str, str]:
-        key = (e, self.mode2d)
-        kind = self.kind(e.field)
-        if key in self.loads:
-            return self.loads[key], kind
-        fp = self.plan.field(e.field)
-        ptr, strides = self.field_args(e.field)
-        terms = []
-        for axis, sel, stride in zip(fp.axes, e.index, strides, strict=True):
-            if sel is None:
-                terms.append(f"{self.index(axis)} * {stride}")
-            elif sel >= 0:
-                terms.append(f"{sel} * {stride}")
-            else:
-                terms.append(f"({self.size(axis)} - {-sel}) * {stride}")
-        if None not in e.index:
-            # a 0-d field or a single element: a block of equal offsets, as a masked load needs
-            terms.append("offs * 0" if self.mode2d is None else "offs[:, None] * 0")
-        mask = "live" if self.mode2d is None else self.live2
-        name = self.fresh(f"x_{e.field}")
-        if self.mode2d is None:
-            buf = self.load_buf
-        raw = f"tl.load({ptr} + {' + '.join(terms)}, mask={mask}, other=0)"
-        if self.dtypes[e.field] == torch.bfloat16:
+    def load(self, op: Op, fname: str, index: tuple) -> str:
+        f = self.k.field(fname)
+        if self.flat and self.red is None:
+            offset = "offs"
+        else:
+            terms, follows = [], set()
+            for pos, (axis, sel) in enumerate(zip(f.axes, index, strict=True)):
+                if sel is None:
+                    ix, scope = self.position(axis)
+                    follows.add(scope)
+                elif sel >= 0:
+                    ix = str(sel)
+                else:
+                    ix = f"({self.size(axis)} - {-sel})"
+                st = self.stride(fname, pos)
+                terms.append(ix if st is None else f"{ix} * {st}")
+            # a load must be as wide as its mask: add zeros where the offsets do not span the scope
+            if self.red is not None and follows != {"outer", "inner"}:
+                terms.append(self.red[3])
+            elif self.red is None and not follows:
+                terms.append("offs * 0")
+            offset = " + ".join(terms)
+        mask = "live" if self.red is None else self.red[2]
+        raw = f"tl.load({self.ptr[fname]} + {offset}, mask={mask}, other=0)"
+        if f.dtype == torch.bfloat16:
             # bfloat16 is the top half of a float32: widen by bits, exact for denormals everywhere
             # (Triton's CPU interpreter flushes them to zero in .to(tl.float32))
             value = f"({raw}.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)"
+        elif _NATIVE.get(f.dtype) == op.kind:
+            value = raw
         else:
-            value = f"{raw}.to({_TL[kind]})"
-        buf.writeline(f"{name} = {value}  # {comment(_expr.to_text(e))}")
-        self.loads[key] = name
-        return name, kind
+            value = f"{raw}.to({_TL[op.kind]})"
+        # a load at the group's top level depends only on the position: hoisted into the loads section
+        return self.let(op, value, comment(fname), self.loads if self.red is None else None)
 
-    def reduce(self, e: Reduce, buf: IndentedBuffer) -> tuple[str, str]:
-        if self.mode2d is not None:
+    def const(self, op: Op, value: Any) -> str:
+        return self.let(op, literal(value, op.kind))
+
+    def index(self, op: Op, axis: str) -> str:
+        return self.let(op, f"{self.position(axis)[0]}.to(tl.int64)", f"arange({comment(axis)})")
+
+    def scalar(self, op: Op, slot: int) -> str:
+        x = self.host(slot)
+        if op.kind == "b":
+            return self.let(op, f"{x} != 0")
+        if op.kind == "i" and slot not in self.k.float_slots:
+            return x
+        return self.let(op, f"{x}.to({_TL[op.kind]})")
+
+    def cast(self, op: Op, x: str) -> str:
+        return self.let(op, f"{x}.to({_TL[op.kind]})")
+
+    def neg(self, op: Op, x: str) -> str:
+        return self.let(op, f"-{x}")  # int64 wraps
+
+    def abs(self, op: Op, x: str) -> str:
+        return self.let(op, f"tl.abs({x})")  # abs(INT64_MIN) == INT64_MIN
+
+    def not_(self, op: Op, x: str) -> str:
+        return self.let(op, f"{x} == 0")  # (not `~`: a bool the interpreter widened to 1 would give -2)
+
+    def truth(self, op: Op, x: str) -> str:
+        return self.let(op, f"{x} != 0")  # NaN is true
+
+    def isfinite(self, op: Op, x: str) -> str:
+        return self.let(op, f"tl.abs({x}) <= {_FLOAT_MAX[op.args[0].kind]}")  # NaN and +-inf fail <=
+
+    def add(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} + {b}")
+
+    def sub(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} - {b}")
+
+    def mul(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} * {b}")
+
+    def _helper(self, op: Op, name: str, a: str, b: str) -> str:
+        name += "_" + ("f" if name == "_mod" and op.kind == "d" else op.kind)
+        self.helpers.add(name)
+        return self.let(op, f"{name}({a}, {b})")
+
+    def floordiv(self, op: Op, a: str, b: str) -> str:
+        return self._helper(op, "_floordiv", a, b)
+
+    def mod(self, op: Op, a: str, b: str) -> str:
+        return self._helper(op, "_mod", a, b)
+
+    def eq(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} == {b}")
+
+    def ne(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} != {b}")
+
+    def lt(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} < {b}")
+
+    def le(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} <= {b}")
+
+    def gt(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} > {b}")
+
+    def ge(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} >= {b}")
+
+    def and_(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} & {b}")
+
+    def or_(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{a} | {b}")
+
+    def reduction(self, op: Op, red: str, axes: tuple[str, ...], body: Callable[[], str]) -> str:
+        """A loop over the reduced axes, BLOCK_RED elements a step, for every row of the block."""
+        if self.red is not None:
             raise Unsupported("a reduction inside a reduction")
-        x_axes = _axes(self.plan, e.x)
-        red = x_axes if e.dims is None else tuple(a for a in x_axes if a in e.dims)
-        arg = self.ns.create_name(f"rnumel_{len(self.reduces)}")
-        self.reduces.append((arg, red))
-        acc = self.fresh("acc")
-        rb = BLOCK_RED
-        # the accumulator's dtype depends on the reduced value, so evaluate its kind first
-        kind = self.kind_of(e.x)
-        acc_kind = {"b": "i", "w": "f"}.get(kind, kind) if e.op == "sum" else "i"
-        buf.writeline(f"# reduce: {comment(_expr.to_text(e))} over [{comment(', '.join(red))}]")
-        buf.writeline(f"{acc} = tl.zeros([{BLOCK_ROWS}], dtype={_TL[acc_kind]})")
-        r0 = self.fresh("r0")
-        buf.writeline(f"for {r0} in range(0, {arg}, {rb}):")
-        saved_idx, saved_loads, saved_memo = dict(self.idx), self.loads, self.memo
-        with buf.indent():
-            r = self.fresh("r")
-            self.live2 = self.fresh("live2")
-            buf.writeline(f"{r} = {r0} + tl.arange(0, {rb}).to(IDX)")
-            buf.writeline(f"{self.live2} = live[:, None] & ({r} < {arg})[None, :]")
-            rest = self.fresh("rest")  # its own name: a loop-carried variable may not change shape
-            buf.writeline(f"{rest} = {r}")
-            for pos in range(len(red) - 1, -1, -1):
-                a = red[pos]
-                name = self.ns.create_name("j_" + a)
-                self.idx[a] = name
-                if pos == 0:
-                    buf.writeline(f"{name} = {rest}")
-                else:
-                    buf.writeline(f"{name} = {rest} % {self.size(a)}")
-                    buf.writeline(f"{rest} = {rest} // {self.size(a)}")
-            self.mode2d = frozenset(red)
-            self.loads, self.memo = {}, {}
-            x, k = self.expr(e.x, buf)
-            self.mode2d = None
-            if e.op == "sum":
-                val = x if k != "b" else f"{x}.to(tl.int64)"
-                if k == "w":
-                    val = f"tl.full((), {x}, tl.float32)"
-            elif e.op == "any":
-                val = f"{_truth(x, k)}.to(tl.int64)"
+        w = self.buf.writeline
+        acc = self.names[op.id] = self.ns.create_name(f"v{op.id}")
+        rnumel = " * ".join(self.size(a) for a in axes) or "1"
+        self.reductions.append(axes)
+        # sum: in the value's kind; any/all: the max of (value, resp. not value) seen so far
+        acc_dtype = _TL[op.kind] if red == "sum" else "tl.int32"
+        w(f"# reduce: {red} over [{_words(axes)}]")
+        w(f"{acc} = tl.zeros([{self.rows}], dtype={acc_dtype})")
+        r0 = self.ns.create_name("r0")
+        w(f"for {r0} in range(0, {rnumel}, {BLOCK_RED}):")
+        with self.buf.indent():
+            r, live2, zero2 = (self.ns.create_name(n) for n in ("r", "live2", "zero2"))
+            w(f"{r} = {r0} + tl.arange(0, {BLOCK_RED}).to(IDX)")
+            w(f"{live2} = live[:, None] & ({r} < {rnumel})[None, :]")
+            w(f"{zero2} = tl.zeros([{self.rows}, {BLOCK_RED}], dtype=IDX)")
+            jdx: dict[str, str] = {}
+            self.unravel(r, axes, jdx)
+            self.red = (axes, jdx, live2, zero2)
+            try:
+                value = body()
+            finally:
+                self.red = None
+            if red == "sum":
+                w(f"{acc} += tl.sum(tl.where({live2}, {value}, 0), axis=1)")
             else:
-                val = f"({x} == 0).to(tl.int64)"
-            buf.writeline(f"{acc} += tl.sum(tl.where({self.live2}, {val}, 0), axis=1).to({_TL[acc_kind]})")
-        self.idx, self.loads, self.memo = saved_idx, saved_loads, saved_memo
-        if e.op == "sum":
-            return acc, acc_kind
-        name = self.fresh()
-        buf.writeline(f"{name} = {acc} {'>' if e.op == 'any' else '=='} 0")
-        return name, "b"
-
-    def kind_of(self, e: Expr) -> str:
-        if isinstance(e, Const):
-            return "w" if isinstance(e.value, float) else "i"
-        if isinstance(e, (Dim, Arange)):
-            return "i"
-        if isinstance(e, Ref):
-            return self.kind(e.field)
-        if isinstance(e, Unary):
-            return "b" if e.op in ("not", "isfinite") else _arith_kind(self.kind_of(e.x))
-        if isinstance(e, Binary):
-            if e.op in ("&", "|", "==", "!=", "<", "<=", ">", ">="):
-                return "b"
-            return _result_kind(self.kind_of(e.a), self.kind_of(e.b))
-        if isinstance(e, Reduce):
-            k = self.kind_of(e.x)
-            return ({"b": "i", "w": "f"}.get(k, k)) if e.op == "sum" else "b"
-        raise Unsupported(type(e).__name__)
-
-    # -- header ------------------------------------------------------------------------------
-    def header(self, groups: list[Group]) -> list[str]:
-        """The kernel in words, as `#` lines: every piece of spec text goes through `comment`."""
-        plan = self.plan
-        lines = [f"Generated by tritoncheck for spec {comment(plan.spec_name)}: every data check in one launch.", ""]
-        lines.append("fields:")
-        used = [f for f in plan.fields if f.name in self.fields]
-        for f in used:
-            dtype = dtype_name(self.dtypes[f.name])
-            lines.append(f"  {comment(f.name)}: {dtype} [{_words(f.shape_text)}]  (axes {_words(f.axes)})")
-        dims = sorted({a for f in used for a in f.shape if isinstance(a, str)})
-        lines.append(f"dims: {_words(dims) or '-'} (batch dim {comment(plan.batch_dim)}); "
-                     "sizes and strides are runtime arguments")
-        lines.append("checks:")
-        for k, c in enumerate(self.checks):
-            lines.append(f"  [{k}] {comment(c.code)}: {comment(describe(c))}  over [{_words(c.axes)}]")
-        lines.append("groups (program ranges, in order):")
-        total = []
-        for g_i, g in enumerate(groups):
-            reads = []
-            for k in g.checks:
-                for f in sorted(referenced_fields(self.checks[k])):
-                    item = f"{comment(f)} ({self.dtypes[f].itemsize} B/elem)"
-                    if item not in reads:
-                        reads.append(item)
-            unit = "rows" if g.reduce else "elements"
-            lines.append(f"  {g_i}: [{_words(g.axes)}], {g.block} {unit} per program, checks {g.checks}; "
-                         f"reads {', '.join(reads)}")
-        for f in used:
-            numel = "*".join(str(s) if isinstance(s, int) else comment(s) for s in f.shape) or "1"
-            total.append(f"{self.dtypes[f.name].itemsize}*{numel}")
-        lines.append(f"bytes read, at least (each field once): {' + '.join(total) or '0'}; "
-                     "a field used by several groups is read by each")
-        lines.append(f"writes: nothing on a valid batch; on violations int64 counts into {2}*{len(self.checks)} + "
-                     f"{comment(plan.batch_dim)}*{sum(plan.batch_dim in c.axes for c in self.checks)} slots")
-        return [f"# {line}" if line else "#" for line in lines]
+                hit = value if red == "any" else f"{value} == 0"
+                w(f"{acc} = tl.maximum({acc}, tl.max(tl.where({live2}, {hit}, 0).to(tl.int32), axis=1))")
+        if red == "sum":
+            return acc
+        return self.let(op, f"{acc} {'>' if red == 'any' else '=='} 0")
 
 
 def _words(items) -> str:
     """Names or text from the spec, each made safe for a comment, comma-separated."""
     return ", ".join(comment(x) for x in items)
-
-
-def _axes(plan: Plan, e: Expr) -> tuple[str, ...]:
-    if isinstance(e, Ref):
-        f = plan.field(e.field)
-        return tuple(a for a, i in zip(f.axes, e.index, strict=True) if i is None)
-    if isinstance(e, Arange):
-        return (e.dim,)
-    if isinstance(e, Unary):
-        return _axes(plan, e.x)
-    if isinstance(e, Binary):
-        a = _axes(plan, e.a)
-        return a + tuple(x for x in _axes(plan, e.b) if x not in a)
-    if isinstance(e, Reduce):
-        return () if e.dims is None else tuple(a for a in _axes(plan, e.x) if a not in e.dims)
-    return ()
-
-
-def _has_reduce(e: Expr) -> bool:
-    if isinstance(e, Reduce):
-        return True
-    if isinstance(e, Unary):
-        return _has_reduce(e.x)
-    if isinstance(e, Binary):
-        return _has_reduce(e.a) or _has_reduce(e.b)
-    return False
-
-
-def _truth(x: str, kind: str = "") -> str:
-    return x if kind == "b" else f"({x} != 0)"
-
-
-def _num(x: str, kind: str) -> str:
-    """Booleans take part in arithmetic and comparisons as int64, as torch's promotion does."""
-    return f"{x}.to(tl.int64)" if kind == "b" else x
-
-
-def _arith_kind(k: str) -> str:
-    return "i" if k == "b" else k
-
-
-def _result_kind(a: str, b: str) -> str:
-    a, b = _arith_kind(a), _arith_kind(b)
-    if "d" in (a, b):
-        return "d"
-    if "f" in (a, b) or "w" in (a, b):
-        return "f"
-    return "i"
-
-
-def _float_lit(v: float) -> str:
-    if math.isnan(v):
-        return 'float("nan")'
-    if math.isinf(v):
-        return 'float("inf")' if v > 0 else 'float("-inf")'
-    return repr(float(v))
-
-
-_HELPERS = {
-    "_floordiv_int": '''
-@triton.jit
-def _floordiv_int(a, b):
-    """Floor division for integers (Triton's // truncates); a // 0 is 0, so a == (a // b) * b + a % b."""
-    nonzero = tl.where(b == 0, 1, b)
-    q = a // nonzero
-    r = a - q * nonzero
-    q = q - ((r != 0) & ((r < 0) != (nonzero < 0))).to(q.dtype)
-    return tl.where(b == 0, 0, q)
-''',
-    "_remainder_int": '''
-@triton.jit
-def _remainder_int(a, b):
-    """torch.remainder for integers: the result takes the divisor's sign; a % 0 is a."""
-    nonzero = tl.where(b == 0, 1, b)
-    r = a - (a // nonzero) * nonzero
-    r = r + tl.where((r != 0) & ((r < 0) != (nonzero < 0)), nonzero, 0)
-    return tl.where(b == 0, a, r)
-''',
-    "_floordiv_float": '''
-@triton.jit
-def _floordiv_float(a, b):
-    """torch's floor division for floats (fmod-based, as in ATen's div_floor)."""
-    mod = a % b
-    div = (a - mod) / b
-    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
-    floored = tl.floor(div)
-    floored = tl.where(div - floored > 0.5, floored + 1, floored)
-    return tl.where(div == 0, 0.0 * (a / b), tl.where(b == 0, a / b, floored))
-''',
-    "_remainder_float": '''
-@triton.jit
-def _remainder_float(a, b):
-    """torch.remainder for floats: fmod, shifted into the divisor's sign."""
-    mod = a % b
-    return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
-''',
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -678,9 +596,10 @@ def load(program: Program) -> Program:
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             sys.modules[mod_name] = module
-    program.kernel = getattr(module, KERNEL_NAME)
+    program.fn = getattr(module, KERNEL_NAME)
     program.path = path
     return program
 
 
-__all__ = ["generate", "load", "Program", "Unsupported", "cache_dir"]
+__all__ = ["BLOCK", "BLOCK_RED", "BLOCK_ROWS", "KERNEL_NAME", "Program", "TritonCodegen", "cache_dir", "generate",
+           "literal", "load"]
