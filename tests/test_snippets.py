@@ -135,7 +135,8 @@ def training_fixtures(tmp_path):
     bad = {k: v.clone() for k, v in dataset[0].items()}
     bad["input_ids"][1] = 40  # past the vocabulary: the guard stops it before the forward
     return {"model": model, "dataset": dataset, "ds": ds, "tok": tok, "args": args,
-            "batch": {k: v.unsqueeze(0) for k, v in dataset[0].items()}, "bad_batch": {k: v.unsqueeze(0) for k, v in bad.items()},
+            "batch": {k: v.unsqueeze(0) for k, v in dataset[0].items()},
+            "bad_batch": {k: v.unsqueeze(0) for k, v in bad.items()},
             **_lightning(tmp_path)}
 
 

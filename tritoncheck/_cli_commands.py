@@ -35,18 +35,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("spec", help="a built-in spec name (see `tritoncheck specs`) or a YAML spec file")
     p.add_argument("batch", help="the batch: a torch.save'd dict of tensors (.pt), .safetensors or .npz")
-    _add_param_args(p)
+    add_param_args(p)
     add_output_args(p)
     p.add_argument("--backend", choices=list(BACKENDS), default="auto", help="default: auto (C on CPU, Triton on CUDA)")
-    p.set_defaults(run=_guarded(run_check))
+    p.set_defaults(run=guarded(run_check))
 
     s = sub.add_parser("specs", help="list built-in specs, or show one", description="List built-in specs, or show one.")
     s.add_argument("name", nargs="?", help="a built-in spec name or a YAML file: show its YAML and its plan")
-    _add_param_args(s)
-    s.set_defaults(run=_guarded(run_specs))
+    add_param_args(s)
+    s.set_defaults(run=guarded(run_specs))
 
 
-def _add_param_args(p: argparse.ArgumentParser) -> None:
+def add_param_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
                    help="a spec parameter, e.g. --param vocab_size=50265 (repeatable; int/float/bool/str)")
     p.add_argument("--config", "-c", metavar="FILE",
@@ -80,7 +80,7 @@ def closest(name: str, choices: Any) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
-def _guarded(fn):
+def guarded(fn):
     """Turn the errors a user can cause into one line on stderr and exit code 2."""
     from ._spec import SpecError
 
@@ -170,7 +170,7 @@ def load_batch(path: str) -> Any:
         raise UsageError(f"cannot read batch file {path}: {first[:300]}") from None
 
 
-def _load_spec(args: argparse.Namespace, fill: bool = True):
+def spec_from_args(args: argparse.Namespace, fill: bool = True):
     """The spec named on the command line, its parameters from --param and --config.
 
     Errors speak the command line: a missing parameter names --param (and says which config
@@ -210,7 +210,7 @@ def _load_spec(args: argparse.Namespace, fill: bool = True):
 def run_check(args: argparse.Namespace) -> int:
     from ._api import check
 
-    spec = _load_spec(args)
+    spec = spec_from_args(args)
     batch = load_batch(args.batch)
     try:
         report = check(batch, spec, backend=args.backend)
@@ -261,7 +261,7 @@ def run_specs(args: argparse.Namespace) -> int:
             for name, description, params in rows:
                 say(f"{name}\n    {description}\n    parameters: {params}")
         return EXIT_OK
-    spec = _load_spec(args, fill=False)
+    spec = spec_from_args(args, fill=False)
     say(spec.to_yaml().rstrip())
     print()
     missing = spec.missing_params()

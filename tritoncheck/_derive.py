@@ -91,8 +91,9 @@ def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValu
     else:
         raise TypeError(f"spec_for needs a torch.nn.Module (a Hugging Face model or your own), got {name}")
     if notes:
-        data["description"] += " Not derived (add these to the contract yourself): " + "; ".join(n for n, _ in notes) + "."
-        logger.info("spec_for(%s): could not derive: %s", name, "; ".join(n for n, _ in notes))
+        missing = "; ".join(n for n, _ in notes)
+        data["description"] += f" Not derived (add these to the contract yourself): {missing}."
+        logger.info("spec_for(%s): could not derive: %s", name, missing)
         crashes = [n for n, crash in notes if crash]
         if crashes:  # harmless gaps (a float input's range, no length bound where nothing overflows) are only logged
             warnings.warn(f"spec_for({name}): left unchecked, a likely crash cause: " + "; ".join(crashes), UserWarning,

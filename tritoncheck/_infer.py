@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ._cli_commands import EXIT_OK, UsageError, _guarded, load_batch
+from ._cli_commands import EXIT_OK, UsageError, guarded, load_batch
 from ._dtypes import DTYPES, GROUPS, dtype_name
 from ._plan import as_tensor
 from ._report import printable
@@ -54,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("batches", nargs="+", metavar="BATCH_FILE", help="example batches; a .pt file may hold a list of batches")
     p.add_argument("--name", default="inferred", help="the spec's name (default: inferred)")
-    p.set_defaults(run=_guarded(run_infer))
+    p.set_defaults(run=guarded(run_infer))
 
 
 def run_infer(args: argparse.Namespace) -> int:

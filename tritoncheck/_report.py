@@ -321,7 +321,9 @@ class BatchValidationError(ValueError):
         """In a notebook: the report as an HTML table, every piece of text escaped."""
         from html import escape
 
-        return self.report._repr_html_() if self.report is not None else f"<pre>{escape(printable_lines(str(self)))}</pre>"
+        if self.report is not None:
+            return self.report._repr_html_()
+        return f"<pre>{escape(printable_lines(str(self)))}</pre>"
 
     def __reduce__(self):
         # Pickle (DataLoader workers, copy, deepcopy) rebuilds from the message text, then restores

@@ -40,15 +40,15 @@ from ._cli_commands import (
     EXIT_OK,
     EXIT_VIOLATIONS,
     UsageError,
-    _add_param_args,
-    _guarded,
-    _load_spec,
     add_output_args,
+    add_param_args,
     closest,
     console,
+    guarded,
     load_batch,
     output_format,
     say,
+    spec_from_args,
     write_json,
 )
 from ._report import fitted_table, printable
@@ -72,14 +72,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("spec", help="a built-in spec name (see `tritoncheck specs`) or a YAML spec file")
     p.add_argument("data", help="a batch file, a directory of batch files, or a `datasets` save_to_disk directory")
-    _add_param_args(p)
+    add_param_args(p)
     add_output_args(p)
     p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
                    help="check column or key OLD as the spec's field NEW (repeatable); label and label_ids "
                    "become labels unless the spec names them")
     p.add_argument("--batch-size", type=int, default=256, help="rows per check for a `datasets` dataset (default 256)")
     p.add_argument("--backend", choices=list(BACKENDS), default="auto", help="default: auto (the C kernel on CPU)")
-    p.set_defaults(run=_guarded(run_scan))
+    p.set_defaults(run=guarded(run_scan))
 
 
 @dataclass
@@ -99,7 +99,7 @@ def run_scan(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-    spec = _load_spec(args)
+    spec = spec_from_args(args)
     renames = _renames(args.rename, spec)
     scan = _Scan(spec, args.backend)
     applied: dict[str, str] = {}  # the renames some batch or column actually needed
@@ -408,7 +408,8 @@ class _Ragged:
             suspect |= (sizes != sizes[:, :1]).any(dim=1)  # its fields disagree on d
             if d not in self.free:
                 suspect |= sizes[:, 0] != sizes.max()  # shorter along a fixed axis (bbox's 4)
-        read = sorted({d for _, dims, needs in plan.needs for d in (*dims, *(n.dim for n in needs))} & self.sizes.keys())
+        read = {d for _, dims, needs in plan.needs for d in (*dims, *(n.dim for n in needs))}
+        read = sorted(read & self.sizes.keys())
         # rows of equal length in every dim a data check reads, so that padding changes none of them
         keys = torch.stack([self.sizes[d][:, 0] for d in read], dim=1) if read else torch.zeros(self.n, 1)
         _, group_of = torch.unique(keys, dim=0, return_inverse=True)
@@ -584,7 +585,8 @@ def _show(report: dict[str, Any], table: bool) -> None:
     if len(report["violations"]) > SHOWN:
         say(f"  ... and {len(report['violations']) - SHOWN} more (see --json or --output FILE)")
     if report["errors"]:
-        say(f"{_plural(len(report['errors']), 'batch', 'batches')} could not be checked (internal error: please report):")
+        failed = _plural(len(report["errors"]), "batch", "batches")
+        say(f"{failed} could not be checked (internal error: please report):")
         for e in report["errors"][:SHOWN]:
             where = e["source"] + (f" from row {e['offset']}" if e["offset"] else "")
             say(f"  {where}: {e['error']}: {e['message']}")

@@ -66,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     """`bench` as a stub that takes any arguments, so that other commands never import the harness."""
-    p = sub.add_parser("bench", add_help=False, help="time tritoncheck against hand-written checks on realistic batches")
+    p = sub.add_parser("bench", add_help=False,
+                       help="time tritoncheck against hand-written checks on realistic batches")
     p.set_defaults(run=_run_bench)
 
 
