@@ -300,3 +300,11 @@ def test_indexed_hf_dataset_stays_a_datasets_dataset_and_carries_indices_into_sp
     batches = list(DataLoader(indexed, batch_size=4, num_workers=2, collate_fn=collate, multiprocessing_context="spawn"))
     assert seen_indices(batches) == sorted(set(range(N)) - BAD)
     assert collate.stats()["indices"] == sorted(BAD)
+
+
+def test_the_skip_log_says_why_each_sample_was_dropped(tmp_path, caplog):
+    collate = tc.ValidatingCollate(make_spec(), on_error="skip", log_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="tritoncheck"):
+        collate(bad_pair(0, 7))
+    (summary,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "skipped: sample 1 = dataset index 7 (above_max input_ids)" in summary and str(tmp_path) in summary

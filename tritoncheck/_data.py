@@ -215,7 +215,8 @@ class ValidatingCollate:
         outcomes: dict[str, list[str]] = {}
         for pos, violations in bad.items():
             outcome = self._record(pos, indices[pos], samples[pos], violations)
-            outcomes.setdefault(outcome, []).append(_sample_name(pos, indices[pos]))
+            why = ", ".join(sorted({f"{v.code} {v.field}" for v in violations}))
+            outcomes.setdefault(outcome, []).append(f"{_sample_name(pos, indices[pos])} ({why})")
         logger.warning(
             "tritoncheck: dropped %d bad sample(s) of %d: %s; records in %s", len(bad), len(samples),
             "; ".join(f"{outcome}: {', '.join(names)}" for outcome, names in outcomes.items()), self.record_dir,
