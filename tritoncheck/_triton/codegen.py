@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -139,7 +139,6 @@ class Program:
     reductions: tuple[tuple[str, ...], ...]
     fn: Any = None  # the JIT function, once `load`ed
     path: str | None = None
-    launch_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def generate(kernel: Kernel) -> Program:
@@ -514,7 +513,7 @@ class TritonCodegen:
         if self.red is not None:
             raise Unsupported("a reduction inside a reduction")
         w = self.buf.writeline
-        acc = self.names[op.id] = self.ns.create_name(f"v{op.id}")
+        acc = self.ns.create_name(f"acc{op.id}")
         rnumel = " * ".join(self.size(a) for a in axes) or "1"
         self.reductions.append(axes)
         # sum: in the value's kind; any/all: the max of (value, resp. not value) seen so far
