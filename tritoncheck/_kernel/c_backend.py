@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 from .._plan import Bound, DataCheck, Plan, referenced_fields
@@ -47,8 +46,9 @@ class Program:
         self.float_array = ctypes.c_double * len(self.float_scalars)
         self.out_arrays: dict[int, type] = {}  # batch size -> result buffer type
         # selections like x[:, 1] along a dim: bind reports one past the dim; never read past it here
-        self.selections = tuple((f.name, pos, sel, axis) for f in kernel.fields for pos, axis in enumerate(f.axes)
-                                if axis not in kernel.fixed for sel in _selections(kernel, f.name, pos))
+        axes = {f.name: f.axes for f in kernel.fields}
+        self.selections = tuple((f, pos, sel, axes[f][pos]) for f, pos, sel in kernel.selections()
+                                if axes[f][pos] not in kernel.fixed)
 
     def __call__(self, bound: Bound) -> list[Violation]:
         tensors, dims = bound.tensors, bound.dims
@@ -76,23 +76,6 @@ class Program:
         if self.fn(packed, floats, out):
             return decode(self.kernel, out, bound)
         return []
-
-
-def _selections(kernel: ir.Kernel, field: str, pos: int) -> set[int]:
-    found: set[int] = set()
-
-    def visit(ops: Sequence[ir.Op]) -> None:
-        for op in ops:
-            if op.name == "load" and op.args[0] == field and op.args[1][pos] is not None:
-                found.add(op.args[1][pos])
-            elif op.name == "reduction":
-                visit(op.args[2])
-
-    for g in kernel.groups:
-        visit(g.ops)
-    for s in kernel.subjects.values():
-        visit(s.ops)
-    return found
 
 
 class _PlanEntry:
