@@ -397,9 +397,9 @@ class TritonCodegen:
             return self.idx[axis], "outer"
         raise Unsupported(f"axis {axis} is not in the iteration space")
 
-    def load(self, op: Op, fname: str, index: tuple) -> str:
+    def load(self, op: Op, fname: str, index: tuple, prev: str | None = None) -> str:
         f = self.k.field(fname)
-        if self.flat and self.red is None:
+        if self.flat and self.red is None and prev is None:
             offset = "offs"
         else:
             terms, follows = [], set()
@@ -407,6 +407,8 @@ class TritonCodegen:
                 if sel is None:
                     ix, scope = self.position(axis)
                     follows.add(scope)
+                    if axis == prev:  # one position back, clamped at 0
+                        ix = f"tl.maximum({ix} - 1, 0)"
                 elif sel >= 0:
                     ix = str(sel)
                 else:
@@ -431,6 +433,9 @@ class TritonCodegen:
             value = f"{raw}.to({_TL[op.kind]})"
         # a load at the group's top level depends only on the position: hoisted into the loads section
         return self.let(op, value, comment(fname), self.loads if self.red is None else None)
+
+    def load_prev(self, op: Op, fname: str, axis: str) -> str:
+        return self.load(op, fname, (None,) * len(self.k.field(fname).axes), prev=axis)
 
     def const(self, op: Op, value: Any) -> str:
         return self.let(op, literal(value, op.kind))
