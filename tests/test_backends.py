@@ -125,3 +125,16 @@ def test_the_c_backend_refuses_device_tensors():
 def test_this_machine_can_build_c_kernels():
     """CI has gcc: if this fails, every C test above ran on the torch fallback."""
     assert c_backend.available()
+
+
+def test_a_triton_fallback_is_named_in_the_report():
+    """Triton hands an expanded view to torch; the report must not claim the kernel ran."""
+    pytest.importorskip("triton")
+    spec = tc.load_spec("cross-entropy")
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter on CPU (tests/conftest.py)
+    batch = {"input": torch.zeros(1, 3, device=device).expand(2**31 + 5, 3),
+             "target": torch.tensor([1], device=device).expand(2**31 + 5)}
+    report = tc.check(batch, spec, backend="triton")
+    assert report.ok and report.backend == "torch"
+    small = {"input": torch.zeros(4, 3, device=device), "target": torch.tensor([1, 0, 2, 1], device=device)}
+    assert tc.check(small, spec, backend="triton").backend == "triton"

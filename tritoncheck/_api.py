@@ -47,7 +47,8 @@ def run_data_checks(plan: Any, bound: Any, chosen: str) -> tuple[list[Violation]
     elif chosen == "triton":
         from ._triton import backend as triton_backend
 
-        return triton_backend.run(plan, bound), "triton"
+        pending = triton_backend.launch(plan, bound)
+        return pending.result(), pending.backend  # "torch" where the kernel could not take the plan
     return _torch_backend.run(plan, bound), "torch"
 
 

@@ -69,12 +69,12 @@ def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None) -
 
         pending = triton_backend.launch(plan, bound)
         if pending.event is None:  # nothing to wait for (the CPU interpreter, or no data checks)
-            done = report(pending.result())
+            done = report(pending.result(), pending.backend)
         else:
             event = pending.event
 
             def finish() -> Report:
-                return report(pending.result())
+                return report(pending.result(), pending.backend)
     else:
         done = report(*_api.run_data_checks(plan, bound, chosen))
     with _lock:
