@@ -61,6 +61,7 @@ HINT_TEXTS = [
     "[bold]x[/bold] [link=http://e.invalid]y[/link]", "line1\nline2", "ünïcödé ✓", "}{ %s {0}", "'''", "\\", "",
 ]
 HINT_CODES = ["below_min", "above_max", "not_in_set", "non_finite", "rule_failed", "dim_bound", "bogus_code"]
+EXTENDS = ["bert-sequence-classification", "ctc", "/etc/passwd", "../../x.yaml", "missing.yaml", "", 7, ["mse"]]
 RULE_COMMENTS = ['  # """;__import__("os").system("id");_="""', "  # ok", "  # \x1b]0;title\x07"]
 
 
@@ -139,6 +140,8 @@ def spec_models(draw) -> tuple[dict, list[FieldModel], dict[str, Any]]:
     rules = draw(st.lists(rules_for(models, dims, list(params), clean), min_size=int(clean), max_size=4))
     if rules:
         data["rules"] = rules
+    if not clean and draw(st.integers(0, 3)) == 0:  # a base to merge: a built-in, or a file it may not read
+        data["extends"] = draw(st.sampled_from(EXTENDS))
     if draw(st.integers(0, 3)) == 0:
         data["unexpected_fields"] = draw(st.sampled_from(["ignore", "error"] if clean else ["ignore", "warn", 1]))
     return data, models, params
