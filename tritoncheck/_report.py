@@ -32,6 +32,7 @@ VIOLATION_CODES: tuple[str, ...] = (
     "above_max",
     "not_in_set",
     "non_finite",
+    "not_monotonic",
     "dim_bound",
     "rule_failed",
     "sequence_too_long",

@@ -21,18 +21,16 @@ from typing import Any
 
 import torch
 
-from ._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype, int_limit
+from ._checks import hint, kind_of, message, range_limit
+from ._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
 from ._plan import (
     Bound,
     DataCheck,
-    FiniteCheck,
     Plan,
     RangeCheck,
     RuleCheck,
-    describe,
     evaluate_scalar,
-    expr_dims,
 )
 from ._report import Violation
 
@@ -112,46 +110,22 @@ class _Context:
         return self._summary[name]
 
     def bound_value(self, check: RangeCheck) -> int | float:
-        """The bound as the field's compute dtype compares it (see `bound_value`)."""
-        return bound_value(check, self.dims, self.bound.tensors[check.field].dtype)
+        """The bound as the field's compute dtype compares it (see `range_limit`)."""
+        return range_limit(check, self.dims, self.bound.tensors[check.field].dtype)
+
+    def comparable(self, values: tuple[int | float, ...], name: str) -> tuple[int | float, ...]:
+        """`values` as field `name` can hold them (`comparable_values`, cached per check and dtype)."""
+        return _comparable(values, self.bound.tensors[name].dtype)
 
     def bad_mask(self, check: DataCheck) -> torch.Tensor | None:
-        """A bool tensor over `check.axes`, True where the check fails; None when the summary clears it."""
-        if isinstance(check, RuleCheck):
-            if self._settled_by_summary(check) or self.interval(check.expr) == (1, 1):
-                return None  # settled by the fields' (min, max) and the dims, without touching data
-            ok = self.values(check.expr, check.axes).to(torch.bool)
-            if check.where is None:
-                return None if bool(ok.all()) else ~ok  # one reduction + read instead of ~ok and a count
-            bad = ~ok & self.values(check.where, check.axes).to(torch.bool)
-            return bad if bool(bad.any()) else None
-        summary = self.summary(check.field)
-        if summary is None:
+        """A bool tensor over `check.axes`, True where the check fails; None when the fields'
+        (min, max) summaries and the dims settle it (the kind's `settle`) or nothing fails."""
+        kind = kind_of(check)
+        if kind.settle(check, self):
             return None
-        mn, mx = summary
-        if isinstance(check, FiniteCheck):
-            if math.isfinite(mn) and math.isfinite(mx):
-                return None
-            return ~torch.isfinite(self.tensor(check.field))
-        dtype = self.bound.tensors[check.field].dtype
-        allow = _comparable(check.allow, dtype)
-        if isinstance(check, RangeCheck):
-            limit = self.bound_value(check)
-            if (mn >= limit) if check.kind == "min" else (mx <= limit):
-                return None  # NaN compares False, so a NaN min/max falls through to the exact pass
-            x = self.tensor(check.field)
-            bad = x < limit if check.kind == "min" else x > limit
-        else:  # ValueSetCheck: no value of the set that the field cannot equal means every value fails
-            values = _comparable(check.values, dtype)
-            if _covers(mn, mx, values + allow):
-                return None
-            x = self.tensor(check.field)
-            bad = ~torch.isin(x, torch.tensor(values, dtype=x.dtype, device=x.device))
-        for a in allow:  # a sentinel or two (-100): one compare each, where isin sorts
-            bad &= x != a
-        return bad
+        return kind.torch(check, self)
 
-    def _settled_by_summary(self, check: RuleCheck) -> bool:
+    def settled_by_summary(self, check: RuleCheck) -> bool:
         """`any(labels != -100)` holds when the field's min or max is not -100: no second pass."""
         e = check.expr
         if check.where is not None or not (isinstance(e, Reduce) and e.op == "any" and e.dims is None):
@@ -345,17 +319,6 @@ def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: 
     return t
 
 
-def _covers(mn: int | float, mx: int | float, values: tuple[int | float, ...]) -> bool:
-    """True if every integer in [mn, mx] is an allowed value (so the summary settles a value set).
-
-    `values` are comparable values of an integer field (`comparable_values`), so all integers.
-    """
-    if isinstance(mn, float) or isinstance(mx, float):
-        return False
-    lo, hi = int(mn), int(mx)
-    return hi - lo < 4096 and set(range(lo, hi + 1)) <= set(values)
-
-
 def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
            sizes: Mapping[str, int] | None = None) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """Count the True entries, list the batch positions holding one, and find the first (row-major).
@@ -394,51 +357,18 @@ def make_violation(check: DataCheck, ctx: _Context, count: int, samples: tuple[i
     return violation(check, ctx.bound, count, samples, index, value)
 
 
-def bound_value(check: RangeCheck, dims: Mapping[str, int], dtype: torch.dtype) -> int | float:
-    """A range check's bound as a field of `dtype` compares with it: the exact int64 bound for an
-    integer field (`int_limit`; +-inf where every value fails or none does), a double for a float one."""
-    value = evaluate_scalar(check.bound, dims)
-    if not dtype.is_floating_point:
-        limit = int_limit(value, check.kind)
-        if isinstance(limit, str):  # every int64 fails ("always") or none does: infinities compare exactly
-            return math.inf if (limit == "always") == (check.kind == "min") else -math.inf
-        return limit
-    try:
-        return float(value)
-    except OverflowError:  # an integer past the float range (a product of dims)
-        return math.inf if value > 0 else -math.inf
-
-
 def violation(check: DataCheck, bound: Bound, count: int, samples: tuple[int, ...], index: tuple[int, ...],
               value: Any) -> Violation:
-    """A failing check as the report shows it: the rule in words (a range check's bound resolved
+    """A failing check as the report shows it: the kind's message (a range check's bound resolved
     against the batch's dims, and where those dims came from), the value found at the first
-    offending index, and the hint. Every backend builds its violations here, so their reports
-    cannot drift apart."""
-    rule = describe(check)
-    if isinstance(check, RangeCheck):
-        dims = bound.dim_values()
-        dtype = bound.tensors[check.field].dtype
-        limit = bound_value(check, dims, dtype)
-        if isinstance(limit, float) and math.isinf(limit) and not dtype.is_floating_point:
-            limit = evaluate_scalar(check.bound, dims)  # past int64: show the bound, not how it compares
-        if check.bound_text.split(" = ")[-1] != str(limit):
-            rule += f" = {limit}"
-        names = sorted(expr_dims(check.bound))
-        if names:
-            rule += " (" + ", ".join(f"{d}={dims[d]} from {bound.dims[d][1]}" for d in names) + ")"
-    return Violation(check.field, check.code, rule, samples, count, index, value, _hint(check, value))
+    offending index, and the kind's hint. Every backend builds its violations here, so their
+    reports cannot drift apart."""
+    return Violation(check.field, check.code, message(check, bound), samples, count, index, value, hint(check, value))
 
 
 def _at(t: torch.Tensor, index: tuple[int, ...]) -> torch.Tensor:
     """`t[index]`, where an axis of size 1 stands for the whole axis (an expanded view, or a broadcast)."""
     return t[tuple(0 if n == 1 else i for i, n in zip(index, t.shape, strict=True))]
-
-
-def _hint(check: DataCheck, value: Any) -> str | None:
-    if isinstance(check, RangeCheck) and check.kind == "min" and value == -1 and -100 in check.allow:
-        return "-1 where -100 was meant? -100 is the ignore index of PyTorch's cross-entropy and Hugging Face models"
-    return check.hint
 
 
 def _python(value: Any) -> Any:

@@ -351,6 +351,15 @@ class CCodegen:
             x = f"(int64_t){x}"  # bool storage is read as its byte, as torch's summary views it
         return self.let(op, x)
 
+    def load_prev(self, op: Op, field: str, axis: str) -> str:
+        # the element before along `axis` (itself at position 0); a group reading it has no flat walk
+        pos = self.bind[axis]
+        self.bind[axis] = f"({pos} > 0 ? {pos} - 1 : 0)"
+        try:
+            return self.load(op, field, (None,) * len(self.k.field(field).axes))
+        finally:
+            self.bind[axis] = pos
+
     def const(self, op: Op, value: Any) -> str:
         return literal(value, op.kind)
 

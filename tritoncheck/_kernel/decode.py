@@ -115,6 +115,20 @@ class PointOps:
             x = x.reshape([next(it) if a in kept else 1 for a in self.free])
         return x
 
+    def load_prev(self, op: Op, field: str, axis: str) -> torch.Tensor:
+        """The element before along `axis` (itself at position 0)."""
+        whole = (None,) * len(self.kernel.field(field).axes)
+        if axis not in self.free:
+            at, self.at = self.at, {**self.at, axis: max(self.at[axis] - 1, 0)}
+            try:
+                return self.load(op, field, whole)
+            finally:
+                self.at = at
+        x = self.load(op, field, whole)
+        i = self.free.index(axis)
+        before = (torch.arange(x.shape[i]) - 1).clamp(min=0)  # size 1 (an expanded axis): itself
+        return x.index_select(i, before)
+
     def const(self, op: Op, value: Any) -> torch.Tensor:
         return torch.tensor(value, dtype=KIND_DTYPE[op.kind])
 

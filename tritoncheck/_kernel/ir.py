@@ -24,15 +24,16 @@ silent fallback; `missing_ops(handler)` lists what a handler lacks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from .._checks import UnknownCheckKind, kind_of
 from .._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype, int_limit
 from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, to_text
-from .._plan import DataCheck, FiniteCheck, Plan, RangeCheck, RuleCheck, ValueSetCheck, evaluate_scalar
+from .._plan import DataCheck, Plan, RuleCheck, evaluate_scalar
 
 BIG = 2**62  # a first-index slot holds BIG - index, so 0 means "none" and max() keeps the first
 
@@ -41,6 +42,8 @@ OPS: dict[str, str] = {
     "load": "(field, index): the field's element at the current position, in its compute kind; index "
     "has one entry per field axis: None follows the axis' loop, k >= 0 selects k, k < 0 selects size + k",
     "const": "(value): a Python number already converted to the op's kind",
+    "load_prev": "(field, axis): the field's element one position before the current one along axis (the "
+    "current element itself at position 0); its other axes follow the loop",
     "index": "(axis): the current position along an axis, as int64 (arange)",
     "scalar": "(slot): host scalar `slot`, converted to the op's kind (int slots: int64; float slots: double)",
     "cast": "(x): x converted to the op's kind (b->i, b->f, i->f, i->d, f->d, b->d)",
@@ -562,73 +565,43 @@ class _Lowering:
         outer.ops.append(op)
         return op.val
 
-    # -- checks --------------------------------------------------------------------------------
+    # -- checks (each kind's `ir` part, tritoncheck._checks, builds its predicate with these) -------
     def check(self, k: int, c: DataCheck) -> Val:
-        """The op that is true where check `k` fails."""
-        lower = _CHECKS.get(type(c))
-        if lower is None:
-            raise Unsupported(f"no lowering for check kind {type(c).__name__}")
-        return lower(self, k, c)
+        """The op that is true where check `k` fails: its registered kind's lowering (an unknown kind raises)."""
+        try:
+            lower = kind_of(c).ir
+        except UnknownCheckKind as exc:  # not one of ours: this IR cannot lower it
+            raise Unsupported(str(exc)) from None
+        if lower is None:  # a host kind (dim_bound) never reaches a kernel
+            raise Unsupported(f"check kind {c.kind!r} has no kernel lowering")
+        return lower(c, self)
 
     def full_load(self, name: str) -> Val:
         return self.load(Ref(name, (None,) * len(self.fields[name].axes)))
 
-    def allowed(self, bad: Val, x: Val, sig: FieldSig, allow: tuple) -> Val:
-        for v in comparable_values(allow, sig.dtype):
+    def load_prev(self, name: str, axis: str) -> Val:
+        """The element one before the current position along `axis` (itself at position 0)."""
+        sig = self.fields[name]
+        self.axes_used.update(dict.fromkeys(sig.axes))
+        self.scope.loads.append((name, (None,) * len(sig.axes)))
+        self.scope.uses_index = True  # needs the position along `axis`: never a flat walk
+        return self.emit("load_prev", (name, axis), sig.kind)
+
+    def host_scalar(self, expr: Expr, py: str, kind: str, side: str | None = None, part: str = "limit") -> Val:
+        """A host scalar (see `HostScalar`) in `kind`."""
+        return self.scalar(HostScalar(expr, py, side, part), kind)
+
+    def comparable(self, values: tuple, name: str) -> tuple:
+        """`values` as field `name` can hold them (`comparable_values`)."""
+        return comparable_values(values, self.fields[name].dtype)
+
+    def allowed(self, bad: Val, x: Val, name: str, allow: tuple) -> Val:
+        """`bad`, except where `x` is one of the `allow` sentinels of field `name`."""
+        for v in self.comparable(allow, name):
             bad = self.emit("and_", (bad, self.emit("ne", (x, self.const(v, x.kind)), "b")), "b")
         return bad
 
 
-def _lower_range(lw: _Lowering, k: int, c: RangeCheck) -> Val:
-    sig = lw.fields[c.field]
-    x = lw.full_load(c.field)
-    cmp = "lt" if c.kind == "min" else "gt"
-    if x.kind != "i":  # a float field compares with the bound as a double rounded to its kind
-        bound = lw.const(_to_float(c.bound.value), x.kind) if isinstance(c.bound, Const) else \
-            lw.scalar(HostScalar(c.bound, "float"), x.kind)
-        bad = lw.emit(cmp, (x, bound), "b")
-    elif isinstance(c.bound, Const):
-        limit = int_limit(c.bound.value, c.kind)
-        if isinstance(limit, str):  # no int64 bound: every value fails, or none does
-            bad = lw.const(limit == "always", "b")
-        else:
-            bad = lw.emit(cmp, (x, lw.const(limit, "i")), "b")
-    else:  # over dims: the host computes the int64 bound, and whether none can express it
-        limit = lw.scalar(HostScalar(c.bound, "int", c.kind), "i")
-        always = lw.scalar(HostScalar(c.bound, "int", c.kind, "always"), "b")
-        bad = lw.emit("or_", (lw.emit(cmp, (x, limit), "b"), always), "b")
-    return lw.allowed(bad, x, sig, c.allow)
-
-
-def _lower_values(lw: _Lowering, k: int, c: ValueSetCheck) -> Val:
-    sig = lw.fields[c.field]
-    x = lw.full_load(c.field)
-    nes = [lw.emit("ne", (x, lw.const(v, x.kind)), "b") for v in comparable_values(c.values, sig.dtype)]
-    bad = nes[0] if nes else lw.const(True, "b")  # no comparable value: every element fails
-    for ne in nes[1:]:
-        bad = lw.emit("and_", (bad, ne), "b")
-    return lw.allowed(bad, x, sig, c.allow)
-
-
-def _lower_finite(lw: _Lowering, k: int, c: FiniteCheck) -> Val:
-    if lw.fields[c.field].kind == "i":
-        return lw.const(False, "b")  # an integer is always finite: nothing to read
-    return lw.emit("not_", (lw.emit("isfinite", (lw.full_load(c.field),), "b"),), "b")
-
-
-def _lower_rule(lw: _Lowering, k: int, c: RuleCheck) -> Val:
-    bad = lw.emit("not_", (lw.truth(lw.expr(c.expr)),), "b")
-    if c.where is not None:
-        bad = lw.emit("and_", (bad, lw.truth(lw.expr(c.where))), "b")
-    return bad
-
-
-_CHECKS: dict[type, Callable[[_Lowering, int, Any], Val]] = {
-    RangeCheck: _lower_range,
-    ValueSetCheck: _lower_values,
-    FiniteCheck: _lower_finite,
-    RuleCheck: _lower_rule,
-}
 _COMPARE = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 _ARITH = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "mod"}
 
@@ -680,7 +653,7 @@ def lower(plan: Plan, checks: tuple[DataCheck, ...], fields: Mapping[str, FieldS
 def _op_fields(ops: tuple[Op, ...]) -> set[str]:
     out = set()
     for op in ops:
-        if op.name == "load":
+        if op.name in ("load", "load_prev"):
             out.add(op.args[0])
         elif op.name == "reduction":
             out |= _op_fields(op.args[2])

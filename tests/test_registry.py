@@ -1,0 +1,85 @@
+"""Every check kind is registered once with all its parts, and dispatch refuses an unknown kind."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pytest
+
+import tritoncheck as tc
+from tritoncheck._checks import REGISTRY, CheckKind, UnknownCheckKind, describe, hint, kind_of
+from tritoncheck._plan import compile_plan, referenced_fields
+from tritoncheck._spec import spec_from_dict
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+OPTIONAL_PARTS = {"repair", "value_fails"}  # a kind may need no repair, and only element-wise kinds test one value
+RULE_KINDS = {"rule", "dim_bound"}  # lowered from the spec's `rules:` list, not from a field option
+HOST_KINDS = {"dim_bound"}  # checked by `bind` from sizes alone: no data to settle, evaluate or lower
+
+
+def test_builtin_kinds_are_registered():
+    assert set(REGISTRY) == {"min", "max", "values", "finite", "rule", "dim_bound", "monotonic"}
+
+
+@pytest.mark.parametrize("kind", sorted(REGISTRY))
+def test_no_part_is_missing(kind):
+    entry = REGISTRY[kind]
+    for part in fields(CheckKind):
+        if part.name in OPTIONAL_PARTS or (kind in RULE_KINDS and part.name in ("option", "lower")):
+            continue
+        if kind in HOST_KINDS and part.name in ("settle", "torch", "ir"):
+            continue
+        assert getattr(entry, part.name) is not None, f"{kind}: no {part.name}"
+    if kind not in RULE_KINDS:
+        assert entry.option.name and callable(entry.lower)
+
+
+@pytest.mark.parametrize("kind", sorted(REGISTRY))
+def test_every_kind_has_its_code_documented_and_listed(kind):
+    entry = REGISTRY[kind]
+    sections = re.findall(r"^## `([a-z_]+)`\s*$", DOC.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    assert entry.doc == f"docs/errors.md#{entry.code}"
+    assert entry.code in sections
+    assert entry.code in tc.VIOLATION_CODES
+
+
+@dataclass(frozen=True)
+class Stranger:
+    field: str = "x"
+    kind: str = "min"  # a registered kind, but not the registered node type
+
+
+def test_dispatch_raises_on_an_unknown_kind():
+    for obj in (Stranger(), Stranger(kind="no_such_kind"), object()):
+        with pytest.raises(UnknownCheckKind):
+            kind_of(obj)
+        with pytest.raises(UnknownCheckKind):
+            describe(obj)
+        with pytest.raises(UnknownCheckKind):
+            referenced_fields(obj)
+
+
+def test_registering_a_kind_twice_is_refused():
+    from tritoncheck._checks import register
+
+    with pytest.raises(ValueError, match="already registered"):
+        register(REGISTRY["min"])
+
+
+def _spec(**field):
+    return spec_from_dict({"name": "s", "fields": {"x": {"dtype": "int64", "shape": ["B", "L"], **field}}}, "s.yaml")
+
+
+def test_field_options_lower_in_registration_order():
+    plan = compile_plan(_spec(min=0, max=9, values=[1, 2], monotonic="L"))
+    assert [c.kind for c in plan.checks] == ["min", "max", "values", "monotonic"]
+    assert [describe(c) for c in plan.checks] == ["x >= 0", "x <= 9", "x in [1, 2]", "x is non-decreasing along L"]
+
+
+def test_range_hint_is_part_of_its_kind():
+    c = compile_plan(spec_from_dict({"name": "s", "fields": {"y": {
+        "dtype": "int64", "shape": ["B"], "min": 0, "allow": [-100]}}}, "s.yaml")).checks[0]
+    assert hint(c, -1).startswith("-1 where -100 was meant?")
+    assert hint(c, -2) is None
