@@ -53,7 +53,7 @@ FIELD = "name: hostile\nparams: {{n: 3}}\nfields:\n  labels: {{dtype: {dtype}, s
         ("int64", ", max: n", [], {"n": 2.5}, "fields.labels.max", "2.5 is not an integer"),
         ("float32", ", min: .nan", [], {}, "fields.labels.min", "nan never compares equal, less or greater; to reject NaN use finite: true"),
         ("float", ", allow: [.nan]", [], {}, "fields.labels.allow.0", "use finite: true"),
-        ("float", ", max: n", [], {"n": float("nan")}, "fields.labels.max", "use finite: true"),
+        ("float", ", max: n", [], {"n": float("nan")}, "parameter n", "must be a finite number, got nan"),
         ("int64", "", ["arange(L) < L"], {}, "rules.0", "reads no field"),
         ("int64", "", ["all(arange(L) >= 0)"], {}, "rules.0", "reads no field"),
         ("int64", "", ["L <= 5 where arange(L) > 0"], {}, "rules.0", "reads no field"),
