@@ -121,7 +121,8 @@ class FakeLaunch:
         self.event = FakeEvent()
         self.tensors = bound.tensors
         self.read = 0
-        self.data = launch(plan, bound).result()
+        pending = launch(plan, bound)
+        self.data, self.backend = pending.result(), pending.backend
 
     def result(self):
         self.read += 1
