@@ -349,19 +349,34 @@ def test_nested_reduction_falls_back_to_the_torch_backend(device):
     assert not assert_same(batch, spec, device, ran="torch").ok
 
 
-def test_expanded_views_and_host_scalars_past_int64_are_left_to_the_torch_backend(device):
-    """The kernel would walk an expanded view's logical size; torch reads its stored values once.
+def test_huge_expanded_views_and_host_scalars_past_int64_are_left_to_the_torch_backend(device):
+    """The kernel would walk an expanded view's logical size: past int32 elements torch reads its
+    stored values once, smaller views run here through their zero strides.
     A dim expression past int64 computes as a float in torch: no int64 kernel says that."""
     spec = _custom(["x < L * 4611686018427387904"])
     plan = compile_plan(spec)
     x = torch.tensor([[3], [2**63 - 1]], device=device)  # L = 1: the bound is 2**62
     y = torch.zeros(2, dtype=torch.int64, device=device)
-    for batch, ran in [({"x": x, "y": y}, "triton"), ({"x": x[1:].expand(2, 1), "y": y}, "torch"),
+    for batch, ran in [({"x": x, "y": y}, "triton"), ({"x": x[1:].expand(2, 1), "y": y}, "triton"),
+                       ({"x": x[1:].expand(2**31, 1), "y": y.new_zeros(1).expand(2**31)}, "torch"),
                        ({"x": x.expand(2, 2), "y": y}, "torch"),  # L = 2: the bound is 2**63
                        ({"x": x.repeat(1, 2), "y": y}, "torch")]:
         pending = tb.launch(plan, tc._plan.bind(plan, batch))
         assert pending.backend == ran
         assert pending.result() == list(tc.check(batch, spec, backend="torch").violations)
+
+
+def test_expanded_views_run_on_the_kernel(device):
+    """A small expanded view is read through its zero strides, with the torch backend's report."""
+    spec = _custom(["x[:, 0] <= y"])
+    row = torch.tensor([[0, 5, 2]], device=device)
+    y = torch.tensor([1], device=device).expand(4)
+    batch = {"x": row.expand(4, 3), "y": y}
+    assert tb.launch(compile_plan(spec), tc._plan.bind(compile_plan(spec), batch)).backend == "triton"
+    assert assert_same(batch, spec, device).ok
+    bad = {"x": torch.tensor([[2], [0]], device=device).expand(2, 3), "y": torch.ones(2, dtype=torch.int64,
+                                                                                       device=device)}
+    assert not assert_same(bad, spec, device).ok
 
 
 def _count_launches(monkeypatch, spec, batch):

@@ -9,8 +9,9 @@ the result buffer), launches once and starts the device-to-host copy of the buff
 
 What the kernel cannot take goes to the torch backend, and `Pending.backend` says so: a plan the
 IR or this generator does not lower (`Unsupported`, e.g. a reduction inside a reduction), an
-expanded (zero-stride) view -- the kernel would walk its logical size, the torch backend reads
-its stored values once -- and a host scalar past int64.
+expanded (zero-stride) view past 2**31 - 1 elements -- the kernel would walk its logical size, the
+torch backend reads its stored values once; smaller ones run here through their strides, like the
+C backend -- and a host scalar past int64.
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ def launch(plan: Plan, bound: Bound) -> Pending:
         program = program_for(plan, bound)
         if program is None:
             raise ir.Unsupported("a plan the Triton generator does not lower")
-        if any(_expanded(bound.tensors[f.name]) for f in program.kernel.fields):
-            raise ir.Unsupported("an expanded (zero-stride) view")
+        if any(_huge_expanded(bound.tensors[f.name]) for f in program.kernel.fields):
+            raise ir.Unsupported("an expanded (zero-stride) view of more than 2**31 - 1 elements")
         args, grid, batch, wide = arguments(program, bound)
     except ir.Unsupported:
         return Pending(bound, result=_torch_backend.run(plan, bound))
@@ -136,8 +137,9 @@ def launch(plan: Plan, bound: Bound) -> Pending:
     return Pending(bound, program, slot, event)
 
 
-def _expanded(t: torch.Tensor) -> bool:
-    return any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride(), strict=True))
+def _huge_expanded(t: torch.Tensor) -> bool:
+    """An expanded view the kernel should not walk element by element (past int32 elements)."""
+    return t.numel() > INT32_LIMIT and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride(), strict=True))
 
 
 def arguments(program: Program, bound: Bound) -> tuple[list[Any], int, int, bool]:
