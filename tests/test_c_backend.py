@@ -269,6 +269,35 @@ def test_float_floor_division_and_remainder_follow_torch(dtype):
     assert [v["code"] for v in report] == ["div", "rem", "mix"]
 
 
+X_B = {"x": {"dtype": "int64", "shape": ["B"]}}
+N_TL = {"n": {"dtype": "int64", "shape": ["S", "T"]}, "tl": {"dtype": "int64", "shape": ["S", 2]}}
+NESTED_RULE_X = "any((sum(x) != x) & (x <= 1))"
+NESTED_RULE_TL = "any((sum(n) <= tl[:, 1]) & (tl[:, 1] > 5))"
+
+
+@pytest.mark.parametrize("fields, rule, batch", [
+    (X_B, NESTED_RULE_X, {"x": torch.tensor([7] * 5)}),
+    (X_B, NESTED_RULE_X, {"x": torch.tensor([1, 1, 1])}),
+    (X_B, NESTED_RULE_X, {"x": torch.tensor([0, 1, 5])}),
+    (X_B, NESTED_RULE_X, {"x": torch.tensor([1])}),
+    (N_TL, NESTED_RULE_TL, {"n": torch.tensor([[1, 2], [3, 4]]), "tl": torch.tensor([[0, 9], [0, 9]])}),
+    (N_TL, NESTED_RULE_TL, {"n": torch.tensor([[1, 2], [3, 4]]), "tl": torch.tensor([[0, 3], [0, 20]])}),
+    (N_TL, NESTED_RULE_TL, {"n": torch.tensor([[1, 2], [3, 4]]), "tl": torch.tensor([[0, 3], [0, 2]])}),
+    (N_TL, NESTED_RULE_TL, {"n": torch.tensor([[5, 5, 5]] * 3), "tl": torch.tensor([[0, 6], [0, 7], [0, 8]])}),
+    (N_TL, NESTED_RULE_TL, {"n": torch.tensor([[5, 5, 5]] * 3).t(), "tl": torch.tensor([[0, 6], [0, 99], [0, 8]])}),
+], ids=["x-fails", "x-ones", "x-passes", "x-one", "tl-fails", "tl-passes", "tl-small", "tl-fails-3",
+        "tl-transposed-passes"])
+def test_a_reduction_of_a_broadcast_reduction(fields, rule, batch):
+    """F3: a load inside a nested reduction over the same axis follows the innermost reduction
+    (the decoder raised from torch.permute when the rule failed)."""
+    batch_dim = next(iter(fields.values()))["shape"][0]
+    spec = spec_from_dict({"name": "t", "batch_dim": batch_dim, "fields": fields, "rules": [rule]}, "t.yaml")
+    want = tc.check(batch, spec, backend="torch").to_dict()
+    got = tc.check(batch, spec, backend="c").to_dict()
+    assert got.pop("backend") == "c" and want.pop("backend") == "torch"
+    assert comparable(got) == comparable(want)
+
+
 def test_a_bound_over_dims_past_int64():
     spec = small_spec({"x": {"dtype": "int64", "shape": ["B", "L"], "min": "L * L * L * L * L - 2"}})
     x = torch.tensor([[2**63 - 1] * 10000]).expand(2, -1).contiguous()

@@ -83,8 +83,16 @@ class PointOps:
         self.dims = bound.dim_values()
         self.free: list[str] = []  # axes of the reductions in progress, outermost first
 
-    def _shape(self, axes: Sequence[str]) -> list[int]:
-        return [axis_size(self.kernel, a, self.dims) if a in axes else 1 for a in self.free]
+    def _slot(self, axis: str) -> int:
+        """Where `axis` lies in self.free: a reduction nested in one over the same axis (`any(sum(x)
+        != x)` over B) rebinds it, so a load or index in the inner body follows the innermost."""
+        return len(self.free) - 1 - self.free[::-1].index(axis)
+
+    def _shape(self, axis: str) -> list[int]:
+        """Size of `axis` at its innermost slot, 1 elsewhere."""
+        shape = [1] * len(self.free)
+        shape[self._slot(axis)] = axis_size(self.kernel, axis, self.dims)
+        return shape
 
     def _align(self, *xs: torch.Tensor) -> list[torch.Tensor]:
         """Values from an outer scope have fewer (leading) axes: pad them to this scope's rank."""
@@ -109,10 +117,12 @@ class PointOps:
         # allocates in proportion to a view's logical size (`reduction` scales sums back)
         size = [1 if st == 0 and n > 1 else n for n, st in zip(x.shape, x.stride(), strict=True)]
         x = x.as_strided(size, x.stride(), x.storage_offset()).to(KIND_DTYPE[op.kind])
-        if kept:  # lay the kept axes out in the order of self.free, size 1 elsewhere
-            x = x.permute([kept.index(a) for a in self.free if a in kept])
-            it = iter(x.shape)
-            x = x.reshape([next(it) if a in kept else 1 for a in self.free])
+        if kept:  # lay the kept axes out at their slots in self.free, size 1 elsewhere
+            slots = [self._slot(a) for a in kept]
+            shape = [1] * len(self.free)
+            for slot, n in zip(slots, x.shape, strict=True):
+                shape[slot] = n
+            x = x.permute(sorted(range(len(kept)), key=slots.__getitem__)).reshape(shape)
         return x
 
     def load_prev(self, op: Op, field: str, axis: str) -> torch.Tensor:
@@ -125,7 +135,7 @@ class PointOps:
             finally:
                 self.at = at
         x = self.load(op, field, whole)
-        i = self.free.index(axis)
+        i = self._slot(axis)
         before = (torch.arange(x.shape[i]) - 1).clamp(min=0)  # size 1 (an expanded axis): itself
         return x.index_select(i, before)
 
@@ -134,7 +144,7 @@ class PointOps:
 
     def index(self, op: Op, axis: str) -> torch.Tensor:
         if axis in self.free:
-            return torch.arange(axis_size(self.kernel, axis, self.dims)).reshape(self._shape([axis]))
+            return torch.arange(axis_size(self.kernel, axis, self.dims)).reshape(self._shape(axis))
         return torch.tensor(self.at[axis], dtype=torch.int64)
 
     def scalar(self, op: Op, slot: int) -> torch.Tensor:
