@@ -19,6 +19,7 @@ import textwrap
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
+from report_compare import comparable
 
 import tritoncheck as tc
 from tritoncheck import _torch_backend
@@ -35,19 +36,6 @@ PARAMS = {
 }
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
           torch.float16, torch.bfloat16, torch.float32, torch.float64]
-
-
-def comparable(value):
-    """A report's dicts with types kept apart (1 vs 1.0 vs True) and NaN equal to itself."""
-    if isinstance(value, dict):
-        return {k: comparable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [comparable(v) for v in value]
-    if isinstance(value, float):
-        return ("float", "nan" if math.isnan(value) else repr(value))
-    if isinstance(value, (bool, int)):
-        return (type(value).__name__, value)
-    return value
 
 
 def both(spec: tc.BatchSpec, batch: dict) -> tuple[list, list]:

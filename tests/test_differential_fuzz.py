@@ -15,7 +15,6 @@ added to the failure) and no example database, is one command:
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import sys
@@ -28,6 +27,7 @@ import pytest
 import torch
 from fuzz_specs import Case, cases
 from hypothesis import HealthCheck, Phase, given, seed, settings
+from report_compare import comparable
 
 import tritoncheck as tc
 
@@ -89,19 +89,6 @@ def _to_cuda(value: Any) -> Any:
         except (TypeError, ValueError):
             return value
     return value.cuda() if isinstance(value, torch.Tensor) else value
-
-
-def comparable(value: Any) -> Any:
-    """A report's dict with types kept apart (1 vs 1.0 vs True) and NaN equal to itself."""
-    if isinstance(value, dict):
-        return {k: comparable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [comparable(v) for v in value]
-    if isinstance(value, float):
-        return ("float", "nan" if math.isnan(value) else repr(value))
-    if isinstance(value, (bool, int)):
-        return (type(value).__name__, value)
-    return value
 
 
 def report_of(batch: dict[str, Any], spec: tc.BatchSpec, backend: str) -> dict[str, Any]:
