@@ -502,3 +502,19 @@ def test_int64_indexing_path_gives_the_same_report(monkeypatch, name, device):
     monkeypatch.setattr(tb, "INT32_LIMIT", 4)
     assert tb.arguments(program, bound)[3] is True
     assert not assert_same(batch, spec, device).ok
+
+
+@pytest.mark.parametrize("dtype, rule, x", [
+    ("int64", "((-0.5 > arange(B)) & isfinite(2)) | (x < 0)", torch.arange(5)),
+    ("int16", "(x < 0.5) & (1 <= -1) & (x > 0)", torch.arange(2).to(torch.int16)),
+    ("int64", "any(((x < 0.5) & (1 <= -1)) | (x > 1), dim=B) | (x >= 0)", torch.arange(4)),
+])
+def test_constant_booleans_combine_with_blocks(device, dtype, rule, x):
+    """A constant or host-scalar boolean `&`/`|`/`~` a block: one int1 block (the interpreter used to
+    widen the broadcast scalar and raise InterpreterError in bitwise_and / bitwise_or)."""
+    spec = tc._spec.spec_from_dict({"name": "s", "fields": {"x": {"dtype": dtype, "shape": ["B"]}}, "rules": [rule]},
+                                   "<t>")
+    batch = to_device({"x": x}, device)
+    got, ref = tc.check(batch, spec, backend="triton"), tc.check(batch, spec, backend="torch")
+    assert got.backend == "triton"
+    assert got.to_dict() | {"backend": "-"} == ref.to_dict() | {"backend": "-"}

@@ -336,8 +336,7 @@ class TritonCodegen:
         for c, v in g.checks:
             bad = self.ns.create_name(f"bad_{c}")
             bads.append(bad)
-            # `!= 0`: Triton's interpreter widens a broadcast 0-d bool to an integer, which a mask may not be
-            w(f"{bad} = (live & {env[v.id]}) != 0  # {comment(describe(k.checks[c]))}")
+            w(f"{bad} = {self.as_mask(env[v.id])}  # {comment(describe(k.checks[c]))}")
         self.store(g, bads)
         body.splice(self.buf)
 
@@ -460,8 +459,15 @@ class TritonCodegen:
     def abs(self, op: Op, x: str) -> str:
         return self.let(op, f"tl.abs({x})")  # abs(INT64_MIN) == INT64_MIN
 
+    def as_mask(self, x: str) -> str:
+        """The boolean `x` as an int1 block of the scope's shape, False where the scope is masked off.
+        Triton's CPU interpreter broadcasts a 0-d bool (a constant, a host scalar) to an integer or
+        float array, which `&`, `|` and masks refuse; `tl.where` keeps it bool on every platform."""
+        mask = "live" if self.red is None else self.red[2]
+        return f"tl.where({mask}, {x}, False)"
+
     def not_(self, op: Op, x: str) -> str:
-        return self.let(op, f"{x} == 0")  # (not `~`: a bool the interpreter widened to 1 would give -2)
+        return self.let(op, f"{self.as_mask(x)} == 0")  # (not `~`: a bool widened to 1 would give -2)
 
     def truth(self, op: Op, x: str) -> str:
         return self.let(op, f"{x} != 0")  # NaN is true
@@ -508,10 +514,10 @@ class TritonCodegen:
         return self.let(op, f"{a} >= {b}")
 
     def and_(self, op: Op, a: str, b: str) -> str:
-        return self.let(op, f"{a} & {b}")
+        return self.let(op, f"{self.as_mask(a)} & {self.as_mask(b)}")
 
     def or_(self, op: Op, a: str, b: str) -> str:
-        return self.let(op, f"{a} | {b}")
+        return self.let(op, f"{self.as_mask(a)} | {self.as_mask(b)}")
 
     def reduction(self, op: Op, red: str, axes: tuple[str, ...], body: Callable[[], str]) -> str:
         """A loop over the reduced axes, BLOCK_RED elements a step, for every row of the block."""
