@@ -35,7 +35,7 @@ from typing import Any, Literal
 import torch
 
 from . import _expr
-from ._dtypes import all_integer, int_limit
+from ._dtypes import all_integer, as_double, int_limit
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
 
 MINUS_ONE_HINT = "-1 where -100 was meant? -100 is the ignore index of PyTorch's cross-entropy and Hugging Face models"
@@ -176,14 +176,6 @@ def _except_allowed(bad: torch.Tensor, x: torch.Tensor, allow: tuple) -> torch.T
     return bad
 
 
-def _to_float(v: int | float) -> float:
-    """A Python number as a double; an integer past the double range is +-inf (as torch has it)."""
-    try:
-        return float(v)
-    except OverflowError:
-        return math.inf if v > 0 else -math.inf
-
-
 # ---------------------------------------------------------------------------------------------
 # min / max: `field >= bound`, `field <= bound`
 
@@ -245,7 +237,7 @@ def range_limit(c: RangeCheck, dims: Any, dtype: torch.dtype) -> int | float:
         if isinstance(limit, str):
             return math.inf if (limit == "always") == (c.kind == "min") else -math.inf
         return limit
-    return _to_float(value)
+    return as_double(value)
 
 
 def _range_message(c: RangeCheck, bound: Any) -> str:
@@ -281,7 +273,7 @@ def _range_ir(c: RangeCheck, lw: Any) -> Any:
     x = lw.full_load(c.field)
     cmp = "lt" if c.kind == "min" else "gt"
     if x.kind != "i":  # a float field compares with the bound as a double rounded to its kind
-        bound = lw.const(_to_float(c.bound.value), x.kind) if isinstance(c.bound, Const) else \
+        bound = lw.const(as_double(c.bound.value), x.kind) if isinstance(c.bound, Const) else \
             lw.host_scalar(c.bound, "float", x.kind)
         bad = lw.emit(cmp, (x, bound), "b")
     elif isinstance(c.bound, Const):

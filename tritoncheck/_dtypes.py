@@ -134,3 +134,11 @@ def comparable_values(values: tuple[int | float, ...], dtype: torch.dtype) -> tu
         if f not in out:
             out.append(f)
     return tuple(out)
+
+
+def as_double(v: int | float) -> float:
+    """A Python number as a double; an integer past the double range is +-inf, as torch has it."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf

@@ -23,7 +23,6 @@ silent fallback; `missing_ops(handler)` lists what a handler lacks.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import torch
 
 from .._checks import UnknownCheckKind, kind_of
-from .._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype, int_limit
+from .._dtypes import INT64_MAX, INT64_MIN, as_double, comparable_values, compute_dtype, int_limit
 from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, to_text
 from .._plan import DataCheck, Plan, RuleCheck, evaluate_scalar
 
@@ -120,20 +119,12 @@ class HostScalar:
                 return limit
             return INT64_MIN if self.side == "min" else INT64_MAX  # no value fails (or "always" decides)
         if self.py == "float":
-            return _to_float(v)
+            return as_double(v)
         if self.py == "int" and not INT64_MIN <= v <= INT64_MAX:
             # torch's backend turns such an int into a Python float, which changes the kind the
             # expression computes in (int64 -> float32): no kernel lowered for int64 says that
             raise Unsupported(f"{to_text(self.expr)} = {v} is past int64")
         return int(v)
-
-
-def _to_float(v: int | float) -> float:
-    """A Python number as a double; an integer past the double range is +-inf (as torch's backend has it)."""
-    try:
-        return float(v)
-    except OverflowError:
-        return math.inf if v > 0 else -math.inf
 
 
 @dataclass(frozen=True, slots=True)
