@@ -118,7 +118,7 @@ def launch(plan: Plan, bound: Bound) -> Pending:
         if program is None:
             raise ir.Unsupported("a plan the Triton generator does not lower")
         if any(_huge_expanded(bound.tensors[f.name]) for f in program.kernel.fields):
-            raise ir.Unsupported("an expanded (zero-stride) view of more than 2**31 - 1 elements")
+            raise ir.Unsupported(f"an expanded (zero-stride) view of more than {EXPANDED_WALK_LIMIT} elements")
         args, grid, batch, wide = arguments(program, bound)
     except ir.Unsupported:
         return Pending(bound, result=_torch_backend.run(plan, bound))
@@ -137,9 +137,13 @@ def launch(plan: Plan, bound: Bound) -> Pending:
     return Pending(bound, program, slot, event)
 
 
+EXPANDED_WALK_LIMIT = 2**24  # logical elements; the torch backend checks a larger expanded view's stored values
+
+
 def _huge_expanded(t: torch.Tensor) -> bool:
-    """An expanded view the kernel should not walk element by element (past int32 elements)."""
-    return t.numel() > INT32_LIMIT and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride(), strict=True))
+    """An expanded view the kernel should not walk element by element: the torch backend reads
+    only its stored values, which costs far less than 2**24 logical elements would."""
+    return t.numel() > EXPANDED_WALK_LIMIT and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride(), strict=True))
 
 
 def arguments(program: Program, bound: Bound) -> tuple[list[Any], int, int, bool]:
