@@ -70,6 +70,7 @@ _HELPERS = {
 @triton.jit
 def _floordiv_i(a, b):
     # torch's floor division for int64; a // 0 == 0, and INT64_MIN // -1 wraps (// would overflow)
+    a, b = tl.broadcast(a, b)  # a 0-d constant operand would make the interpreter widen the result
     safe = tl.where((b == 0) | (b == -1), 1, b)
     q = a // safe  # truncates
     q = q - ((a - q * safe != 0) & ((a < 0) != (safe < 0))).to(tl.int64)
@@ -79,6 +80,7 @@ def _floordiv_i(a, b):
 @triton.jit
 def _mod_i(a, b):
     # torch.remainder for int64: the result takes the divisor's sign; a % 0 == a
+    a, b = tl.broadcast(a, b)  # a 0-d constant operand would make the interpreter widen the result
     safe = tl.where((b == 0) | (b == -1), 1, b)
     r = a - (a // safe) * safe
     r = r + tl.where((r != 0) & ((r < 0) != (safe < 0)), safe, 0)
@@ -88,6 +90,7 @@ def _mod_i(a, b):
 @triton.jit
 def _floordiv_f(a, b):
     # torch's floor division for float32 (ATen's div_floor_floating; % on floats is fmod).
+    a, b = tl.broadcast(a, b)  # a 0-d constant operand would make the interpreter widen the result
     # tl.div_rn: a float32 `/` compiles to an approximate division on NVIDIA GPUs
     basic = tl.div_rn(a, b)
     mod = a % b
@@ -119,6 +122,7 @@ def _floordiv_d(a, b):
 @triton.jit
 def _mod_f(a, b):
     # torch.remainder for floats: fmod, moved into the divisor's sign
+    a, b = tl.broadcast(a, b)  # a 0-d constant operand would make the interpreter widen the result
     mod = a % b
     return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 ''',
