@@ -246,6 +246,18 @@ def names(expr: Expr) -> set[str]:
     return set()
 
 
+def is_host(expr: Expr) -> bool:
+    """True for an expression over constants and dims only (no field data, no positions):
+    its value is known on the host once the batch's sizes are."""
+    if isinstance(expr, (Const, Dim)):
+        return True
+    if isinstance(expr, Unary):
+        return is_host(expr.x)
+    if isinstance(expr, Binary):
+        return is_host(expr.a) and is_host(expr.b)
+    return False
+
+
 def fold(expr: Expr) -> Expr:
     """Fold constant sub-expressions (parameters are constants once a spec is filled)."""
     if isinstance(expr, Unary):

@@ -38,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from . import _torch_backend
 from ._checks import range_limit
 from ._dtypes import DTYPES, compute_dtype
-from ._expr import Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from ._expr import Binary, Const, Dim, Expr, Reduce, Ref, is_host
 from ._plan import (
     DimCheck,
     FieldPlan,
@@ -263,23 +263,12 @@ def _full_ref(e: Expr) -> bool:
     return isinstance(e, Ref) and all(i is None for i in e.index)
 
 
-def _scalar(e: Expr) -> bool:
-    """No field data and no positions: a constant or an expression over dims."""
-    if isinstance(e, (Const, Dim)):
-        return True
-    if isinstance(e, Unary):
-        return _scalar(e.x)
-    if isinstance(e, Binary):
-        return _scalar(e.a) and _scalar(e.b)
-    return False
-
-
 def _as_field_cmp(e: Expr) -> tuple[Ref, str, Expr] | None:
     """`field[...] <op> scalar` (either side), as (ref, op, scalar)."""
     if isinstance(e, Binary) and e.op in _CMP:
-        if isinstance(e.a, Ref) and _scalar(e.b):
+        if isinstance(e.a, Ref) and is_host(e.b):
             return e.a, e.op, e.b
-        if isinstance(e.b, Ref) and _scalar(e.a):
+        if isinstance(e.b, Ref) and is_host(e.a):
             return e.b, _FLIP[e.op], e.a
     return None
 
@@ -300,7 +289,7 @@ def _as_count_bound(e: Expr) -> tuple[Ref, Expr, tuple[str, ...], Expr, str] | N
     """`sum(field != pad, dim=L) <= K`, as (ref, pad, dims, K, op)."""
     if isinstance(e, Binary) and e.op in ("<=", "<") and isinstance(e.a, Reduce) and e.a.op == "sum" and e.a.dims:
         inner = _as_field_cmp(e.a.x)
-        if inner and inner[1] == "!=" and _full_ref(inner[0]) and _scalar(e.b):
+        if inner and inner[1] == "!=" and _full_ref(inner[0]) and is_host(e.b):
             return inner[0], inner[2], e.a.dims, e.b, e.op
     return None
 

@@ -31,7 +31,7 @@ import torch
 
 from .._checks import UnknownCheckKind, kind_of
 from .._dtypes import INT64_MAX, INT64_MIN, as_double, comparable_values, compute_dtype, int_limit
-from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, to_text
+from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, is_host, to_text
 from .._plan import DataCheck, Plan, RuleCheck, evaluate_scalar
 
 BIG = 2**62  # a first-index slot holds BIG - index, so 0 means "none" and max() keeps the first
@@ -371,17 +371,6 @@ def pytype(expr: Expr) -> str:
             return "bool"
         return "float" if "float" in (pytype(expr.a), pytype(expr.b)) else "int"
     raise Unsupported(f"{type(expr).__name__} is not a host scalar")
-
-
-def is_host(expr: Expr) -> bool:
-    """True for an expression over constants and dims only (no field data, no positions)."""
-    if isinstance(expr, (Const, Dim)):
-        return True
-    if isinstance(expr, Unary):
-        return is_host(expr.x)
-    if isinstance(expr, Binary):
-        return is_host(expr.a) and is_host(expr.b)
-    return False
 
 
 def expr_axes(plan: Plan, expr: Expr | None) -> tuple[str, ...]:
