@@ -109,8 +109,9 @@ def referenced_fields(check: DataCheck | DimCheck) -> set[str]:
 
 def compile_plan(spec: BatchSpec) -> Plan:
     """Lower a filled spec to its plan, once; the plan is cached on the spec."""
-    if spec._plan is not None:
-        return spec._plan
+    plan = spec.cached_plan()
+    if plan is not None:
+        return plan
     spec.require_params()
     params = spec.params
     dims = spec.dim_names()
@@ -368,6 +369,9 @@ class Bound:
     violations: list[Violation]
     skipped: list[str]
     runnable: list[DataCheck]
+    # what a backend derives from this batch's signature (its compiled program), shared by every
+    # batch of the same signature, so a warm check looks it up once instead of re-deriving it
+    memo: dict[str, Any] = field(default_factory=dict)
 
     def dim_values(self) -> dict[str, int]:
         return {k: v for k, (v, _) in self.dims.items()}
@@ -398,10 +402,11 @@ def bind(plan: Plan, batch: Any) -> Bound:
         bound = _bind(plan, batch)
         if len(cache) >= MAX_SIGNATURES:
             cache.pop(next(iter(cache)), None)  # oldest first
-        cache[key] = (tuple(bound.tensors), bound.dims, tuple(bound.violations), tuple(bound.skipped), tuple(bound.runnable))
+        cache[key] = (tuple(bound.tensors), bound.dims, tuple(bound.violations), tuple(bound.skipped), tuple(bound.runnable),
+                      bound.memo)
         return bound
-    names, dims, violations, skipped, runnable = hit
-    return Bound({n: batch[n] for n in names}, dict(dims), list(violations), list(skipped), list(runnable))
+    names, dims, violations, skipped, runnable, memo = hit
+    return Bound({n: batch[n] for n in names}, dict(dims), list(violations), list(skipped), list(runnable), memo)
 
 
 def _signature(plan: Plan, batch: Any) -> tuple | None:
@@ -414,7 +419,8 @@ def _signature(plan: Plan, batch: Any) -> tuple | None:
         if value is None:
             key.append(None)
         elif type(value) is torch.Tensor and value.layout == torch.strided and not value.is_nested:
-            key.append((value.dtype, value.shape, value.device))
+            # the layout too (contiguous, else the strides): a compiled program depends on it
+            key.append((value.dtype, value.shape, value.device, value.is_contiguous() or value.stride()))
         else:
             return None  # numpy arrays, subclasses (FakeTensor), nested or sparse tensors, non-tensors
     return tuple(key)

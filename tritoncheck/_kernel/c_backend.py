@@ -91,7 +91,19 @@ _entries_lock = threading.Lock()
 
 
 def program_for(plan: Plan, bound: Bound) -> Program:
-    """The compiled program for this plan, these runnable checks and this field signature (cached)."""
+    """The compiled program for this plan, these runnable checks and this field signature (cached).
+
+    A batch whose signature `bind` has seen finds its program in `bound.memo` (one dict lookup);
+    otherwise the program is looked up by what it depends on, so batches that differ only in
+    their sizes (dynamic padding) share one.
+    """
+    program = bound.memo.get("c")
+    if program is None:
+        program = bound.memo["c"] = _program_by_layout(plan, bound)
+    return program
+
+
+def _program_by_layout(plan: Plan, bound: Bound) -> Program:
     entry = _entries.get(id(plan))
     if entry is None or entry.plan is not plan:
         with _entries_lock:
