@@ -135,13 +135,7 @@ def _seeded(test):
     return test if SEED is None else seed(SEED)(test)
 
 
-@pytest.mark.parametrize("backends", [
-    tuple(b for b in BACKENDS if b != "triton"),
-    pytest.param(BACKENDS, marks=pytest.mark.xfail(
-        "triton" in BACKENDS, strict=False,
-        reason="open fuzz finding: a few rules still raise InterpreterError (bitwise_and on a widened bool) "
-               "in Triton's CPU interpreter; see the issue note")),
-], ids=["torch-c", "all"])
+@pytest.mark.parametrize("backends", [tuple(b for b in BACKENDS if b != "triton"), BACKENDS], ids=["torch-c", "all"])
 @_seeded
 @SETTINGS
 @given(case=cases())

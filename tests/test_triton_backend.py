@@ -508,13 +508,31 @@ def test_int64_indexing_path_gives_the_same_report(monkeypatch, name, device):
     ("int64", "((-0.5 > arange(B)) & isfinite(2)) | (x < 0)", torch.arange(5)),
     ("int16", "(x < 0.5) & (1 <= -1) & (x > 0)", torch.arange(2).to(torch.int16)),
     ("int64", "any(((x < 0.5) & (1 <= -1)) | (x > 1), dim=B) | (x >= 0)", torch.arange(4)),
+    # a 0-d constant numerator of a float64 floor division (the fuzz finding's `abs(0.1 // N) != N`)
+    ("int32", "abs(0.1 // x) != x", torch.tensor([1, -2, 3, 0], dtype=torch.int32)),
+    ("float64", "(0.1 // x != 0.5 % x) | (x < 0)", torch.tensor([1.0, -2.0, 0.0, float("nan")], dtype=torch.float64)),
+    ("float32", "(3 // x >= 0) & ((B * 0.5 > 1) | isfinite(B * 0.5)) & (2 % x < 1)", torch.tensor([1.0, -2.0, 0.0])),
+    ("int64", "((-3 % x) * (7 // x) < 2) | (B * 0.5 != B * 0.5)", torch.tensor([1, -2, 0, 5])),
 ])
 def test_constant_booleans_combine_with_blocks(device, dtype, rule, x):
-    """A constant or host-scalar boolean `&`/`|`/`~` a block: one int1 block (the interpreter used to
-    widen the broadcast scalar and raise InterpreterError in bitwise_and / bitwise_or)."""
+    """Constants and host scalars meet blocks (under `&`, `|`, `~`, and inside the floor-division and
+    remainder helpers): every value is a block of its scope's shape, so the interpreter never widens
+    a broadcast 0-d bool and raises InterpreterError in bitwise_and / bitwise_or)."""
     spec = tc._spec.spec_from_dict({"name": "s", "fields": {"x": {"dtype": dtype, "shape": ["B"]}}, "rules": [rule]},
                                    "<t>")
     batch = to_device({"x": x}, device)
     got, ref = tc.check(batch, spec, backend="triton"), tc.check(batch, spec, backend="torch")
     assert got.backend == "triton"
     assert got.to_dict() | {"backend": "-"} == ref.to_dict() | {"backend": "-"}
+
+
+def test_fuzz_finding_constant_operands_across_groups(device):
+    """The differential fuzz's spec (issue 10): each rule alone passed; together, or with an int32
+    N, `0.1 // N` raised InterpreterError (bitwise_and on a widened bool) inside `_floordiv_d`."""
+    rules = ["(all(arange(tl) >= 0.5, dim=0)) | (N < 0)", "(-(-100) * isfinite(255) % 2) < 0.5 <= N[:, :, -1]",
+             "isfinite(abs(N)) % 2 < i where not (N == N <= i[-1])", "abs(0.1 // N) != N != tl"]
+    spec = tc._spec.spec_from_dict({"name": "s", "batch_dim": "K", "rules": rules, "fields": {
+        "N": {"dtype": ["float16", "int32"], "shape": ["K", "B", "tl"]}, "i": {"dtype": "int", "shape": [1]}}}, "<t>")
+    for n in (torch.tensor([[[1, -2, 3]], [[0, 5, 2]]], dtype=torch.int32),
+              torch.tensor([[[1.0, -2.0, 3.0]], [[0.0, float("inf"), 0.1]]], dtype=torch.float16)):
+        assert not assert_same({"N": n, "i": torch.tensor([1])}, spec, device).ok

@@ -70,7 +70,6 @@ _HELPERS = {
 @triton.jit
 def _floordiv_i(a, b):
     # torch's floor division for int64; a // 0 == 0, and INT64_MIN // -1 wraps (// would overflow)
-    a, b = tl.broadcast(a, b)  # a 0-d constant operand would make the interpreter widen the result
     safe = tl.where((b == 0) | (b == -1), 1, b)
     q = a // safe  # truncates
     q = q - ((a - q * safe != 0) & ((a < 0) != (safe < 0))).to(tl.int64)
@@ -80,7 +79,6 @@ def _floordiv_i(a, b):
 @triton.jit
 def _mod_i(a, b):
     # torch.remainder for int64: the result takes the divisor's sign; a % 0 == a
-    a, b = tl.broadcast(a, b)  # a 0-d constant operand would make the interpreter widen the result
     safe = tl.where((b == 0) | (b == -1), 1, b)
     r = a - (a // safe) * safe
     r = r + tl.where((r != 0) & ((r < 0) != (safe < 0)), safe, 0)
@@ -90,7 +88,6 @@ def _mod_i(a, b):
 @triton.jit
 def _floordiv_f(a, b):
     # torch's floor division for float32 (ATen's div_floor_floating; % on floats is fmod).
-    a, b = tl.broadcast(a, b)  # a 0-d constant operand would make the interpreter widen the result
     # tl.div_rn: a float32 `/` compiles to an approximate division on NVIDIA GPUs
     basic = tl.div_rn(a, b)
     mod = a % b
@@ -122,7 +119,6 @@ def _floordiv_d(a, b):
 @triton.jit
 def _mod_f(a, b):
     # torch.remainder for floats: fmod, moved into the divisor's sign
-    a, b = tl.broadcast(a, b)  # a 0-d constant operand would make the interpreter widen the result
     mod = a % b
     return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 ''',
@@ -150,20 +146,20 @@ def generate(kernel: Kernel) -> Program:
     return TritonCodegen(kernel).run()
 
 
-def literal(value: Any, kind: str) -> str:
-    """A constant of `kind` as an exact, typed Triton expression (a 0-d tensor, never a bare
-    Python number, whose type Triton would infer): ints and bools as themselves, finite floats
-    by repr (which round-trips), inf and NaN by their bits."""
+def literal(value: Any, kind: str, shape: str = "()") -> str:
+    """A constant of `kind` as an exact, typed Triton block of `shape` (never a bare Python number,
+    whose type Triton would infer): ints and bools as themselves, finite floats by repr (which
+    round-trips), inf and NaN by their bits."""
     if kind == "f" or kind == "d":
         v = float(value)
         if math.isfinite(v):
-            return f"tl.full((), {v!r}, {_TL[kind]})"
+            return f"tl.full({shape}, {v!r}, {_TL[kind]})"
         if kind == "f":
             bits = struct.unpack("<i", struct.pack("<f", v))[0]
-            return f"tl.full((), {bits}, tl.int32).to(tl.float32, bitcast=True)"
+            return f"tl.full({shape}, {bits}, tl.int32).to(tl.float32, bitcast=True)"
         bits = struct.unpack("<q", struct.pack("<d", v))[0]
-        return f"tl.full((), {_int(bits)}, tl.int64).to(tl.float64, bitcast=True)"
-    return f"tl.full((), {_int(int(value))}, {_TL[kind]})"
+        return f"tl.full({shape}, {_int(bits)}, tl.int64).to(tl.float64, bitcast=True)"
+    return f"tl.full({shape}, {_int(int(value))}, {_TL[kind]})"
 
 
 def _int(v: int) -> str:
@@ -440,18 +436,24 @@ class TritonCodegen:
     def load_prev(self, op: Op, fname: str, axis: str) -> str:
         return self.load(op, fname, (None,) * len(self.k.field(fname).axes), prev=axis)
 
+    def shape(self) -> str:
+        """The current scope's block shape: every value in the kernel is a block of it. (Triton's CPU
+        interpreter types a 0-d comparison by its operands, so a 0-d bool broadcast against a block
+        became an integer or float array that `&` and `|` refuse.)"""
+        return f"[{self.rows}]" if self.red is None else f"[{self.rows}, {BLOCK_RED}]"
+
     def const(self, op: Op, value: Any) -> str:
-        return self.let(op, literal(value, op.kind))
+        return self.let(op, literal(value, op.kind, self.shape()))
 
     def index(self, op: Op, axis: str) -> str:
         return self.let(op, f"{self.position(axis)[0]}.to(tl.int64)", f"arange({comment(axis)})")
 
     def scalar(self, op: Op, slot: int) -> str:
-        x = self.host(slot)
+        x = f"tl.broadcast_to({self.host(slot)}, {self.shape()})"
         if op.kind == "b":
             return self.let(op, f"{x} != 0")
         if op.kind == "i" and slot not in self.k.float_slots:
-            return x
+            return self.let(op, x)
         return self.let(op, f"{x}.to({_TL[op.kind]})")
 
     def cast(self, op: Op, x: str) -> str:
@@ -464,14 +466,12 @@ class TritonCodegen:
         return self.let(op, f"tl.abs({x})")  # abs(INT64_MIN) == INT64_MIN
 
     def as_mask(self, x: str) -> str:
-        """The boolean `x` as an int1 block of the scope's shape, False where the scope is masked off.
-        Triton's CPU interpreter broadcasts a 0-d bool (a constant, a host scalar) to an integer or
-        float array, which `&`, `|` and masks refuse; `tl.where` keeps it bool on every platform."""
+        """The boolean block `x`, False where the scope is masked off."""
         mask = "live" if self.red is None else self.red[2]
         return f"tl.where({mask}, {x}, False)"
 
     def not_(self, op: Op, x: str) -> str:
-        return self.let(op, f"{self.as_mask(x)} == 0")  # (not `~`: a bool widened to 1 would give -2)
+        return self.let(op, f"{x} == 0")
 
     def truth(self, op: Op, x: str) -> str:
         return self.let(op, f"{x} != 0")  # NaN is true
@@ -518,10 +518,10 @@ class TritonCodegen:
         return self.let(op, f"{a} >= {b}")
 
     def and_(self, op: Op, a: str, b: str) -> str:
-        return self.let(op, f"{self.as_mask(a)} & {self.as_mask(b)}")
+        return self.let(op, f"{a} & {b}")
 
     def or_(self, op: Op, a: str, b: str) -> str:
-        return self.let(op, f"{self.as_mask(a)} | {self.as_mask(b)}")
+        return self.let(op, f"{a} | {b}")
 
     def reduction(self, op: Op, red: str, axes: tuple[str, ...], body: Callable[[], str]) -> str:
         """A loop over the reduced axes, BLOCK_RED elements a step, for every row of the block."""
