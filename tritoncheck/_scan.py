@@ -1,8 +1,12 @@
-"""`tritoncheck scan SPEC DATA`: check a whole dataset offline and list every bad sample.
+"""`tritoncheck scan SPEC DATA` and `scan()`: check a whole dataset offline and list every bad sample.
 
 DATA is a saved batch file (.pt, .safetensors, .npz), a directory of them (searched recursively),
-or a dataset saved with `datasets.Dataset.save_to_disk` (read in chunks of --batch-size rows;
-only the columns the spec names are checked). A bad batch is narrowed down to its bad samples
+a dataset saved with `datasets.Dataset.save_to_disk`, or Parquet or Arrow files (one, or a
+directory of shards, searched recursively and taken in sorted path order). Datasets and shards
+are read in chunks of --batch-size rows (a chunk never spans two shards), only the columns the
+spec names; a row's index is global: the rows of the shards before it, plus its row in its shard.
+Shards can be checked on Ray Data (`--engine ray`, see `tritoncheck._ray_scan`) with the same
+code and the same report; `--bad-rows DIR` writes the bad rows of shards to Parquet. A bad batch is narrowed down to its bad samples
 (see `tritoncheck._data.split_bad`), and each is checked alone so that its reported value is its
 own. A batch that cannot be read, or whose check fails with any exception, is recorded (source,
 error type, one line) and the scan goes on. Exit code 0: clean; 1: bad samples (or unreadable
@@ -27,10 +31,12 @@ holds for the padded row, as it does for the same row padded by the collator in 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +60,10 @@ from ._cli_commands import (
 from ._report import fitted_table, printable
 
 BATCH_SUFFIXES = (".pt", ".pth", ".safetensors", ".npz")
+TABLE_SUFFIXES = (".parquet", ".arrow", ".feather")  # Arrow: the IPC file (Feather v2) or stream format
+ENGINES = ("local", "ray")
+# The columns a bad-rows file adds to the data's own: the row's global index and its codes.
+ROW_COLUMN, CODES_COLUMN = "tritoncheck_row", "tritoncheck_codes"
 # Problems of a tensor's metadata: a saved batch has them as a whole, so no sample is to blame.
 METADATA_CODES = frozenset({"not_a_mapping", "unexpected_field", "missing_field", "not_a_tensor", "device_mismatch",
                             "empty_batch", "dtype", "rank", "shape", "dim_mismatch"})
@@ -66,19 +76,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "scan",
         help="check every sample of a dataset offline",
-        description="Check a directory of saved batches (.pt, .safetensors, .npz) or a dataset saved with "
-        "`datasets` against a spec, and list every bad sample. Exit code 0: clean; 1: bad samples; "
-        "2: usage or spec error; 3: a batch could not be checked (the rest are; see the report).",
+        description="Check a directory of saved batches (.pt, .safetensors, .npz), a dataset saved with "
+        "`datasets`, or Parquet or Arrow shards against a spec, and list every bad sample. Exit code 0: clean; "
+        "1: bad samples; 2: usage or spec error; 3: a batch could not be checked (the rest are; see the report).",
     )
     p.add_argument("spec", help="a built-in spec name (see `tritoncheck specs`) or a YAML spec file")
-    p.add_argument("data", help="a batch file, a directory of batch files, or a `datasets` save_to_disk directory")
+    p.add_argument("data", help="a batch file, a directory of batch files, a `datasets` save_to_disk directory, "
+                   "or a Parquet or Arrow file or directory of them (shards)")
     add_param_args(p)
     add_output_args(p)
     p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
                    help="check column or key OLD as the spec's field NEW (repeatable); label and label_ids "
                    "become labels unless the spec names them")
-    p.add_argument("--batch-size", type=int, default=256, help="rows per check for a `datasets` dataset (default 256)")
+    p.add_argument("--batch-size", type=int, default=256, help="rows per check for a dataset (default 256)")
     p.add_argument("--backend", choices=list(BACKENDS), default="auto", help="default: auto (the C kernel on CPU)")
+    p.add_argument("--engine", choices=ENGINES, default="local",
+                   help="local (this process) or ray (Parquet or Arrow shards as Ray Data tasks, one per "
+                   "shard; RAY_ADDRESS picks a running cluster); the report is the same")
+    p.add_argument("--bad-rows", metavar="DIR",
+                   help="write the bad rows of Parquet or Arrow shards to DIR (new or empty) as Parquet, all "
+                   f"columns plus {ROW_COLUMN} (global row index) and {CODES_COLUMN}")
     p.set_defaults(run=guarded(run_scan))
 
 
@@ -94,27 +111,9 @@ class _Item:
 
 
 def run_scan(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    if args.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     spec = spec_from_args(args)
-    renames = _renames(args.rename, spec)
-    scan = _Scan(spec, args.backend)
-    applied: dict[str, str] = {}  # the renames some batch or column actually needed
-    items, total, unit, absent = _sources(Path(args.data), spec, args.batch_size, renames, applied)
-    for source, fields in absent.items():  # said once, not once per chunk
-        for name in fields["required"]:
-            scan.entries.append(_entry(source, None, name, "missing_field", fields["message"][name]))
-    err = Console(stderr=True)
-    columns = (TextColumn(f"scanning {unit}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
-        task = progress.add_task("scan", total=total)
-        for item in items:
-            scan.add(item)
-            progress.advance(task, item.rows)
-    report = _summary(spec.name, str(args.data), unit, scan, applied, absent)
+    report = scan(spec, args.data, engine=args.engine, backend=args.backend, batch_size=args.batch_size,
+                  rename=_rename_pairs(args.rename), bad_rows=args.bad_rows, progress=True)
     if args.output:
         write_json(args.output, json.dumps(report, indent=2))
     fmt = output_format(args)
@@ -122,7 +121,74 @@ def run_scan(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         _show(report, table=fmt == "table")
-    return EXIT_INTERNAL if scan.errors else EXIT_VIOLATIONS if scan.entries else EXIT_OK
+    return EXIT_INTERNAL if report["errors"] else EXIT_VIOLATIONS if report["violations"] else EXIT_OK
+
+
+def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", backend: str = "auto",
+         batch_size: int = 256, rename: Mapping[str, str] | None = None, bad_rows: str | os.PathLike[str] | None = None,
+         progress: bool = False) -> dict[str, Any]:
+    """Check every sample of `data` against `spec` and return the report (the JSON that `scan --json` prints).
+
+    Args:
+        spec: the contract, a `BatchSpec` with its parameters (`tc.load_spec(...)`).
+        data: saved batch files, a `datasets` save_to_disk directory, or Parquet or Arrow shards.
+        engine: "local" (this process) or "ray": each shard a Ray Data task, in the running Ray
+            instance (or cluster) if there is one, else a local one. Only for Parquet or Arrow data;
+            the report is the same either way.
+        backend: as for `tc.check`; "auto" runs the compiled C kernel where a compiler exists.
+        batch_size: rows per check of a dataset or shard.
+        rename: column -> contract field, on top of the Hugging Face renames (`label` -> `labels`).
+        bad_rows: a new or empty directory to write the bad rows of Parquet or Arrow shards to.
+        progress: show a progress bar on stderr when it is a terminal.
+    """
+    if engine not in ENGINES:
+        raise UsageError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
+    renames = _renames(rename or {}, spec)
+    result = _Scan(spec, backend)
+    applied: dict[str, str] = {}  # the renames some batch or column actually needed
+    path = Path(data)
+    shards = _shards(path)
+    if shards is None and (engine == "ray" or bad_rows is not None):
+        option = "--engine ray" if engine == "ray" else "--bad-rows"
+        raise UsageError(f"{option} reads Parquet or Arrow files ({', '.join(TABLE_SUFFIXES)}); {data} has none")
+    if shards is not None:
+        job, found, absent = _table_job(path, shards, spec, backend, batch_size, renames, applied, bad_rows)
+        result.entries += found
+        total, unit = sum(s.rows for s in job.shards), "rows"
+    else:
+        items, total, unit, absent = _sources(path, spec, batch_size, renames, applied)
+    for source, fields in absent.items():  # said once, not once per chunk
+        for name in fields["required"]:
+            result.entries.append(_entry(source, None, name, "missing_field", fields["message"][name]))
+    with _progress(f"scanning {unit}", total, progress) as advance:
+        if shards is None:
+            for item in items:
+                result.add(item)
+                advance(item.rows)
+        elif engine == "ray":
+            from ._ray_scan import run_shards
+
+            for part in run_shards(job, advance):
+                result.merge(part)
+        else:
+            for shard in job.shards:
+                result.merge(job.run(shard, advance))
+    return _summary(spec.name, str(data), unit, result, applied, absent)
+
+
+@contextlib.contextmanager
+def _progress(what: str, total: int, show: bool) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr (only on a terminal) and the function that advances it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    err = Console(stderr=True)
+    columns = (TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True, disable=not (show and err.is_terminal)) as bar:
+        task = bar.add_task("scan", total=total)
+        yield lambda n: bar.advance(task, n)
 
 
 class _Scan:
@@ -133,6 +199,7 @@ class _Scan:
         self.entries: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.checks = self.samples = 0
+        self.backends: set[str] = set()  # what actually ran (auto: "c", or "torch" where no compiler exists)
 
     def add(self, item: _Item) -> None:
         if isinstance(item.data, UsageError):  # an unreadable file is a finding, not a reason to stop
@@ -144,22 +211,35 @@ class _Scan:
         spec = item.spec or self.spec
         try:
             if isinstance(item.data, _Ragged):
-                found, size = item.data.scan(spec, self.backend)
+                found, size, ran = item.data.scan(spec, self.backend)
             else:
-                found, size = scan_batch(item.data, spec, self.backend)
+                found, size, ran = scan_batch(item.data, spec, self.backend)
         except Exception as exc:  # a bug in one batch's check must not hide the rest of the data
             self.errors.append(_error(item.source, item.offset, exc))
             return
         self.checks += 1
         self.samples += size
+        self.backends.add(ran)
         for pos, v in found:
             self.entries.append(_entry(item.source, None if pos is None else item.offset + pos, v.field, v.code,
                                        v.message, v.to_dict()["value"], v.index))
 
+    def part(self) -> dict[str, Any]:
+        """What `merge` takes: JSON-able, so that a shard's result travels from a Ray task as it is."""
+        return {"entries": self.entries, "errors": self.errors, "checks": self.checks, "samples": self.samples,
+                "backends": sorted(self.backends)}
+
+    def merge(self, part: dict[str, Any]) -> None:
+        self.entries += part["entries"]
+        self.errors += part["errors"]
+        self.checks += part["checks"]
+        self.samples += part["samples"]
+        self.backends.update(part["backends"])
+
 
 def scan_batch(batch: Any, spec: Any, backend: str = "torch",
-               take: Callable[[list[int]], Any] | None = None) -> tuple[list[tuple[int | None, Any]], int]:
-    """The bad samples of one batch as (position or None, violation) pairs, and the batch size.
+               take: Callable[[list[int]], Any] | None = None) -> tuple[list[tuple[int | None, Any]], int, str]:
+    """The bad samples of one batch as (position or None, violation) pairs, the batch size, the backend that ran.
 
     Position None marks a violation of the batch as a whole: a metadata problem (a missing field,
     a wrong dtype or shape), which no slice of the batch can be blamed for; then the data checks
@@ -174,17 +254,17 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
     plan = compile_plan(spec)
     size = report.dims.get(plan.batch_dim, (0, ""))[0]
     if report.ok:
-        return [], size
+        return [], size, report.backend
     meta = any(v.code in METADATA_CODES for v in report.violations)
     if meta or not isinstance(batch, Mapping) or plan.batch_dim not in report.dims:
-        return [(0 if size == 1 else None, v) for v in report.violations], size  # one sample: it is to blame
+        return [(0 if size == 1 else None, v) for v in report.violations], size, report.backend  # one: to blame
 
     def subset(positions: list[int]) -> tuple[Any, Any]:
         part = take(positions) if take is not None else _take(batch, plan, positions)
         return check(part, spec, backend=backend), part
 
     _, bad, _ = split_bad(size, subset, report, batch, plan)
-    return [(pos, v) for pos, vs in bad.items() for v in vs], size
+    return [(pos, v) for pos, vs in bad.items() for v in vs], size, report.backend
 
 
 def _take(batch: Mapping, plan: Any, positions: list[int]) -> dict[str, Any]:
@@ -206,15 +286,23 @@ def _take(batch: Mapping, plan: Any, positions: list[int]) -> dict[str, Any]:
     return out
 
 
-def _renames(items: list[str], spec: Any) -> dict[str, str]:
-    """--rename OLD=NEW pairs, plus the Hugging Face collators' renames the spec has a field for."""
-    out = {old: new for old, new in HF_RENAMES.items() if new in spec.fields and old not in spec.fields}
+def _rename_pairs(items: list[str]) -> dict[str, str]:
+    """--rename OLD=NEW options as a mapping (a later OLD wins)."""
+    out = {}
     for item in items:
         old, sep, new = (part.strip() for part in item.partition("="))
         if not sep or not old or not new:
             raise UsageError(f"--rename takes OLD=NEW, got {item!r}")
+        out[old] = new
+    return out
+
+
+def _renames(pairs: Mapping[str, str], spec: Any) -> dict[str, str]:
+    """The renames asked for, plus the Hugging Face collators' renames the spec has a field for."""
+    out = {old: new for old, new in HF_RENAMES.items() if new in spec.fields and old not in spec.fields}
+    for old, new in pairs.items():
         if new not in spec.fields:
-            raise UsageError(f"--rename {item}: the spec has no field {new!r}{closest(new, spec.fields)}; "
+            raise UsageError(f"--rename {old}={new}: the spec has no field {new!r}{closest(new, spec.fields)}; "
                              f"its fields: {', '.join(spec.fields)}")
         out = {k: v for k, v in out.items() if v != new}  # an explicit rename replaces a default one
         out[old] = new
@@ -275,22 +363,7 @@ def _dataset_items(path: Path, spec: Any, batch_size: int, renames: dict[str, st
     absent: dict[str, dict[str, Any]] = {}
     specs: dict[str, Any] = {}
     for split, ds in splits.items():
-        taken = {c: renames.get(c, c) for c in ds.column_names}
-        taken = {c: f for c, f in taken.items() if f in spec.fields and (c == f or f not in ds.column_names)}
-        columns[split] = taken
-        applied.update({c: f for c, f in taken.items() if c != f})
-        lacking = [f for f in spec.fields if f not in taken.values()]
-        required = [f for f in lacking if not spec.fields[f].optional]
-        others = [c for c in ds.column_names if c not in taken]
-        absent[sources[split]] = {
-            "required": required, "optional": [f for f in lacking if f not in required],
-            "message": {f: f"{f}: the contract requires it, but the dataset has no such column"
-                           f"{closest(f, others)} (columns: {', '.join(ds.column_names)}; --rename OLD={f} maps one)"
-                        for f in required},
-        }
-        # the missing required fields are reported once above; the chunks are checked without them
-        fields = {k: f.model_copy(update={"optional": True}) if k in required else f for k, f in spec.fields.items()}
-        specs[split] = spec.model_copy(update={"fields": fields}) if required else spec
+        columns[split], absent[sources[split]], specs[split] = _columns(ds.column_names, spec, renames, applied)
 
     def gen() -> Iterator[_Item]:
         for split, ds in splits.items():
@@ -306,6 +379,197 @@ def _dataset_items(path: Path, spec: Any, batch_size: int, renames: dict[str, st
 
     total = sum(len(ds) for ds in splits.values())
     return gen(), total, "rows", {k: v for k, v in absent.items() if v["required"] or v["optional"]}
+
+
+# --- Parquet and Arrow shards: the same work for both engines ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One Parquet or Arrow file of a dataset, in sorted path order, and where its rows start globally."""
+
+    index: int
+    path: str
+    offset: int  # global index of its first row: the rows of the shards before it
+    rows: int
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Everything needed to check one shard, picklable, so that a Ray task runs exactly what the local loop runs."""
+
+    spec: Any  # the contract, the fields the data lacks made optional (reported once, by the driver)
+    source: str  # DATA as given: what every row's entry names, with its global index
+    columns: dict[str, str]  # column -> contract field
+    batch_size: int
+    backend: str
+    bad_rows: str | None  # directory for the bad rows, or None
+    shards: tuple[Shard, ...] = field(default=())
+
+    def run(self, shard: Shard, advance: Callable[[int], None] | None = None) -> dict[str, Any]:
+        """The shard checked in chunks of `batch_size` rows, as `_Scan.part()`; its bad rows written if asked."""
+        result = _Scan(self.spec, self.backend)
+        for item in self._items(shard):
+            result.add(item)
+            if advance is not None:
+                advance(item.rows)
+        if self.bad_rows is not None:
+            self._write_bad_rows(shard, result.entries)
+        return result.part()
+
+    def _items(self, shard: Shard) -> Iterator[_Item]:
+        chunks, start = _chunks(shard.path, list(self.columns), self.batch_size), 0
+        while True:
+            try:
+                chunk = next(chunks, None)
+            except Exception as exc:  # a damaged shard (pyarrow raises many types): the rows read so far stand
+                err = UsageError(f"cannot read {shard.path} from its row {start}: {_one_line(exc)}")
+                yield _Item(shard.path, shard.offset + start, err, shard.rows - start)
+                return
+            if chunk is None:
+                return
+            n, table = chunk
+            rows = {self.columns[c]: table.column(c).to_pylist() for c in self.columns}
+            yield from _chunk_items(self.source, shard.offset + start, rows, n, self.spec)
+            start += n
+
+    def _write_bad_rows(self, shard: Shard, entries: list[dict[str, Any]]) -> None:
+        """The shard's bad rows, every column, as one Parquet file named by the shard's place (so sorted names
+        are global row order); written whole under a temporary name, so a retried task leaves no half file."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        codes: dict[int, set[str]] = defaultdict(set)
+        for e in entries:
+            if e["sample"] is not None:
+                codes[e["sample"] - shard.offset].add(e["code"])
+        if not codes:
+            return
+        wanted, parts, start = sorted(codes), [], 0
+        with _open_shard(shard.path, None) as (_, pieces):
+            for rows, read in pieces:  # only the pieces (Parquet row groups) that hold a bad row are read
+                local = [i - start for i in wanted if start <= i < start + rows]
+                if local:
+                    parts.append(read().take(pa.array(local)))
+                start += rows
+        table = pa.concat_tables(parts)
+        table = table.append_column(ROW_COLUMN, pa.array([shard.offset + i for i in wanted], pa.int64()))
+        table = table.append_column(CODES_COLUMN, pa.array([sorted(codes[i]) for i in wanted], pa.list_(pa.string())))
+        width = max(5, len(str(len(self.shards) - 1)))
+        out = Path(self.bad_rows or ".") / f"bad-rows-{shard.index:0{width}d}.parquet"
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, out)
+
+
+def _shards(data: Path) -> list[Path] | None:
+    """DATA's Parquet or Arrow files in sorted path order, or None if it is other data (or none)."""
+    if not data.exists() or (data.is_dir() and _is_hf_dataset(data)):
+        return None
+    if data.is_file():
+        return [data] if data.suffix in TABLE_SUFFIXES else None
+    files = sorted(p for p in data.rglob("*") if p.is_file() and not p.name.startswith(("_", ".")))
+    tables = [p for p in files if p.suffix in TABLE_SUFFIXES]
+    if tables and any(p.suffix in BATCH_SUFFIXES for p in files):
+        raise UsageError(f"{data} holds both batch files ({', '.join(BATCH_SUFFIXES)}) and Parquet or Arrow "
+                         "files: scan one kind at a time")
+    return tables or None
+
+
+def _table_job(data: Path, files: list[Path], spec: Any, backend: str, batch_size: int, renames: dict[str, str],
+               applied: dict[str, str], bad_rows: str | os.PathLike[str] | None
+               ) -> tuple[ShardJob, list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The job over DATA's shards (offsets from each file's metadata), the entries for shards that cannot be
+    read at all, and the contract fields that the columns common to every shard lack."""
+    shards, names, unreadable = [], None, []
+    for path in files:
+        try:
+            with _open_shard(str(path), None) as (columns, pieces):
+                rows = sum(n for n, _ in pieces)
+        except Exception as exc:  # not Parquet or Arrow after all, or damaged: pyarrow raises many types
+            unreadable.append(_entry(str(path), None, None, "unreadable", f"cannot read {path}: {_one_line(exc)}"))
+            continue
+        names = columns if names is None else [c for c in names if c in columns]
+        shards.append(Shard(len(shards), str(path), sum(s.rows for s in shards), rows))
+    taken, absent, chunk_spec = _columns(names or [], spec, renames, applied)
+    out = None
+    if bad_rows is not None:
+        out = Path(bad_rows)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise UsageError(f"--bad-rows {bad_rows}: give a new or empty directory")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--bad-rows {bad_rows}: {exc.strerror or exc}") from None
+    job = ShardJob(chunk_spec, str(data), taken, batch_size, backend, None if out is None else str(out), tuple(shards))
+    lacks = absent["required"] or absent["optional"]
+    return job, unreadable, {str(data): absent} if lacks else {}
+
+
+@contextlib.contextmanager
+def _open_shard(path: str, columns: list[str] | None) -> Iterator[tuple[list[str], list[tuple[int, Any]]]]:
+    """A shard's column names and its pieces (Parquet row groups, Arrow record batches) as (rows, read):
+    the row counts come from metadata, and `read()` reads one piece (`columns` only; all if None) as a table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.endswith(".parquet"):
+        with pq.ParquetFile(path) as pf:
+            meta = pf.metadata
+            yield pf.schema_arrow.names, [(meta.row_group(g).num_rows, lambda g=g: pf.read_row_group(g, columns=columns))
+                                          for g in range(meta.num_row_groups)]
+        return
+    with pa.memory_map(path) as source:  # mapped, not copied: counting the batches reads their headers only
+        try:
+            reader = pa.ipc.open_file(source)
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        except pa.ArrowInvalid:  # not the file format: the stream format (what `datasets` writes)
+            source.seek(0)
+            reader = pa.ipc.open_stream(source)
+            batches = list(reader)
+        yield reader.schema.names, [(b.num_rows, lambda b=b: pa.Table.from_batches([b]).select(b.schema.names if columns is None else columns))
+                                    for b in batches]
+
+
+def _chunks(path: str, columns: list[str], size: int) -> Iterator[tuple[int, Any]]:
+    """A shard's `columns` in tables of `size` rows (the last one shorter), whatever its pieces' sizes, each
+    with its row count (a table of no columns has none)."""
+    import pyarrow as pa
+
+    with _open_shard(path, columns) as (_, pieces):
+        pending, have = [], 0
+        for rows, read in pieces:
+            table = read() if rows else None
+            while table is not None and table.num_rows:
+                part = table.slice(0, size - have)
+                pending.append(part)
+                have += part.num_rows
+                table = table.slice(part.num_rows)
+                if have == size:
+                    yield have, pa.concat_tables(pending)
+                    pending, have = [], 0
+        if pending:
+            yield have, pa.concat_tables(pending)
+
+
+def _columns(names: list[str], spec: Any, renames: dict[str, str], applied: dict[str, str]
+             ) -> tuple[dict[str, str], dict[str, Any], Any]:
+    """The columns to check (column -> contract field), the fields they lack, and the spec to check chunks with."""
+    taken = {c: renames.get(c, c) for c in names}
+    taken = {c: f for c, f in taken.items() if f in spec.fields and (c == f or f not in names)}
+    applied.update({c: f for c, f in taken.items() if c != f})
+    lacking = [f for f in spec.fields if f not in taken.values()]
+    required = [f for f in lacking if not spec.fields[f].optional]
+    others = [c for c in names if c not in taken]
+    absent = {
+        "required": required, "optional": [f for f in lacking if f not in required],
+        "message": {f: f"{f}: the contract requires it, but the dataset has no such column"
+                       f"{closest(f, others)} (columns: {', '.join(names)}; --rename OLD={f} maps one)"
+                    for f in required},
+    }
+    # the missing required fields are reported once by the caller; the chunks are checked without them
+    fields = {k: f.model_copy(update={"optional": True}) if k in required else f for k, f in spec.fields.items()}
+    return taken, absent, spec.model_copy(update={"fields": fields}) if required else spec
 
 
 def _chunk_items(source: str, start: int, rows: dict[str, list[Any]], n: int, spec: Any) -> Iterator[_Item]:
@@ -394,7 +658,7 @@ class _Ragged:
             out[name] = part
         return out
 
-    def scan(self, spec: Any, backend: str) -> tuple[list[tuple[int | None, Any]], int]:
+    def scan(self, spec: Any, backend: str) -> tuple[list[tuple[int | None, Any]], int, str]:
         """The bad rows, each as checking it alone finds it; see the module docstring for why that holds."""
         import torch
 
@@ -414,10 +678,11 @@ class _Ragged:
         keys = torch.stack([self.sizes[d][:, 0] for d in read], dim=1) if read else torch.zeros(self.n, 1)
         _, group_of = torch.unique(keys, dim=0, return_inverse=True)
         found: list[tuple[int | None, Any]] = []
+        ran = backend  # every chunk has a group: replaced by what checked it
         for g in group_of.unique().tolist():
             members = (group_of == g).nonzero().flatten().tolist()
             batch = self.take(members)
-            rows, _ = scan_batch(batch, spec, backend, take=lambda pos, m=members: self.take([m[p] for p in pos]))
+            rows, _, ran = scan_batch(batch, spec, backend, take=lambda pos, m=members: self.take([m[p] for p in pos]))
             found += [(None, v) if p is None else (members[p], relocate(v, members[p], plan)) for p, v in rows]
             if any(p is None for p, _ in rows):
                 continue  # a metadata problem of the whole chunk: no row is to blame
@@ -426,7 +691,7 @@ class _Ragged:
             again = suspect.index_select(0, index) | self._breaks_dim_rule(index, bind(plan, batch).dims)
             for i in (m for m, s in zip(members, again.tolist(), strict=True) if s and m not in bad):
                 found += [(i, relocate(v, i, plan)) for v in check(self.take([i]), spec, backend=backend).violations]
-        return sorted(found, key=lambda f: -1 if f[0] is None else f[0]), self.n
+        return sorted(found, key=lambda f: -1 if f[0] is None else f[0]), self.n, ran
 
     def _breaks_dim_rule(self, members: Any, dims: dict[str, tuple[int, str]]) -> Any:
         """Per member: does a rule over dims (`L >= min_length`) fail at the row's own sizes?"""
@@ -532,6 +797,7 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
         "bad_samples": len(bad),
         "sources_with_batch_problems": len(whole),
         "failed_batches": len(scan.errors),
+        "backends": sorted(scan.backends),  # what checked the data: "c" (the compiled kernel), "torch", ...
         "renamed": renamed,
         "absent_fields": {src: {"required": a["required"], "optional": a["optional"]} for src, a in absent.items()},
         "summary": [{"code": c, "field": f, "samples": n} for (c, f), n in sorted(per.items())],
