@@ -82,7 +82,7 @@ def test_valid_report_str_and_dict(lv3):
     assert report.ok and report.codes == set()
     assert str(report) == "batch is valid for layoutlmv3-token-classification (B=2 (from input_ids), L=4 (from input_ids))"
     assert report.to_dict() == {
-        "spec": "layoutlmv3-token-classification", "ok": True, "backend": "torch",
+        "spec": "layoutlmv3-token-classification", "ok": True, "errors": 0, "warnings": 0, "backend": "torch",
         "dims": {"B": {"size": 2, "from": "input_ids"}, "L": {"size": 4, "from": "input_ids"}},
         "violations": [], "skipped": [],
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from typing import Any, Literal
@@ -14,9 +15,10 @@ from ._spec import BatchSpec, SpecError
 
 Backend = Literal["auto", "torch", "c", "triton"]
 BACKENDS = ("auto", "torch", "c", "triton")
+logger = logging.getLogger("tritoncheck")
 
 
-def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto") -> Report:
+def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", strict: bool = False) -> Report:
     """Check `batch` against `spec` and return a `Report`; never raises for bad data.
 
     Args:
@@ -27,12 +29,15 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto") -> Report:
             Triton for CUDA tensors, C for CPU tensors where a C compiler exists, torch
             otherwise. A compiled backend that cannot take a plan hands it to torch with one
             warning; `report.backend` always names the backend that ran.
+        strict: count warnings (data bugs the model runs through, such as a box past the
+            documented 0..1000 grid) as errors, so that `report.ok` is False for them too.
     """
     if not isinstance(spec, BatchSpec):
         raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
     plan, bound, chosen = prepare(batch, spec, backend)
     data, ran = run_data_checks(plan, bound, chosen)
-    return Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
+    report = Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
+    return report.strict() if strict else report
 
 
 def run_data_checks(plan: Any, bound: Any, chosen: str) -> tuple[list[Violation], str]:
@@ -108,8 +113,13 @@ def example_batch(spec: BatchSpec, optional: set[str] | None = None, dim_size: i
     return out
 
 
-def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, deferred: bool = False) -> Any:
-    """Return `batch` unchanged if it satisfies `spec`; otherwise raise `BatchValidationError`.
+def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, deferred: bool = False,
+             strict: bool = False) -> Any:
+    """Return `batch` unchanged if it has no errors against `spec`; otherwise raise `BatchValidationError`.
+
+    Warnings (data bugs the model runs through) do not raise: each (spec, field, code) is logged
+    once per process on the `tritoncheck` logger, its repeats at DEBUG. `strict=True` raises for
+    them too.
 
     Args:
         group: a torch.distributed process group (or `True` for the default group). The verdict
@@ -131,12 +141,27 @@ def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: A
         from ._triton import deferred as _deferred
 
         return _deferred.submit(batch, spec, backend=backend, group=group)
-    report = check(batch, spec, backend=backend)
+    report = check(batch, spec, backend=backend, strict=strict)
     if group is not None:
         report = agree(report, group)
     if not report.ok:
         raise BatchValidationError(report)
+    if report.violations:
+        log_warnings(report)
     return batch
+
+
+_logged: set[tuple[str, str, str]] = set()
+
+
+def log_warnings(report: Report) -> None:
+    """Log a passing report's warnings: the first of each (spec, field, code) at WARNING, repeats at DEBUG."""
+    for v in report.warnings:
+        key = (report.spec, v.field, v.code)
+        level = logging.DEBUG if key in _logged else logging.WARNING
+        _logged.add(key)
+        logger.log(level, "%s: %s%s", report.spec, v.message,
+                   "" if level == logging.DEBUG else " (repeats of this warning are logged at DEBUG)")
 
 
 def disabled() -> bool:

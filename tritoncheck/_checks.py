@@ -38,6 +38,11 @@ from . import _expr
 from ._dtypes import all_integer, as_double, int_limit
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
 
+# "error": the model will crash or its loss is garbage; "warning": almost surely a data bug, but the
+# step runs. Every plan node carries one; a spec sets it per rule and per field code.
+Severity = Literal["error", "warning"]
+SEVERITIES: tuple[str, ...] = ("error", "warning")
+
 MINUS_ONE_HINT = "-1 where -100 was meant? -100 is the ignore index of PyTorch's cross-entropy and Hugging Face models"
 
 
@@ -100,6 +105,11 @@ def kind_of(check: Any) -> CheckKind:
 def field_kinds() -> list[CheckKind]:
     """Kinds declared by a field option, in registration order (the order of a field's checks)."""
     return [k for k in REGISTRY.values() if k.option is not None]
+
+
+def field_codes() -> tuple[str, ...]:
+    """The codes a field's own options report (below_min, above_max, ...): what `severity:` may name."""
+    return tuple(k.code for k in field_kinds())
 
 
 def options() -> dict[str, Option]:
@@ -191,6 +201,7 @@ class RangeCheck:
     allow: tuple[int | float, ...]
     axes: tuple[str, ...]
     hint: str | None
+    severity: Severity = "error"
 
     @property
     def code(self) -> str:
@@ -213,7 +224,7 @@ def _range_lowering(side: str) -> Callable[..., tuple]:
         text = _expr.to_text(expr) if not isinstance(bound, str) else bound
         if isinstance(expr, Const) and str(expr.value) != text:
             text = f"{text} = {expr.value}"
-        return (RangeCheck(side, name, expr, text, tuple(f.allow), fp.axes, f.hints.get(code)),)
+        return (RangeCheck(side, name, expr, text, tuple(f.allow), fp.axes, f.hints.get(code), f.severity.get(code, "error")),)
 
     return lower
 
@@ -345,12 +356,14 @@ class ValueSetCheck:
     hint: str | None
     kind: Literal["values"] = "values"
     code: str = "not_in_set"
+    severity: Severity = "error"
 
 
 def _values_lower(name: str, f: Any, fp: Any, scope: Any) -> tuple:
     if f.values is None:
         return ()
-    return (ValueSetCheck(name, tuple(f.values), tuple(f.allow), fp.axes, f.hints.get("not_in_set")),)
+    return (ValueSetCheck(name, tuple(f.values), tuple(f.allow), fp.axes, f.hints.get("not_in_set"),
+                          severity=f.severity.get("not_in_set", "error")),)
 
 
 def _values_describe(c: ValueSetCheck) -> str:
@@ -427,10 +440,13 @@ class FiniteCheck:
     hint: str | None
     kind: Literal["finite"] = "finite"
     code: str = "non_finite"
+    severity: Severity = "error"
 
 
 def _finite_lower(name: str, f: Any, fp: Any, scope: Any) -> tuple:
-    return (FiniteCheck(name, fp.axes, f.hints.get("non_finite")),) if f.finite else ()
+    if not f.finite:
+        return ()
+    return (FiniteCheck(name, fp.axes, f.hints.get("non_finite"), severity=f.severity.get("non_finite", "error")),)
 
 
 def _finite_describe(c: FiniteCheck) -> str:
@@ -496,6 +512,7 @@ class RuleCheck:
     code: str
     axes: tuple[str, ...]
     hint: str | None
+    severity: Severity = "error"
     kind: Literal["rule"] = "rule"
 
 
@@ -510,6 +527,7 @@ class DimCheck:
     code: str
     hint: str | None
     where: Expr | None = None  # checked only where this holds (also over dims only)
+    severity: Severity = "error"
     kind: Literal["dim_bound"] = "dim_bound"
 
 
@@ -589,6 +607,7 @@ class MonotonicCheck:
     hint: str | None
     kind: Literal["monotonic"] = "monotonic"
     code: str = "not_monotonic"
+    severity: Severity = "error"
 
 
 def _monotonic_lower(name: str, f: Any, fp: Any, scope: Any) -> tuple:
@@ -599,7 +618,7 @@ def _monotonic_lower(name: str, f: Any, fp: Any, scope: Any) -> tuple:
         named = [a for a in fp.shape if isinstance(a, str)]
         raise scope.error(f"fields.{name}.monotonic",
                           f"{axis!r} is not a named axis of {name} (its named axes: {', '.join(named) or 'none'})")
-    return (MonotonicCheck(name, axis, fp.axes, f.hints.get("not_monotonic")),)
+    return (MonotonicCheck(name, axis, fp.axes, f.hints.get("not_monotonic"), severity=f.severity.get("not_monotonic", "error")),)
 
 
 def _monotonic_describe(c: MonotonicCheck) -> str:

@@ -43,7 +43,7 @@ from typing import Any, Literal, NamedTuple
 
 from torch._utils import ExceptionWrapper
 
-from ._api import BACKENDS, Backend, check, disabled
+from ._api import BACKENDS, Backend, check, disabled, log_warnings
 from ._api import warmup as compile_kernel
 from ._plan import Plan, compile_plan
 from ._report import BatchValidationError, Report, Violation
@@ -148,6 +148,8 @@ class ValidatingCollate:
         warmup: compile the kernel now, in the parent, so forked workers inherit it and spawned
             ones load it from the disk cache (see `tc.warmup`); a real first batch's dtypes may
             still differ, and then the first worker to see them compiles once for all.
+        strict: treat warnings (data bugs the model runs through) as errors: raise, skip or
+            quarantine for them too. Otherwise they are logged and the batch goes through.
 
     A batch whose every sample is bad has nothing left to yield: the collate returns `None`
     (a DataLoader needs a value), and the training loop should `continue` on it. Every dropped
@@ -164,6 +166,7 @@ class ValidatingCollate:
         log_dir: str | os.PathLike | None = None,
         backend: Backend = "auto",
         warmup: bool = True,
+        strict: bool = False,
     ):
         if not isinstance(spec, BatchSpec):
             raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
@@ -181,6 +184,7 @@ class ValidatingCollate:
         self.collate_fn = collate_fn
         self.on_error = on_error
         self.backend = backend
+        self.strict = strict
         self.record_dir: Path | None = None
         if on_error == "quarantine":
             self.record_dir = Path(quarantine_dir)  # type: ignore[arg-type]
@@ -205,8 +209,10 @@ class ValidatingCollate:
         batch = self.collate_fn(samples)
         if disabled():
             return batch
-        report = check(batch, self.spec, backend=self.backend)
+        report = check(batch, self.spec, backend=self.backend, strict=self.strict)
         if report.ok:
+            if report.violations:
+                log_warnings(report)
             return batch
         if self.on_error == "raise":
             return self._reject(report, indices)
@@ -230,7 +236,7 @@ class ValidatingCollate:
     def _subset_checker(self, samples: list[Any]) -> Callable[[list[int]], tuple[Report, Any]]:
         def run(positions: list[int]) -> tuple[Report, Any]:
             batch = self.collate_fn([samples[i] for i in positions])
-            return check(batch, self.spec, backend=self.backend), batch
+            return check(batch, self.spec, backend=self.backend, strict=self.strict), batch
 
         return run
 
@@ -349,12 +355,12 @@ def split_bad(
         size = report.dims.get(batch_dim, (None, ""))[0]
         flagged: set[int] = set()
         if size == len(alive):
-            for v in report.violations:
+            for v in report.errors:
                 for p in v.samples:
                     if 0 <= p < len(alive):
                         flagged.add(alive[p])
                         bad.setdefault(alive[p], []).append(v)
-        if not flagged or size != len(alive) or any(not v.samples for v in report.violations):
+        if not flagged or size != len(alive) or any(not v.samples for v in report.errors):
             for i in alive:
                 if i in flagged:
                     continue
@@ -364,7 +370,7 @@ def split_bad(
                     flagged.add(i)
         if not flagged:  # every sample passes alone but not together: drop them all
             for i in alive:
-                bad[i] = list(report.violations)
+                bad[i] = list(report.errors)
             alive = []
             break
         alive = [i for i in alive if i not in flagged]

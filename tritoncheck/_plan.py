@@ -154,7 +154,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
                 continue  # always true: nothing to check
             owner = r.field or _dim_owner(expr, fields)
             dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound",
-                                       r.hint, cond))
+                                       r.hint, cond, r.severity))
             continue
         report_field = r.field or _first_ref(expr if expr_fields(expr) else cond)
         axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
@@ -166,7 +166,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
             if bool(expr.value):
                 continue
             expr, cond = Unary("not", cond), None
-        checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint))
+        checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint, r.severity))
 
     needs = tuple(_check_needs(c, by_name) for c in checks)
     plan = Plan(spec.name, spec.batch_dim, tuple(fields), tuple(checks), tuple(dim_checks), spec.unexpected_fields,
@@ -491,7 +491,8 @@ def _bind(plan: Plan, batch: Any) -> Bound:
             ctx = ", ".join(f"{k}={dim_values[k]} (from {dims[k][1]})" for k in sorted(needed))
             # report on a field the batch holds: T may be bound by labels when decoder_input_ids is absent
             owner = c.field if c.field in tensors else dims[min(needed)][1]
-            violations.append(Violation(owner, c.code, f"{c.text} fails with {ctx}", value=value, index=(), hint=c.hint))
+            violations.append(Violation(owner, c.code, f"{c.text} fails with {ctx}", value=value, index=(), hint=c.hint,
+                                        severity=c.severity))
 
     runnable: list[DataCheck] = []
     if any(v.code == "empty_batch" for v in violations):

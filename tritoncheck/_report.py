@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # Every code tritoncheck itself emits. A rule in a spec may name its own code as well.
@@ -74,6 +74,8 @@ class Violation:
         index: the first offending position (row-major), or None for metadata violations.
         value: the value found there (for a rule, its left-hand side).
         hint: a likely cause, where a known mistake fits.
+        severity: "error" (the model will crash or its loss is garbage) or "warning" (almost
+            surely a data bug, but the training step runs); the spec chooses per rule.
     """
 
     field: str
@@ -84,6 +86,11 @@ class Violation:
     index: tuple[int, ...] | None = None
     value: Any = None
     hint: str | None = None
+    severity: str = "error"
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity != "warning"
 
     @property
     def location(self) -> str:
@@ -98,6 +105,8 @@ class Violation:
     def message(self) -> str:
         """One paragraph: where, what rule, how often, and a hint if one fits (control characters escaped)."""
         text = f"{printable(self.location)}: {printable(self.rule)}"
+        if not self.is_error:
+            text = f"warning: {text}"
         if self.value is not None and self.index is not None:
             text += f" (found {_fmt(self.value)})"
         if self.samples:
@@ -119,15 +128,15 @@ class Violation:
 
 @dataclass(frozen=True)
 class Report:
-    """The verdict on one batch. `ok` is True when nothing is wrong.
+    """The verdict on one batch. `ok` is True when no violation is an error (warnings may remain).
 
     Attributes:
         spec: the spec's name.
-        violations: every broken rule (all are collected, not just the first).
+        violations: every broken rule (all are collected, not just the first), errors and warnings.
         dims: the named dims bound from the batch, as {name: (size, field it was taken from)}.
         skipped: checks that could not run because a field they need was missing or malformed
             (each already reported), so that nothing is dropped without a trace.
-        backend: which backend produced the data checks ("torch" or "triton").
+        backend: which backend ran the data checks ("torch", "c" or "triton").
     """
 
     spec: str
@@ -138,24 +147,32 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return not self.errors
+
+    @property
+    def errors(self) -> tuple[Violation, ...]:
+        return tuple(v for v in self.violations if v.is_error)
+
+    @property
+    def warnings(self) -> tuple[Violation, ...]:
+        return tuple(v for v in self.violations if not v.is_error)
 
     @property
     def codes(self) -> set[str]:
         return {v.code for v in self.violations}
 
+    def strict(self) -> Report:
+        """This report with every warning counted as an error (`strict=True` in `check`, `--strict` in the CLI)."""
+        if not self.warnings:
+            return self
+        return replace(self, violations=tuple(replace(v, severity="error") for v in self.violations))
+
     def dims_text(self) -> str:
         return printable(", ".join(f"{k}={size} (from {src})" for k, (size, src) in self.dims.items()))
 
     def __str__(self) -> str:
-        """The report for people: one line if valid, else one paragraph per violation (control characters escaped)."""
-        if self.ok:
-            return f"batch is valid for {printable(self.spec)}" + (f" ({self.dims_text()})" if self.dims else "")
-        n = len(self.violations)
-        head = f"{n} violation{'s' if n != 1 else ''} for {printable(self.spec)}"
-        if self.dims:
-            head += f" ({self.dims_text()})"
-        lines = [head]
+        """The report for people: one line, then one paragraph per violation (control characters escaped)."""
+        lines = [self.headline()]
         for v in self.violations:
             lines.append(f"  {v.message}")
             tail = f"count={v.count}" + (f", value={_fmt(v.value)}" if v.value is not None else "")
@@ -164,10 +181,25 @@ class Report:
             lines.append(f"  not checked because of the above: {printable('; '.join(self.skipped))}")
         return "\n".join(lines)
 
+    def headline(self) -> str:
+        """`3 violations for <spec> (dims)`; with warnings among them `2 errors, 1 warning for ...`, or
+        `batch is valid for <spec>, with 1 warning` when they are all warnings."""
+        errors, warnings = len(self.errors), len(self.warnings)
+        spec = printable(self.spec)
+        if not warnings:
+            head = f"{_count(errors, 'violation')} for {spec}" if errors else f"batch is valid for {spec}"
+        elif errors:
+            head = f"{_count(errors, 'error')}, {_count(warnings, 'warning')} for {spec}"
+        else:
+            head = f"batch is valid for {spec}, with {_count(warnings, 'warning')}"
+        return head + (f" ({self.dims_text()})" if self.dims else "")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec,
             "ok": self.ok,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
             "backend": self.backend,
             "dims": {k: {"size": s, "from": f} for k, (s, f) in self.dims.items()},
             "violations": [v.to_dict() for v in self.violations],
@@ -183,7 +215,7 @@ class Report:
         With `width`, no word is split: one column per item when that fits, else three (where,
         rule, found), else None (too narrow for a table).
         """
-        title = str(self).splitlines()[0]
+        title = self.headline()
         if width is None:
             return fitted_table(title, *self._wide_rows(), width=None)
         layouts = (self._wide_rows(), self._compact_rows())
@@ -195,7 +227,7 @@ class Report:
         rows = []
         for v in self.violations:
             found = "" if v.value is None else _fmt(v.value)
-            rows.append((Text(printable(v.location)), Text(printable(v.code)), _rule_text(v), Text(found),
+            rows.append((Text(printable(v.location)), _code_text(v), _rule_text(v), Text(found),
                          Text(str(v.count)), Text(_samples_text(v))))
         return ("location", "code", "rule", "found", "count", "samples"), rows
 
@@ -205,7 +237,8 @@ class Report:
         rows = []
         for v in self.violations:
             where = Text(printable(v.location))
-            where.append(f"\n{printable(v.code)}", style="bold")
+            where.append("\n")
+            where.append_text(_code_text(v))
             found = [f"found {_fmt(v.value)}"] if v.value is not None else []
             found.append(f"count {v.count}")
             if v.samples:
@@ -218,7 +251,7 @@ class Report:
         from rich.padding import Padding
         from rich.text import Text
 
-        if self.ok:
+        if not self.violations:
             yield Text(str(self), style="green")
             return
         table = self.table(width=options.max_width)
@@ -235,15 +268,16 @@ class Report:
         """The report as an HTML table, for notebooks; every piece of spec and batch text is escaped."""
         from html import escape
 
-        head = escape(str(self).splitlines()[0])
-        if self.ok:
+        head = escape(self.headline())
+        if not self.violations:
             return f"<p style='color:green'>{head}</p>"
         cells = ("location", "code", "rule", "found", "count", "samples")
         out = [f"<p><b>{head}</b></p>", "<table>", "<tr>" + "".join(f"<th>{c}</th>" for c in cells) + "</tr>"]
         for v in self.violations:
             rule = escape(printable(v.rule)) + (f"<br><i>hint: {escape(printable(v.hint))}</i>" if v.hint else "")
             found = "" if v.value is None else escape(_fmt(v.value))
-            row = (escape(printable(v.location)), escape(printable(v.code)), rule, found, str(v.count),
+            code = escape(printable(v.code)) + ("" if v.is_error else " <i>(warning)</i>")
+            row = (escape(printable(v.location)), code, rule, found, str(v.count),
                    escape(_samples_text(v)))
             out.append("<tr>" + "".join(f"<td style='text-align:left'>{c}</td>" for c in row) + "</tr>")
         out.append("</table>")
@@ -252,8 +286,22 @@ class Report:
         return "\n".join(out)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 def _samples_text(v: Violation) -> str:
     return ", ".join(map(str, v.samples[:MAX_SAMPLES_SHOWN])) + (" ..." if len(v.samples) > MAX_SAMPLES_SHOWN else "")
+
+
+def _code_text(v: Violation) -> Any:
+    """The code, with `(warning)` under it for a warning: a table reader sees which rows stop a run."""
+    from rich.text import Text
+
+    text = Text(printable(v.code), style="bold")
+    if not v.is_error:
+        text.append("\n(warning)", style="yellow")
+    return text
 
 
 def _rule_text(v: Violation) -> Any:

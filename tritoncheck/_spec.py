@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from . import _expr
+from ._checks import Severity, field_codes
 from ._checks import options as check_options
 from ._dtypes import all_integer, expand_dtypes, number_problem
 
@@ -63,6 +64,11 @@ class FieldSpec(BaseModel):
     hints: dict[str, str] = Field(
         default_factory=dict, description="A likely cause to print, per violation code (above_max: '...')."
     )
+    severity: dict[str, Severity] = Field(
+        default_factory=dict,
+        description="Per violation code of this field's options (above_max: warning): 'warning' for a data bug "
+                    "the model runs through; every other check is an 'error'.",
+    )
     description: str | None = None
 
     @field_validator("dtype", mode="before")
@@ -93,6 +99,15 @@ class FieldSpec(BaseModel):
     def _bound_parses(cls, v: Bound | None) -> Bound | None:
         if isinstance(v, str):
             _expr.parse(v)
+        return v
+
+    @field_validator("severity")
+    @classmethod
+    def _severity_codes(cls, v: dict[str, str]) -> dict[str, str]:
+        for code in v:
+            if code not in field_codes():
+                raise ValueError(f"severity: {code!r} is not a code this field's options report; "
+                                 f"known: {', '.join(field_codes())} (a rule sets its own severity)")
         return v
 
     @field_validator("hints")
@@ -128,6 +143,9 @@ class RuleSpec(BaseModel):
     code: str = Field("rule_failed", description="The violation code reported when the rule fails.")
     field: str | None = Field(None, description="The field to report; by default the first field the rule names.")
     hint: str | None = Field(None, description="A likely cause to print when the rule fails.")
+    severity: Severity = Field(
+        "error", description="'error' (the model crashes or its loss is garbage) or 'warning' (a data bug the step runs through)."
+    )
 
     @field_validator("rule")
     @classmethod

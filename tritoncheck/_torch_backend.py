@@ -363,7 +363,8 @@ def violation(check: DataCheck, bound: Bound, count: int, samples: tuple[int, ..
     against the batch's dims, and where those dims came from), the value found at the first
     offending index, and the kind's hint. Every backend builds its violations here, so their
     reports cannot drift apart."""
-    return Violation(check.field, check.code, message(check, bound), samples, count, index, value, hint(check, value))
+    return Violation(check.field, check.code, message(check, bound), samples, count, index, value, hint(check, value),
+                     check.severity)
 
 
 def _at(t: torch.Tensor, index: tuple[int, ...]) -> torch.Tensor:
