@@ -855,7 +855,7 @@ def _valid(draw, spec: BatchSpec, plan: Plan, intervals, overrides=None, force_p
             problem = str(exc)
             continue
         report = check(ctx.batch, spec, backend="torch")
-        if report.ok:
+        if not report.violations:  # valid means clean: no error and no warning either
             return ctx
         problem = "; ".join(f"{v.code} on {v.field}: {v.rule}" for v in report.violations)
         if not all(any(v.rule.startswith(t) for t in unknown) for v in report.violations):
