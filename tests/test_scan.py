@@ -251,3 +251,145 @@ def test_padding_never_hides_a_row_too_short_for_a_dim_rule(tmp_path, capsys):
     params = ["-p", "in_channels=2", "-p", "num_classes=2", "-p", "min_length=5"]
     assert main(["scan", "conv1d-classifier", path, *params, "--json"]) == 1
     assert [(e["sample"], e["code"]) for e in json.loads(capsys.readouterr().out)["violations"]] == [(3, "dim_bound")]
+
+
+# --- Parquet and Arrow shards (the data `--engine ray` scans; tests/test_scan_ray.py) -------------------
+
+BERT_PARAMS = {"vocab_size": 50, "max_position_embeddings": 16, "type_vocab_size": 2, "num_labels": 3}
+# what breaks row r of the shards below: its code, by r % 7 (5 and 6: a good row)
+KINDS = {0: ("input_ids", "above_max"), 1: ("attention_mask", "no_attended_position"),
+         2: ("attention_mask", "dim_mismatch"), 3: ("labels", "below_min"), 4: ("input_ids", "sequence_too_long")}
+
+
+def shard_rows(start, n, padded_to=None):
+    """Rows start .. start+n-1 of a tokenised dataset, ragged (or padded with 0 to `padded_to`, as a tokeniser
+    with padding="max_length" leaves them); row r breaks KINDS[r % 7] and says `row r` in its text column."""
+    rng = np.random.default_rng(start)
+    rows = {"text": [], "input_ids": [], "attention_mask": [], "label": []}
+    for r in range(start, start + n):
+        length = int(rng.integers(1, 9))
+        ids, mask, label = [int(x) for x in rng.integers(2, 50, length)], [1] * length, int(rng.integers(0, 3))
+        kind = r % 7
+        if kind == 0:
+            ids[-1] = 50  # past the vocabulary
+        elif kind == 1:
+            mask = [0] * length  # attends nowhere
+        elif kind == 2 and padded_to is None:
+            mask = mask[:-1] or [1, 1]  # fields disagree on L
+        elif kind == 3:
+            label = -1  # the `datasets` column is `label`: checked as `labels`
+        elif kind == 4 and padded_to is None:
+            ids, mask = ids + [1] * 20, mask + [1] * 20  # longer than max_position_embeddings=16
+        if padded_to is not None:
+            ids, mask = ids + [0] * (padded_to - length), mask + [0] * (padded_to - length)
+        rows["text"].append(f"row {r}")
+        rows["input_ids"].append(ids)
+        rows["attention_mask"].append(mask)
+        rows["label"].append(label)
+    return rows
+
+
+def write_shards(path):
+    """Four shards in sorted path order: Parquet of 3-row row groups, an empty one, an Arrow stream (as
+    `datasets` writes) of 4-row batches, and an Arrow file (Feather v2) of padded rows in a subfolder that
+    sorts last.
+    Returns every row, in global order, and the (row, field, code) that are bad."""
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    path.mkdir()
+    (path / "part-3").mkdir()
+    parts = [shard_rows(0, 10), shard_rows(10, 0), shard_rows(10, 11), shard_rows(21, 9, padded_to=8)]
+    schema = pa.schema([("text", pa.string()), ("input_ids", pa.list_(pa.int64())),
+                        ("attention_mask", pa.list_(pa.int64())), ("label", pa.int64())])
+    tables = [pa.table(rows, schema=schema) for rows in parts]
+    pq.write_table(tables[0], path / "part-0.parquet", row_group_size=3)
+    pq.write_table(tables[1], path / "part-1.parquet")
+    with pa.ipc.new_stream(path / "part-2.arrow", schema) as stream:
+        stream.write_table(tables[2], max_chunksize=4)
+    feather.write_feather(tables[3], path / "part-3" / "data.arrow")
+    every = pa.concat_tables(tables).to_pylist()
+    padded = set(range(21, 30))
+    bad = sorted((r, *KINDS[r % 7]) for r in range(len(every)) if r % 7 in KINDS and not (r in padded and r % 7 in (2, 4)))
+    return every, bad
+
+
+@pytest.fixture
+def shards(tmp_path):
+    return tmp_path / "shards", *write_shards(tmp_path / "shards")
+
+
+def bert():
+    import tritoncheck as tc
+
+    return tc.load_spec("bert-sequence-classification", **BERT_PARAMS)
+
+
+def test_parquet_and_arrow_shards_report_global_rows_as_row_by_row_does(shards, tmp_path):
+    from tritoncheck._scan import scan as scan_data
+
+    path, every, bad = shards
+    report = scan_data(bert(), path, batch_size=4)
+    assert sorted((e["sample"], e["field"], e["code"]) for e in report["violations"]) == bad
+    assert (report["samples"], report["unit"], report["renamed"]) == (30, "rows", {"label": "labels"})
+    assert report["batches"] == 3 + 3 + 3  # chunks of 4 rows never span shards; the empty one has none
+    assert {every[e["sample"]]["text"] for e in report["violations"]} == {f"row {r}" for r, _, _ in bad}
+    # the same rows as one `datasets` dataset, each row checked alone: no padding, no shards
+    alone = scan_data(bert(), save_ds(tmp_path, {k: [row[k] for row in every] for k in every[0]}), batch_size=1)
+    assert found(report) == found(alone)
+
+
+def test_bad_rows_are_written_as_parquet_with_global_row_and_codes(shards, tmp_path):
+    import pyarrow.parquet as pq
+
+    from tritoncheck._scan import scan as scan_data
+
+    path, every, bad = shards
+    report = scan_data(bert(), path, batch_size=4, bad_rows=tmp_path / "bad")
+    assert sorted(p.name for p in (tmp_path / "bad").iterdir()) == [
+        "bad-rows-00000.parquet", "bad-rows-00002.parquet", "bad-rows-00003.parquet"]  # one per shard with any
+    written = pq.read_table(tmp_path / "bad").to_pylist()
+    codes = {}
+    for e in report["violations"]:
+        codes.setdefault(e["sample"], set()).add(e["code"])
+    assert [row.pop("tritoncheck_row") for row in written] == sorted(codes)
+    assert [set(row.pop("tritoncheck_codes")) for row in written] == [codes[r] for r in sorted(codes)]
+    assert written == [every[r] for r in sorted(codes)]  # every column, the text too
+
+
+def test_unreadable_shard_is_reported_and_the_rest_scanned(shards, capsys):
+    path, _, bad = shards
+    (path / "part-1.parquet").write_bytes(b"not parquet")  # the empty shard: no row moves
+    assert scan_ds("bert-sequence-classification", str(path)) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["source"], e["code"]) for e in report["violations"] if e["sample"] is None] == [
+        (str(path / "part-1.parquet"), "unreadable")]
+    assert sorted((e["sample"], e["field"], e["code"]) for e in report["violations"] if e["sample"] is not None) == bad
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--engine", "ray"], "--engine ray reads Parquet or Arrow files"),
+    (["--bad-rows", "{tmp}/out"], "--bad-rows reads Parquet or Arrow files"),
+])
+def test_shard_options_on_batch_files_are_usage_errors(batches, tmp_path, capsys, argv, message):
+    assert scan(batches, *(a.format(tmp=tmp_path) for a in argv)) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_rows_directory_must_be_new_or_empty(shards, tmp_path, capsys):
+    path = shards[0]
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "old.parquet").write_bytes(b"")
+    assert scan_ds("bert-sequence-classification", str(path), "--bad-rows", str(tmp_path / "bad")) == 2
+    assert "give a new or empty directory" in capsys.readouterr().err
+
+
+def test_engine_ray_without_ray_names_the_extra(shards, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as where it is not installed
+    monkeypatch.setitem(sys.modules, "ray.data", None)
+    assert scan_ds("bert-sequence-classification", str(shards[0]), "--engine", "ray") == 2
+    err = capsys.readouterr().err
+    assert "pip install 'tritoncheck[ray]'" in err and "Traceback" not in err

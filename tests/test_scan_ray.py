@@ -1,0 +1,70 @@
+"""`scan --engine ray`: Parquet and Arrow shards checked in Ray Data tasks report exactly what the local scan does.
+
+One local Ray instance for the module (`ray.init(num_cpus=2)`); the shards are those of tests/test_scan.py:
+four files (Parquet, an empty one, an Arrow stream, an Arrow file in a subfolder), ragged and padded rows,
+bad rows of five codes, and the `datasets` column name `label`.
+"""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from test_scan import BERT, bert, write_shards
+
+from tritoncheck._scan import scan
+from tritoncheck.cli import main
+
+ray = pytest.importorskip("ray")  # in the `integrations` extra, which CI installs
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "shards"
+    return path, *write_shards(path)
+
+
+@pytest.fixture(scope="module")
+def local(shards, tmp_path_factory):
+    """The local scan on the torch backend (the reference), with its bad rows."""
+    out = tmp_path_factory.mktemp("local") / "bad"
+    return scan(bert(), shards[0], backend="torch", batch_size=4, bad_rows=out), out
+
+
+def test_ray_scan_reports_exactly_what_the_local_scan_reports(ray_instance, shards, local, tmp_path):
+    path, every, bad = shards
+    expected, expected_dir = dict(local[0]), local[1]
+    report = scan(bert(), path, engine="ray", batch_size=4, bad_rows=tmp_path / "bad")
+    assert report.pop("backends") == ["c"]  # auto: the compiled C kernel, in the Ray workers
+    assert expected.pop("backends") == ["torch"]
+    assert report == expected  # every entry (global row, field, code, value, index, message), counts, summary
+    assert sorted((e["sample"], e["field"], e["code"]) for e in report["violations"]) == bad
+    assert report["renamed"] == {"label": "labels"} and report["samples"] == len(every) == 30
+    assert {row["code"] for row in report["summary"]} == {"above_max", "no_attended_position", "dim_mismatch",
+                                                          "below_min", "sequence_too_long"}
+    # the bad rows: the same files, and in them every column of each bad row, its global index and codes
+    names = sorted(p.name for p in (tmp_path / "bad").iterdir())
+    assert names == sorted(p.name for p in expected_dir.iterdir()) == [
+        "bad-rows-00000.parquet", "bad-rows-00002.parquet", "bad-rows-00003.parquet"]
+    written = pq.read_table(tmp_path / "bad").to_pylist()
+    assert written == pq.read_table(expected_dir).to_pylist()
+    rows = sorted({r for r, _, _ in bad})
+    assert [w.pop("tritoncheck_row") for w in written] == rows
+    assert [set(w.pop("tritoncheck_codes")) for w in written] == [{c for r2, _, c in bad if r2 == r} for r in rows]
+    assert written == [every[r] for r in rows]
+
+
+def test_cli_engine_ray(ray_instance, shards, local, tmp_path, capsys):
+    expected = dict(local[0])
+    argv = ["scan", "bert-sequence-classification", str(shards[0]), *BERT, "--batch-size=4"]
+    assert main([*argv, "--engine", "ray", "--json", "--bad-rows", str(tmp_path / "bad")]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report.pop("backends") == ["c"]
+    assert report == {k: v for k, v in expected.items() if k != "backends"}
+    assert len(list((tmp_path / "bad").iterdir())) == 3
