@@ -200,3 +200,50 @@ def test_unexpected_fields_ignore_round_trips():
     spec = spec_from_dict({"name": "s", "unexpected_fields": "ignore",
                            "fields": {"x": {"dtype": "float", "shape": ["B"]}}}, "s")
     assert spec_from_dict(yaml.safe_load(spec.to_yaml()), "s").unexpected_fields == "ignore"
+
+
+# ---------------------------------------------------------------------------------------------
+# A field's dtype may name a parameter: the model's compute dtype.
+
+DTYPE_PARAM_YAML = """
+name: pixels
+params: {dtype: float32}
+fields:
+  pixel_values: {dtype: [dtype], shape: [B, 3], finite: true}
+"""
+
+
+def _dtype_spec(tmp_path, **params):
+    path = tmp_path / "pixels.yaml"
+    path.write_text(DTYPE_PARAM_YAML)
+    return tc.load_spec(path, **params)
+
+
+def test_a_dtype_parameter_is_the_models_compute_dtype(tmp_path):
+    spec = _dtype_spec(tmp_path)
+    half = {"pixel_values": torch.zeros(2, 3, dtype=torch.float16)}
+    assert tc.check(half, spec).codes == {"dtype"}  # fp16 pixels into an fp32 model crash it
+    assert tc.check({"pixel_values": torch.zeros(2, 3)}, spec).ok
+    assert tc.check(half, _dtype_spec(tmp_path, dtype=torch.float16)).ok  # a torch.dtype keyword
+    assert tc.check(half, _dtype_spec(tmp_path, dtype="float")).ok  # any float, e.g. under autocast
+
+
+def test_a_dtype_parameter_is_read_from_a_config(tmp_path):
+    from transformers import BertConfig
+
+    spec = _dtype_spec(tmp_path)
+    assert spec.with_params(BertConfig(dtype=torch.bfloat16)).params["dtype"] == "bfloat16"
+    assert spec.with_params({"torch_dtype": "float16"}).params["dtype"] == "float16"  # a transformers 4 config.json
+    assert spec.with_params(BertConfig()).params["dtype"] == "float32"  # a config built in-process says None: the default stays
+
+
+def test_a_dtype_parameter_that_is_no_dtype_is_a_spec_error(tmp_path):
+    with pytest.raises(tc.SpecError, match="fields.pixel_values.dtype names parameter dtype, whose value 'banana'"):
+        _dtype_spec(tmp_path, dtype="banana")
+
+
+def test_a_misspelled_dtype_names_its_key_and_the_closest_name(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text("name: typo\nfields:\n  x: {dtype: [flaot32], shape: [B]}\n")
+    with pytest.raises(tc.SpecError, match=r"fields\.x\.dtype: unknown dtype 'flaot32'.*did you mean 'float32'"):
+        tc.load_spec(path)

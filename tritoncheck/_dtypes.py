@@ -43,6 +43,11 @@ def expand_dtypes(names: list[str]) -> tuple[torch.dtype, ...]:
     return tuple(out)
 
 
+def is_dtype_name(name: str) -> bool:
+    """A dtype name or group a spec may list (int64, bfloat16, float, ...)."""
+    return name in DTYPES or name in GROUPS
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return NAMES.get(dtype, str(dtype).removeprefix("torch."))
 

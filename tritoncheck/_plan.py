@@ -33,7 +33,7 @@ from ._checks import (  # the node types are re-exported: every backend imports 
     field_kinds,
     kind_of,
 )
-from ._dtypes import dtype_name, expand_dtypes
+from ._dtypes import dtype_name
 from ._expr import Arange, Binary, Const, Dim, Expr, ExprError, RawIndex, Reduce, Ref, Sym, Unary
 from ._report import Violation
 from ._spec import BatchSpec, SpecError, number_error, split_where
@@ -125,7 +125,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
         if len(set(axes)) != len(axes):
             raise SpecError(f"{spec.name}: fields.{name}.shape repeats a dim; each axis needs its own name")
         fields.append(
-            FieldPlan(name, expand_dtypes(f.dtype), tuple(shape), tuple(str(e) for e in f.shape), tuple(axes), f.optional)
+            FieldPlan(name, spec.field_dtypes(name), tuple(shape), tuple(str(e) for e in f.shape), tuple(axes), f.optional)
         )
     by_name = {f.name: f for f in fields}
     scope = _Scope(by_name, params, dims, spec.name)

@@ -8,6 +8,7 @@ field, a parameter or a dim.
 
 from __future__ import annotations
 
+import difflib
 import keyword
 import math
 import re
@@ -25,11 +26,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+import torch
 
 from . import _expr
 from ._checks import Severity, field_codes
 from ._checks import options as check_options
-from ._dtypes import all_integer, expand_dtypes, number_problem
+from ._dtypes import DTYPES, GROUPS, all_integer, dtype_name, expand_dtypes, is_dtype_name, number_problem
 
 ParamValue = int | float | bool | str | None
 Bound = int | float | str
@@ -49,7 +51,10 @@ class FieldSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dtype: list[str] = Field(description="Accepted dtypes: names (int64, bfloat16, bool) or groups (int, float).")
+    dtype: list[str] = Field(
+        description="Accepted dtypes: names (int64, bfloat16, bool), groups (int, float), or a parameter whose "
+                    "value is one, such as the model's compute dtype (`dtype: [dtype]` with `params: {dtype: float32}`)."
+    )
     shape: list[int | str] = Field(
         description="One entry per axis: an int, a parameter expression, or a dim name bound across fields."
     )
@@ -81,7 +86,9 @@ class FieldSpec(BaseModel):
     def _known_dtypes(cls, v: list[str]) -> list[str]:
         if not v:
             raise ValueError("at least one dtype is required")
-        expand_dtypes(v)  # raises ValueError naming an unknown dtype
+        for name in v:  # a parameter name is resolved (and checked) once the parameters are known
+            if not is_dtype_name(name) and not _IDENT.match(name):
+                expand_dtypes([name])  # raises ValueError naming the unknown dtype
         return v
 
     @field_validator("shape")
@@ -224,7 +231,14 @@ class BatchSpec(BaseModel):
             if len(set(named)) != len(named):
                 raise ValueError(f"fields.{name}.shape repeats a dim; each axis needs its own name")
         for name, f in self.fields.items():
-            integers = all_integer(expand_dtypes(f.dtype))
+            for entry in f.dtype:
+                if not is_dtype_name(entry) and entry not in self.params:
+                    known = [*DTYPES, *GROUPS]
+                    close = difflib.get_close_matches(entry, [*known, *self.params], n=1)
+                    raise ValueError(f"fields.{name}.dtype: unknown dtype {entry!r}, and no parameter of that name"
+                                     + (f" (did you mean {close[0]!r}?)" if close else "") + f"; known: {', '.join(known)}")
+            dtypes = self.field_dtypes(name, strict=False)
+            integers = dtypes is not None and all_integer(dtypes)
             entries = [(k, getattr(f, k)) for k in ("min", "max") if not isinstance(getattr(f, k), (str, type(None)))]
             entries += [(f"allow.{i}", v) for i, v in enumerate(f.allow)]
             entries += [(f"values.{i}", v) for i, v in enumerate(f.values or ())]
@@ -262,6 +276,26 @@ class BatchSpec(BaseModel):
         out._plan = None  # a plan compiled for the original must not serve the changed copy
         return out
 
+    def field_dtypes(self, name: str, *, strict: bool = True) -> tuple[Any, ...] | None:
+        """The torch dtypes field `name` accepts, its parameter entries resolved from `params`.
+
+        A parameter that is not yet filled (or, with `strict=False`, holds no dtype name) gives None;
+        with `strict`, a value that is not a dtype name or group is a SpecError.
+        """
+        names = []
+        for entry in self.fields[name].dtype:
+            if is_dtype_name(entry):
+                names.append(entry)
+                continue
+            value = self.params.get(entry)
+            if value is None or not (isinstance(value, str) and is_dtype_name(value)):
+                if value is None or not strict:
+                    return None
+                raise SpecError(f"{self.name}: fields.{name}.dtype names parameter {entry}, whose value {value!r} "
+                                f"is not a dtype name or group (float32, bfloat16, float, ...)")
+            names.append(value)
+        return expand_dtypes(names)
+
     def cached_plan(self) -> Any:
         """The plan compiled for this spec, or None.
 
@@ -298,7 +332,7 @@ class BatchSpec(BaseModel):
                 value = _config_value(config, name)
                 if value is not None:
                     filled[name] = value
-        filled.update(params)
+        filled.update({k: dtype_name(v) if isinstance(v, torch.dtype) else v for k, v in params.items()})
         for name, value in filled.items():
             if value is not None and not isinstance(value, (int, float, bool, str)):
                 raise SpecError(f"{self.name}: parameter {name} must be a number or string, got {type(value).__name__}")
@@ -329,11 +363,19 @@ class BatchSpec(BaseModel):
 
 
 def _config_value(config: Any, name: str) -> Any:
+    if name == "dtype":  # the model's compute dtype: `dtype` (transformers 5) or `torch_dtype` (4.x)
+        has_dtype = "dtype" in config if isinstance(config, Mapping) else hasattr(config, "dtype")
+        value = _config_entry(config, "dtype" if has_dtype else "torch_dtype")  # (torch_dtype warns in 5.x)
+        return dtype_name(value) if isinstance(value, torch.dtype) else value
+    value = _config_entry(config, name)
+    if value is None and name == "num_labels" and isinstance(config, Mapping) and isinstance(config.get("id2label"), Mapping):
+        return len(config["id2label"])  # a Hugging Face config.json stores labels, not their count
+    return value
+
+
+def _config_entry(config: Any, name: str) -> Any:
     if isinstance(config, Mapping):
-        value = config.get(name)
-        if value is None and name == "num_labels" and isinstance(config.get("id2label"), Mapping):
-            return len(config["id2label"])  # a Hugging Face config.json stores labels, not their count
-        return value
+        return config.get(name)
     try:
         return getattr(config, name, None)
     except Exception:  # a config property may raise for an unset field; treat as absent
