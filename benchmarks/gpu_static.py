@@ -1,0 +1,498 @@
+"""A static GPU report: what Triton compiles for an H100 from each built-in spec, read without a GPU.
+
+    python benchmarks/gpu_static.py --out benchmarks/results/gpu-static-triton-3.9.0.csv
+    python benchmarks/gpu_static.py --spec causal-lm --quick   # one signature, aligned sizes only
+
+Nothing is launched. For every built-in spec (specs/*.yaml, loaded with `bench.BUILTIN_PARAMS`),
+every dtype signature of `VARIANTS` and both size sets of `SIZES`, it builds a zero batch on the
+CPU, binds it, takes the program the Triton backend would run (`backend.program_for`) and the
+arguments its launch would pass (`launch_args` below), runs Triton's own JIT binder over those
+arguments for `TARGET` (so pointer alignment 16, divisibility by 16 of int arguments, int
+arguments equal to 1 as constexprs, and every constexpr and option are what the JIT would use),
+and compiles that `ASTSource` with `triton.compile`. One CSV row per compiled kernel:
+
+- `registers`, `spills`: from ptxas's own log of that compile (`Used N registers`, `N bytes spill
+  stores`), with Triton's cache bypassed so ptxas runs.
+- `load_bits_min`: the narrowest global load (`LDG`) in the SASS (`nvdisasm -gi` over the cubin)
+  among the loads of *streamed* fields: a load of a whole contiguous field (no selection, no
+  `x[i-1]`) over exactly the iteration space it sits in (the group's axes, plus the reduced axes
+  inside a reduction). SASS instructions are mapped to generated source lines by the line table
+  (the outermost frame in the generated file), and lines to fields by the IR op each line
+  defines. 128 is the 16-byte vector load; 8/16/32/64 mean narrower loads.
+- `int_div_on_valid_path`: integer `div`/`rem` instructions in the PTX (`div.s32`, `rem.u64`,
+  ...; PTX, because SASS has no divide instruction, only expanded sequences) whose `.loc` line
+  (followed through `inlined_at` to the kernel body) lies outside every violation branch: an
+  `if` whose body writes the result buffer (`tl.atomic_*`/`tl.store`) and whose test does not
+  read `pid` (the group dispatch does). Constant divisors become shifts or multiplies before PTX
+  and are not counted; a spec rule that itself divides integers (`x // y`) would be.
+- `max_tiles_per_program_1gb`, `programs_1gb`: for a batch of about 1 GB (the batch dim scaled,
+  the other dims as in the row's size set), the launch grid the backend would use and the most
+  loop steps (tiles) any one program walks (`geometry` below).
+- `bytes_in_flight_per_sm`, `est_bandwidth_fraction`: a Little's-law model of the group that reads
+  the most bytes of that 1 GB batch. Programs resident per SM are limited by registers (64 Ki
+  32-bit registers per SM, allocated per warp in units of 256), threads (2048), blocks (32) and
+  shared memory (228 KB, 1 KB reserved per block); each resident program has one tile's loads
+  in flight (its loads are issued together; Triton does not pipeline loads in a loop that feeds
+  no `tl.dot`). The H100 needs about 3.35 TB/s x ~650 ns / 132 SMs = ~16 KB in flight per SM to
+  stream at full bandwidth, so `est_bandwidth_fraction` = min(1, bytes in flight / 16 KB). It is
+  an estimate of the steady state: it ignores the serial tail that `max_tiles_per_program_1gb`
+  shows, L2 hits and the instruction cost per byte.
+
+Each compile runs in this process with `TRITON_INTERPRET` unset; the tests run it in a subprocess
+(`tests/test_gpu_static.py`), because the interpreter replaces Triton's language in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import csv
+import glob
+import io
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TARGET = ("cuda", 90, 32)  # GPUTarget arguments: an H100 (sm_90)
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+COLUMNS = ["spec", "signature", "aligned", "triton", "registers", "spills", "load_bits_min", "int_div_on_valid_path",
+           "max_tiles_per_program_1gb", "programs_1gb", "bytes_in_flight_per_sm", "est_bandwidth_fraction"]
+
+# dtype signatures users hit: (integer ids, masks (fields that may be bool), floats)
+VARIANTS = {
+    "i64": (torch.int64, torch.int64, torch.float32),  # what HF tokenizers and image processors return
+    "i64-bool": (torch.int64, torch.bool, torch.float32),  # a collator's boolean masks
+    "i32-bool-fp16": (torch.int32, torch.bool, torch.float16),
+    "i64-bf16": (torch.int64, torch.int64, torch.bfloat16),
+}
+REPRESENTATIVE = "i64-bool"  # the CI check's signature: int64 and fp32 weigh on registers, bool on load width
+# every dim a built-in spec names; aligned: multiples of 16 elements; unaligned: not
+SIZES = {
+    True: dict(B=32, L=512, T=128, N=32, D=1024, C=1024, S=64),
+    False: dict(B=30, L=509, T=125, N=30, D=1001, C=1001, S=61),
+}
+GB = 2**30
+# sm_90 per-SM limits for the occupancy model
+SM_REGISTERS, SM_THREADS, SM_BLOCKS, SM_SHARED, BLOCK_SHARED_RESERVED = 65536, 2048, 32, 228 * 1024, 1024
+BYTES_NEEDED_PER_SM = 16 * 1024
+
+
+def spec_names() -> list[str]:
+    return sorted(Path(p).stem for p in glob.glob(str(SPECS / "*.yaml")))
+
+
+def pick(dtypes: tuple[torch.dtype, ...], variant: str) -> torch.dtype:
+    """The field's dtype under `variant`: the variant's choice for its category, where allowed."""
+    ids, mask, floating = VARIANTS[variant]
+    want = mask if torch.bool in dtypes else floating if any(d.is_floating_point for d in dtypes) else ids
+    return want if want in dtypes else next((d for d in (torch.int64, torch.float32) if d in dtypes), dtypes[0])
+
+
+def make_batch(plan: Any, variant: str, dims: dict[str, int], empty: bool = False) -> dict[str, torch.Tensor]:
+    """Every field of `plan` (optional ones too: the heaviest kernel), zeros of the variant's dtypes."""
+    new = torch.empty if empty else torch.zeros
+    return {f.name: new([s if isinstance(s, int) else dims[s] for s in f.shape], dtype=pick(f.dtypes, variant))
+            for f in plan.fields}
+
+
+def signature_text(batch: dict[str, torch.Tensor]) -> str:
+    return " ".join(f"{n}:{str(t.dtype).removeprefix('torch.')}" for n, t in batch.items())
+
+
+# ------------------------------------------------------------------------------------------------
+# What the backend would launch. Thin adapters over today's backend (asked of the Triton backend's
+# owner as public functions: see the request in the report); replace them when those land.
+
+
+def launch_args(program: Any, bound: Any) -> tuple[list[Any], dict[str, Any]]:
+    """The positional arguments and keyword options `backend.launch` passes to `program.fn[grid]`."""
+    import triton.language as tl
+
+    from tritoncheck._triton import backend
+
+    args, _, batch, wide = backend.arguments(program, bound)
+    out = torch.zeros(program.kernel.layout.length(batch), dtype=torch.int64)
+    return [*args, out, tl.int64 if wide else tl.int32], {"enable_fp_fusion": False}
+
+
+@dataclass
+class GroupLaunch:
+    programs: int  # programs the group's range of the grid holds
+    tiles: int  # loop steps (tiles) of its busiest program
+    tile_bytes: int  # bytes one tile loads
+
+
+def geometry(program: Any, dims: dict[str, int]) -> list[GroupLaunch]:
+    """Per group of the kernel, for these dim sizes: programs, tiles per program, bytes per tile."""
+    from tritoncheck._kernel.decode import axis_size
+    from tritoncheck._triton import codegen
+
+    kernel, out = program.kernel, []
+    for g, block in zip(kernel.groups, program.blocks, strict=True):
+        numel = math.prod(axis_size(kernel, a, dims) for a in g.axes)
+        reductions = [op for op in g.ops if op.name == "reduction"]
+        if reductions:
+            tiles = sum(-(-math.prod(axis_size(kernel, a, dims) for a in op.args[1]) // codegen.BLOCK_RED)
+                        for op in reductions)
+            loads = [op for r in reductions for op in _loads(r.args[2])]
+            elements = block * codegen.BLOCK_RED
+        else:
+            tiles, loads, elements = 1, list(_loads(g.ops)), block
+        tile_bytes = elements * sum(kernel.field(op.args[0]).dtype.itemsize for op in loads)
+        out.append(GroupLaunch(-(-numel // block), tiles, tile_bytes))
+    return out
+
+
+def _loads(ops: tuple) -> Iterator[Any]:
+    for op in ops:
+        if op.name in ("load", "load_prev"):
+            yield op
+        elif op.name == "reduction":
+            yield from _loads(op.args[2])
+
+
+def streamed_lines(program: Any) -> dict[int, str]:
+    """Source line (1-based) -> field, for every load that streams a whole contiguous field over
+    exactly the iteration space it sits in (see the module docstring)."""
+    from tritoncheck._triton import codegen
+
+    cg = codegen.TritonCodegen(program.kernel)
+    if cg.run().source != program.source:
+        raise RuntimeError("regenerating the kernel gave different source: cannot map lines to loads")
+    kernel, streamed = program.kernel, {}
+
+    def visit(ops: tuple, axes: tuple[str, ...]) -> None:
+        for op in ops:
+            if op.name == "reduction":
+                visit(op.args[2], axes + tuple(op.args[1]))
+            elif op.name == "load":
+                f = kernel.field(op.args[0])
+                if f.contiguous and all(s is None for s in op.args[1]) and set(f.axes) == set(axes):
+                    streamed[cg.names[op.id]] = f.name
+
+    for g in kernel.groups:
+        visit(g.ops, g.axes)
+    lines = {}
+    for i, line in enumerate(program.source.splitlines(), 1):
+        name = line.strip().split(" = ", 1)[0]
+        if name in streamed and "tl.load(" in line:
+            lines[i] = streamed[name]
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# Compiling as the JIT would, and reading the result.
+
+
+def jit_compile(fn: Any, args: list[Any], options: dict[str, Any]) -> tuple[Any, str]:
+    """`triton.compile` of `fn` for TARGET with the signature, constexprs and attributes the JIT
+    derives from `args` (its own binder), and ptxas's log of that compile."""
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget(*TARGET)
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    options = {**options, "debug": options.get("debug", fn.debug) or knobs.runtime.debug}  # as JITFunction.run
+    bound_args, specialization, options = binder(*args, **options)
+    options, signature, constexprs, attrs = fn._pack_args(backend, options, bound_args, specialization, options)
+    log = io.StringIO()
+    with knobs.compilation.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(log):
+        knobs.compilation.always_compile = True  # ptxas must run for its log
+        knobs.nvidia.dump_ptxas_log = True
+        compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+    return compiled, log.getvalue()
+
+
+def ptxas_figures(log: str) -> tuple[int, int]:
+    """(registers, bytes of spill stores) from ptxas -v output."""
+    regs = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores", log)
+    if regs is None or spills is None:
+        raise RuntimeError(f"no ptxas figures in its log: {log[-500:]!r}")
+    return int(regs.group(1)), int(spills.group(1))
+
+
+class Disassembly:
+    """`nvdisasm -c -gi` of a cubin (SASS with line info), run in the background: it takes about a
+    second and a half, which the next compile overlaps."""
+
+    def __init__(self, cubin: bytes):
+        from triton import knobs
+
+        self.dir = tempfile.TemporaryDirectory()
+        path = os.path.join(self.dir.name, "kernel.cubin")
+        with open(path, "wb") as fh:
+            fh.write(cubin)
+        self.proc = subprocess.Popen([knobs.nvidia.nvdisasm.path, "-c", "-gi", path], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def text(self) -> str:
+        out, err = self.proc.communicate()
+        self.dir.cleanup()
+        if self.proc.returncode:
+            raise RuntimeError(f"nvdisasm failed: {err[-500:]}")
+        return out
+
+
+_SASS_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+_SASS_WIDTH = {"128": 128, "64": 64, "U8": 8, "S8": 8, "U16": 16, "S16": 16}  # no suffix: 32 bits
+_PTX_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+(\d+)(?:.*inlined_at\s+(\d+)\s+(\d+)\s+(\d+))?")
+_PTX_LOAD = re.compile(r"\bld\.global(?:\.[\w:]+?)*?(?:\.v(\d))?\.[bsuf](8|16|32|64)\s")
+
+
+def sass_loads(text: str, source_path: str) -> list[tuple[int, int]]:
+    """(line, bits) of every global load (LDG) in the SASS: each instruction takes the line of the
+    line-info block before it (its outermost frame in the generated file)."""
+    out, line, block_open = [], 0, False
+    for raw in text.splitlines():
+        m = _SASS_LINE.search(raw)
+        if m:
+            if not block_open:
+                line = 0
+            if os.path.basename(m.group(1)) == os.path.basename(source_path) and "inlined at" not in raw:
+                line = int(m.group(2))
+            block_open = True
+            continue
+        block_open = False
+        ins = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?(LDG\S*)", raw)
+        if ins:
+            mods = ins.group(1).split(".")[1:]
+            out.append((line, next((_SASS_WIDTH[m] for m in mods if m in _SASS_WIDTH), 32)))
+    return out
+
+
+def ptx_loads(ptx: str, source_path: str) -> list[tuple[int, int, int]]:
+    """(source line, line as the SASS shows it, bits) of every `ld.global` in the PTX.
+
+    Triton emits a load as inline asm (`mov`s zeroing the result registers, then the predicated
+    `ld`); triton 3.9 gives each line of that asm its own `.loc`, one source line further each, so
+    the SASS shows a 128-bit load on the line after its own. A load's source line is the first
+    `.loc` inside its asm block (or the one in effect where the block starts)."""
+    ours = _our_files(ptx, source_path)
+    out, line, in_asm, first = [], 0, False, None
+    for raw in ptx.splitlines():
+        m = _PTX_LOC.match(raw)
+        if m:
+            line = int(m.group(2)) if m.group(1) in ours and not m.group(4) else 0
+            if in_asm and first is None:
+                first = line
+        elif "// begin inline asm" in raw:
+            in_asm, first = True, None
+        elif "// end inline asm" in raw:
+            in_asm = False
+        else:
+            ld = _PTX_LOAD.search(raw)
+            if ld:
+                out.append((line if first is None or not in_asm else first, line, int(ld.group(1) or 1) * int(ld.group(2))))
+    return out
+
+
+def load_widths(ptx: str, sass_text: str, source_path: str) -> list[tuple[int, int]]:
+    """(source line, bits) of every SASS global load, its source line found through the PTX load
+    of the same width shown on the same line (any PTX load shown there, if ptxas changed a width)."""
+    shown: dict[int, list[tuple[int, int]]] = {}
+    for src, at, bits in ptx_loads(ptx, source_path):
+        shown.setdefault(at, []).append((src, bits))
+    out = []
+    for at, bits in sass_loads(sass_text, source_path):
+        candidates = shown.get(at, [])
+        same = {src for src, b in candidates if b == bits} or {src for src, _ in candidates} or {at}
+        out.extend((src, bits) for src in same)
+    return out
+
+
+def _our_files(ptx: str, source_path: str) -> set[str]:
+    files = re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]+)"', ptx, re.M)
+    return {m.group(1) for m in files if os.path.basename(m.group(2)) == os.path.basename(source_path)}
+
+
+_PTX_DIV = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:div|rem)\.[su](?:16|32|64)\s")
+
+
+def int_div_lines(ptx: str, source_path: str) -> list[int]:
+    """The generated-source line of every integer div/rem in the PTX (0 where it cannot be told).
+
+    Each `.loc` is followed through `inlined_at` to a line of the kernel. An instruction LLVM
+    placed at line 0 (code it moved, e.g. an index computation sunk into the violation branch)
+    takes the nearest located line in its basic block, the next one first."""
+    ours = _our_files(ptx, source_path)
+    caller: dict[tuple[str, str], tuple[str, str] | None] = {}  # (file, line) -> where it was inlined
+    events: list[tuple[str, int, int]] = []  # ("loc" | "div", basic block, source line)
+    block, line = 0, 0
+    for raw in ptx.splitlines():
+        m = _PTX_LOC.match(raw)
+        if m:
+            loc, seen = (m.group(1), m.group(2)), set()
+            caller.setdefault(loc, (m.group(4), m.group(5)) if m.group(4) else None)
+            while loc is not None and loc not in seen and (loc[0] not in ours or caller.get(loc)):
+                seen.add(loc)
+                loc = caller.get(loc)
+            line = int(loc[1]) if loc is not None and loc[0] in ours else 0
+            events.append(("loc", block, line))
+        elif re.match(r"^\s*(\$L__BB\d+_\d+:|// %bb\.\d+:)", raw):
+            block += 1
+        elif _PTX_DIV.match(raw):
+            events.append(("div", block, line))
+    out = []
+    for i, (what, b, at) in enumerate(events):
+        if what == "div":
+            after = (n for w, bb, n in events[i + 1:] if bb == b and w == "loc" and n)
+            before = (n for w, bb, n in reversed(events[:i]) if bb == b and w == "loc" and n)
+            out.append(at or next(after, 0) or next(before, 0))
+    return out
+
+
+def violation_lines(source: str) -> set[int]:
+    """Lines inside a violation branch: the body of an `if` that writes the result buffer and whose
+    test does not read `pid` (the group dispatch does)."""
+    def writes(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Attribute) and (n.attr.startswith("atomic_") or n.attr == "store")
+                   for n in ast.walk(node))
+
+    lines: set[int] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "pid" not in {n.id for n in ast.walk(child.test) if isinstance(n, ast.Name)} \
+                    and any(writes(s) for s in child.body):
+                lines.update(range(child.body[0].lineno, child.body[-1].end_lineno + 1))
+                for s in child.orelse:
+                    visit(s)
+            else:
+                visit(child)
+
+    visit(ast.parse(source))
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# One row.
+
+
+def occupancy(registers: int, num_warps: int, shared: int) -> int:
+    """Programs (thread blocks) resident per SM on sm_90."""
+    per_warp = -(-registers // 8) * 8 * 32
+    by_regs = (SM_REGISTERS // per_warp) // num_warps if registers else SM_BLOCKS
+    by_shared = SM_SHARED // (shared + BLOCK_SHARED_RESERVED)
+    return max(0, min(by_regs, SM_THREADS // (32 * num_warps), SM_BLOCKS, by_shared))
+
+
+def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], Any] | None:
+    """Compile one spec, signature and size set: its row without the SASS figure, and what
+    `finish` needs; None when the backend would not run a kernel (a plan it does not lower goes to
+    the torch backend)."""
+    import triton
+
+    import tritoncheck as tc
+    from tritoncheck._plan import bind, compile_plan
+    from tritoncheck._triton import backend
+    from tritoncheck.bench import BUILTIN_PARAMS
+
+    plan = compile_plan(tc.load_spec(spec_name, config=BUILTIN_PARAMS))
+    dims = SIZES[aligned]
+    batch = make_batch(plan, variant, dims)
+    bound = bind(plan, batch)
+    program = backend.program_for(plan, bound)
+    if program is None:
+        return None
+    args, options = launch_args(program, bound)
+    compiled, log = jit_compile(program.fn, args, options)
+    registers, spills = ptxas_figures(log)
+    violation = violation_lines(program.source)
+    divs = [line for line in int_div_lines(compiled.asm["ptx"], program.path) if line not in violation]
+
+    # the 1 GB batch: the batch dim scaled, nothing allocated (empty tensors are never touched)
+    batch_dim = program.kernel.batch_dim
+    per_sample = sum(t.element_size() * t.numel() // t.shape[[*f.shape].index(batch_dim)]
+                     for f in plan.fields for t in [batch[f.name]] if batch_dim in f.shape)
+    big = bind(plan, make_batch(plan, variant, {**dims, batch_dim: max(1, GB // per_sample)}, empty=True))
+    launches = geometry(program, big.dim_values())
+    heaviest = max(launches, key=lambda g: g.programs * g.tiles * g.tile_bytes)
+    in_flight = occupancy(registers, compiled.metadata.num_warps, compiled.metadata.shared) * heaviest.tile_bytes
+    row = {
+        "spec": spec_name, "signature": signature_text(batch), "aligned": aligned, "triton": triton.__version__,
+        "registers": registers, "spills": spills, "load_bits_min": "", "int_div_on_valid_path": len(divs),
+        "max_tiles_per_program_1gb": max(g.tiles for g in launches),
+        "programs_1gb": sum(g.programs for g in launches),
+        "bytes_in_flight_per_sm": in_flight,
+        "est_bandwidth_fraction": round(min(1.0, in_flight / BYTES_NEEDED_PER_SM), 2),
+    }
+    return row, (program, compiled.asm["ptx"], Disassembly(compiled.asm["cubin"]))
+
+
+def finish(row: dict[str, Any], pending: Any) -> dict[str, Any]:
+    """The row with `load_bits_min`, once the SASS is there."""
+    program, ptx, disassembly = pending
+    streamed = streamed_lines(program)
+    widths = [bits for line, bits in load_widths(ptx, disassembly.text(), program.path) if line in streamed]
+    return {**row, "load_bits_min": min(widths) if widths else ""}
+
+
+def cases(specs: list[str], variants: list[str], sizes: list[bool]) -> Iterator[tuple[str, str, bool]]:
+    """(spec, variant, aligned) to compile; a variant giving a spec the same dtypes as an earlier
+    one (a spec without masks or floats) is left out."""
+    import tritoncheck as tc
+    from tritoncheck._plan import compile_plan
+    from tritoncheck.bench import BUILTIN_PARAMS
+
+    for spec_name in specs:
+        plan = compile_plan(tc.load_spec(spec_name, config=BUILTIN_PARAMS))
+        for aligned in sizes:
+            seen = set()
+            for variant in variants:
+                text = signature_text(make_batch(plan, variant, SIZES[aligned], empty=True))
+                if text not in seen:
+                    seen.add(text)
+                    yield spec_name, variant, aligned
+
+
+def rows(specs: list[str], variants: list[str], sizes: list[bool], log: Any = sys.stderr) -> Iterator[dict[str, Any]]:
+    """Every row, in `cases` order; each kernel's SASS is read while the next one compiles."""
+    waiting = None
+    for case in [*cases(specs, variants, sizes), None]:
+        started = start(*case) if case is not None else None
+        if waiting is not None:
+            r = finish(*waiting)
+            print(" ".join(f"{k}={r[k]}" for k in COLUMNS if k != "triton"), file=log, flush=True)
+            yield r
+        waiting = started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="CSV file to write (default: stdout)")
+    parser.add_argument("--spec", action="append", help="a built-in spec (repeatable; default: all)")
+    parser.add_argument("--quick", action="store_true", help=f"only the {REPRESENTATIVE} signature, aligned sizes")
+    opts = parser.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        parser.error("unset TRITON_INTERPRET: the report compiles for a GPU, not for the interpreter")
+    specs = opts.spec or spec_names()
+    unknown = sorted(set(specs) - set(spec_names()))
+    if unknown:
+        parser.error(f"not a built-in spec: {', '.join(unknown)}")
+    variants, sizes = ([REPRESENTATIVE], [True]) if opts.quick else (list(VARIANTS), [True, False])
+    with open(opts.out, "w", newline="") if opts.out else contextlib.nullcontext(sys.stdout) as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for r in rows(specs, variants, sizes):
+            writer.writerow(r)
+            fh.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
