@@ -56,7 +56,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -392,9 +392,9 @@ def occupancy(registers: int, num_warps: int, shared: int) -> int:
 
 
 def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], Any] | None:
-    """Compile one spec, signature and size set: its row without the SASS figure, and what
-    `finish` needs; None when the backend would not run a kernel (a plan it does not lower goes to
-    the torch backend)."""
+    """Compile one spec (a built-in name or a YAML path), signature and size set: its row without
+    the SASS figure, and what `finish` needs; None when the backend would not run a kernel (a plan
+    it does not lower goes to the torch backend)."""
     import triton
 
     import tritoncheck as tc
@@ -460,10 +460,11 @@ def cases(specs: list[str], variants: list[str], sizes: list[bool]) -> Iterator[
                     yield spec_name, variant, aligned
 
 
-def rows(specs: list[str], variants: list[str], sizes: list[bool], log: Any = sys.stderr) -> Iterator[dict[str, Any]]:
-    """Every row, in `cases` order; each kernel's SASS is read while the next one compiles."""
+def rows(todo: Iterable[tuple[str, str, bool]], log: Any = sys.stderr) -> Iterator[dict[str, Any]]:
+    """The row of each (spec, variant, aligned) in order; each kernel's SASS is read while the
+    next one compiles."""
     waiting = None
-    for case in [*cases(specs, variants, sizes), None]:
+    for case in [*todo, None]:
         started = start(*case) if case is not None else None
         if waiting is not None:
             r = finish(*waiting)
@@ -488,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(opts.out, "w", newline="") if opts.out else contextlib.nullcontext(sys.stdout) as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
-        for r in rows(specs, variants, sizes):
+        for r in rows(cases(specs, variants, sizes)):
             writer.writerow(r)
             fh.flush()
     return 0
