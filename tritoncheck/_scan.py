@@ -367,15 +367,15 @@ def _dataset_items(path: Path, spec: Any, batch_size: int, renames: dict[str, st
 
     def gen() -> Iterator[_Item]:
         for split, ds in splits.items():
-            view = ds.select_columns(list(columns[split]))
+            view = ds.select_columns(list(columns[split])).with_format("arrow")
             for start in range(0, len(ds), batch_size):
                 n = min(batch_size, len(ds) - start)
                 try:
-                    rows = {columns[split][c]: v for c, v in view[start:start + n].items()}
+                    table = view[start:start + n]
                 except Exception as exc:  # a damaged chunk is recorded, and the scan goes on
                     yield _Item(sources[split], start, exc, n, specs[split])
                     continue
-                yield from _chunk_items(sources[split], start, rows, n, specs[split])
+                yield from _chunk_items(sources[split], start, table, columns[split], n, specs[split])
 
     total = sum(len(ds) for ds in splits.values())
     return gen(), total, "rows", {k: v for k, v in absent.items() if v["required"] or v["optional"]}
@@ -429,8 +429,7 @@ class ShardJob:
             if chunk is None:
                 return
             n, table = chunk
-            rows = {self.columns[c]: table.column(c).to_pylist() for c in self.columns}
-            yield from _chunk_items(self.source, shard.offset + start, rows, n, self.spec)
+            yield from _chunk_items(self.source, shard.offset + start, table, self.columns, n, self.spec)
             start += n
 
     def _write_bad_rows(self, shard: Shard, entries: list[dict[str, Any]]) -> None:
@@ -572,8 +571,23 @@ def _columns(names: list[str], spec: Any, renames: dict[str, str], applied: dict
     return taken, absent, spec.model_copy(update={"fields": fields}) if required else spec
 
 
-def _chunk_items(source: str, start: int, rows: dict[str, list[Any]], n: int, spec: Any) -> Iterator[_Item]:
-    """A chunk as one batch; padded if ragged; row by row only if a column is not numeric."""
+def _chunk_items(source: str, start: int, table: Any, columns: dict[str, str], n: int, spec: Any
+                 ) -> Iterator[_Item]:
+    """A chunk (an Arrow table) as one batch; padded if ragged; row by row only if a column is not numeric.
+
+    Columns of numbers, or of lists of numbers, become tensors straight from their Arrow buffers; any
+    other (lists of lists such as bbox, nulls, text) goes through Python lists, as `torch.tensor` reads them.
+    """
+    fast = {f: _arrow_column(table.column(c), _pad_value(f, spec)) for c, f in columns.items()}
+    if all(column is not None for column in fast.values()):
+        if all(bool((sizes == sizes[:1]).all()) for _, sizes in fast.values()):  # no ragged column
+            yield _Item(source, start, {f: values for f, (values, _) in fast.items()}, n, spec)
+        else:
+            from ._plan import compile_plan
+
+            yield _Item(source, start, _Ragged(fast, spec, compile_plan(spec)), n, spec)
+        return
+    rows = {f: table.column(c).to_pylist() for c, f in columns.items()}
     batch = _to_batch(rows)
     if batch is not None:
         yield _Item(source, start, batch, n, spec)
@@ -737,9 +751,7 @@ def _padded_column(values: list[Any], pad_value: float) -> tuple[Any, Any] | Non
     except (TypeError, ValueError, RuntimeError):
         return None
     if rows is None:
-        out = torch.full((len(values), int(lengths.max())), pad_value, dtype=flat.dtype)
-        out.masked_scatter_(torch.arange(out.shape[1]) < lengths[:, None], flat)  # (faster than out[mask] = flat)
-        return out, lengths[:, None]
+        return _padded_flat(flat, lengths, pad_value)
     if len({t.dim() for t in rows}) > 1:
         return None
     dtype = rows[0].dtype
@@ -750,6 +762,43 @@ def _padded_column(values: list[Any], pad_value: float) -> tuple[Any, Any] | Non
     for j, t in enumerate(rows):
         out[(j, *(slice(0, s) for s in t.shape))] = t
     return out, sizes
+
+
+def _padded_flat(flat: Any, lengths: Any, pad_value: float) -> tuple[Any, Any]:
+    """Rows given as one flat tensor and their lengths, padded to the longest, and their sizes [n, 1]."""
+    import torch
+
+    out = torch.full((len(lengths), int(lengths.max())), pad_value, dtype=flat.dtype)
+    out.masked_scatter_(torch.arange(out.shape[1]) < lengths[:, None], flat)  # (faster than out[mask] = flat)
+    return out, lengths[:, None]
+
+
+def _arrow_column(column: Any, pad_value: float) -> tuple[Any, Any] | None:
+    """An Arrow column of numbers, or of lists of numbers, as `_padded_column` makes it from the same values
+    in Python (ints as int64, floats as float32, bools), without making a Python object; None for any other."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.types as types
+    import torch
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    listed = types.is_list(column.type) or types.is_large_list(column.type)
+    leaf = column.flatten() if listed else column  # (a sliced list column flattens to its own values only)
+    kind = leaf.type
+    if types.is_boolean(kind):
+        dtype = np.bool_
+    elif types.is_integer(kind) and not types.is_uint64(kind):  # (a uint64 past int64 is Python's to reject)
+        dtype = np.int64
+    elif types.is_floating(kind):
+        dtype = np.float32  # what torch.tensor makes of Python floats (rounded to nearest, as numpy does)
+    else:
+        return None
+    if column.null_count or leaf.null_count:
+        return None
+    flat = torch.from_numpy(leaf.to_numpy(zero_copy_only=False).astype(dtype))
+    if not listed:
+        return flat, torch.zeros(len(flat), 0, dtype=torch.long)
+    return _padded_flat(flat, torch.from_numpy(column.value_lengths().to_numpy().astype(np.int64)), pad_value)
 
 
 def _pad_value(name: str, spec: Any) -> float:
