@@ -393,3 +393,26 @@ def test_engine_ray_without_ray_names_the_extra(shards, monkeypatch, capsys):
     assert scan_ds("bert-sequence-classification", str(shards[0]), "--engine", "ray") == 2
     err = capsys.readouterr().err
     assert "pip install 'tritoncheck[ray]'" in err and "Traceback" not in err
+
+
+def test_arrow_columns_become_the_tensors_python_lists_become():
+    import pyarrow as pa
+
+    from tritoncheck._scan import _arrow_column, _padded_column
+
+    ragged = pa.array([[1, 2, 3], [4], [5, 6], []], pa.list_(pa.int16()))
+    same = [
+        pa.array([1, -2, 3], pa.int32()), pa.array([0.1, 2.5, -1e-3]), pa.array([True, False, True]),
+        ragged, ragged.slice(1, 2), pa.array([[0.5, 1.5], [2.0, 1e40]], pa.list_(pa.float64())),
+        pa.chunked_array([pa.array([[7], [8, 9]]), pa.array([[10, 11, 12]])]), pa.array([[], []], pa.list_(pa.int8())),
+    ]
+    for column in same[:-1]:  # each as torch.tensor makes its Python values: same dtype, values and sizes
+        fast, slow = _arrow_column(column, -100), _padded_column(column.to_pylist(), -100)
+        assert fast[0].dtype == slow[0].dtype and fast[0].equal(slow[0]), column
+        assert fast[1].equal(slow[1]), column
+    values, sizes = _arrow_column(same[-1], 0)  # rows that are all empty: int8 lists stay integers (Python: float32)
+    assert values.shape == (2, 0) and values.dtype == torch.int64 and sizes.tolist() == [[0], [0]]
+    # Python lists (or row by row) for anything else
+    others = [pa.array([[[1, 2]], [[3, 4]]]), pa.array(["a", "b"]), pa.array([1, None]), pa.array([[1], None]),
+              pa.array([[1, None]]), pa.array([2**64 - 1], pa.uint64())]
+    assert [_arrow_column(column, 0) for column in others] == [None] * len(others)

@@ -795,7 +795,8 @@ def _arrow_column(column: Any, pad_value: float) -> tuple[Any, Any] | None:
         return None
     if column.null_count or leaf.null_count:
         return None
-    flat = torch.from_numpy(leaf.to_numpy(zero_copy_only=False).astype(dtype))
+    with np.errstate(over="ignore"):  # a float64 past float32 becomes inf, as in torch.tensor: a finite check says so
+        flat = torch.from_numpy(leaf.to_numpy(zero_copy_only=False).astype(dtype))
     if not listed:
         return flat, torch.zeros(len(flat), 0, dtype=torch.long)
     return _padded_flat(flat, torch.from_numpy(column.value_lengths().to_numpy().astype(np.int64)), pad_value)
