@@ -81,6 +81,14 @@ class Arange:
 
 
 @dataclass(frozen=True, slots=True)
+class Present:
+    """`present(labels)`: whether the batch holds an (optional) field; known on the host, like a size."""
+
+    field: str
+    kind: Literal["present"] = "present"
+
+
+@dataclass(frozen=True, slots=True)
 class Unary:
     op: Literal["neg", "not", "abs", "isfinite"]
     x: Expr
@@ -105,7 +113,7 @@ class Reduce:
     kind: Literal["reduce"] = "reduce"
 
 
-Expr = Union[Const, Sym, Dim, Ref, RawIndex, Arange, Unary, Binary, Reduce]
+Expr = Union[Const, Sym, Dim, Ref, RawIndex, Arange, Present, Unary, Binary, Reduce]
 
 
 def parse(text: str) -> Expr:
@@ -194,18 +202,22 @@ def _index_item(node: ast.AST) -> object:
 
 def _call(node: ast.Call, depth: int) -> Expr:
     name = node.func.id if isinstance(node.func, ast.Name) else None
-    allowed = (*REDUCTIONS, "abs", "arange", "isfinite")
+    allowed = (*REDUCTIONS, "abs", "arange", "isfinite", "present")
     if name not in allowed:
         raise ExprError(f"only the functions {', '.join(allowed)} may be called")
     if len(node.args) != 1:
         raise ExprError(f"{name}() takes exactly one positional argument")
     kwargs = {k.arg: k.value for k in node.keywords}
-    if name in ("abs", "isfinite", "arange") and kwargs:
+    if name in ("abs", "isfinite", "arange", "present") and kwargs:
         raise ExprError(f"{name}() takes no keyword arguments")
     if name == "arange":
         if not isinstance(node.args[0], ast.Name):
             raise ExprError("arange() takes a dim name, as in arange(S)")
         return Arange(node.args[0].id)
+    if name == "present":
+        if not isinstance(node.args[0], ast.Name):
+            raise ExprError("present() takes a field name, as in present(labels)")
+        return Present(node.args[0].id)
     x = _convert(node.args[0], depth)
     if name in ("abs", "isfinite"):
         return Unary(name, x)
@@ -237,6 +249,8 @@ def names(expr: Expr) -> set[str]:
         return {expr.field}
     if isinstance(expr, Arange):
         return {expr.dim}
+    if isinstance(expr, Present):
+        return {expr.field}
     if isinstance(expr, Unary):
         return names(expr.x)
     if isinstance(expr, Binary):
@@ -303,6 +317,8 @@ def to_text(expr: Expr) -> str:
         return expr.name
     if isinstance(expr, Arange):
         return f"arange({expr.dim})"
+    if isinstance(expr, Present):
+        return f"present({expr.field})"
     if isinstance(expr, (Ref, RawIndex)):
         items = expr.items if isinstance(expr, RawIndex) else expr.index
         if not items or all(i is None for i in items):

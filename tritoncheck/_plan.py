@@ -34,7 +34,7 @@ from ._checks import (  # the node types are re-exported: every backend imports 
     kind_of,
 )
 from ._dtypes import dtype_name
-from ._expr import Arange, Binary, Const, Dim, Expr, ExprError, RawIndex, Reduce, Ref, Sym, Unary
+from ._expr import Arange, Binary, Const, Dim, Expr, ExprError, Present, RawIndex, Reduce, Ref, Sym, Unary
 from ._report import Violation
 from ._spec import BatchSpec, SpecError, number_error, split_where
 
@@ -140,10 +140,13 @@ def compile_plan(spec: BatchSpec) -> Plan:
     for i, r in enumerate(spec.rules):
         where = f"rules.{i}"
         parts = split_where(r.rule)
-        expr = scope.resolve(_expr.parse(parts[0]), where)
-        cond = scope.resolve(_expr.parse(parts[1]), where) if len(parts) == 2 else None
+        expr = scope.resolve(_expr.parse(parts[0]), where, presence=True)
+        cond = scope.resolve(_expr.parse(parts[1]), where, presence=True) if len(parts) == 2 else None
         subject = expr.a if isinstance(expr, Binary) and expr.op in ("==", "!=", "<", "<=", ">", ">=") else expr
         refs = expr_fields(expr) | (expr_fields(cond) if cond is not None else set())
+        if refs and any(map(is_presence_dim, expr_dims(expr) | expr_dims(cond))):
+            raise scope.error(where, f"{r.rule!r}: present() may be used only in rules over sizes and presence, "
+                                     "which are checked on the host (a rule over a field's data runs only when it is present)")
         if not refs:
             if _has_arange(expr) or (cond is not None and _has_arange(cond)):
                 raise scope.error(where, f"{r.rule!r} reads no field, and arange() only has a meaning next to one; "
@@ -220,13 +223,16 @@ class _Scope:
     def number_error(self, where: str, field: str, value: float, integers: bool) -> str | None:
         return number_error(where, field, value, integers)
 
-    def resolve(self, expr: Expr, where: str) -> Expr:
+    def resolve(self, expr: Expr, where: str, *, presence: bool = False) -> Expr:
+        """The expression with its names resolved; `present(field)` only where `presence` (a rule)."""
         try:
             out = _expr.fold(self._resolve(expr, where))
             self.axes(out)  # validates reductions and indexing against the axes
-            return out
         except ExprError as exc:
             raise self.error(where, str(exc)) from None
+        if not presence and any(map(is_presence_dim, expr_dims(out))):
+            raise self.error(where, "present() may be used only in rules")
+        return out
 
     def _resolve(self, expr: Expr, where: str) -> Expr:
         if isinstance(expr, Sym):
@@ -250,6 +256,10 @@ class _Scope:
             if expr.dim not in self.dims:
                 raise self.error(where, f"arange() needs a dim name; {expr.dim!r} is not a dim")
             return expr
+        if isinstance(expr, Present):
+            if expr.field not in self.fields:
+                raise self.error(where, f"present() needs a field name; {expr.field!r} is not a field")
+            return Dim(presence_dim(expr.field))
         if isinstance(expr, Unary):
             return Unary(expr.op, self._resolve(expr.x, where))
         if isinstance(expr, Binary):
@@ -323,9 +333,22 @@ def _first_ref(expr: Expr) -> str:
 def _dim_owner(expr: Expr, fields: list[FieldPlan]) -> str:
     needed = expr_dims(expr)
     for f in fields:
-        if needed & set(f.shape):
+        if needed & {*f.shape, presence_dim(f.name)}:
             return f.name
     return fields[0].name
+
+
+def presence_dim(field: str) -> str:
+    """The host value of `present(field)`: 1 when the batch holds the field, else 0.
+
+    A dim by another name (no identifier has parentheses): `bind` sets it beside the sizes for
+    the rules over sizes, which are the only rules that may use it.
+    """
+    return f"present({field})"
+
+
+def is_presence_dim(name: str) -> bool:
+    return name.startswith("present(")
 
 
 def _has_arange(expr: Expr) -> bool:
@@ -477,7 +500,8 @@ def _bind(plan: Plan, batch: Any) -> Bound:
         size, src = dims[plan.batch_dim]
         violations.append(Violation(src, "empty_batch", f"the batch is empty ({plan.batch_dim}=0 from {src})", value=0))
 
-    dim_values = {k: v for k, (v, _) in dims.items()}
+    dim_values: dict[str, Any] = {k: v for k, (v, _) in dims.items()}
+    dim_values.update((presence_dim(fp.name), batch.get(fp.name) is not None) for fp in plan.fields)
     skipped: list[str] = []
     for c in plan.dim_checks:
         needed = expr_dims(c.expr) | (expr_dims(c.where) if c.where is not None else set())
@@ -488,9 +512,10 @@ def _bind(plan: Plan, batch: Any) -> Bound:
             continue
         if not bool(evaluate_scalar(c.expr, dim_values)):
             value = evaluate_scalar(c.subject, dim_values)
-            ctx = ", ".join(f"{k}={dim_values[k]} (from {dims[k][1]})" for k in sorted(needed))
+            ctx = ", ".join(f"{k}={dim_values[k]}" + (f" (from {dims[k][1]})" if k in dims else "") for k in sorted(needed))
             # report on a field the batch holds: T may be bound by labels when decoder_input_ids is absent
-            owner = c.field if c.field in tensors else dims[min(needed)][1]
+            sizes = sorted(needed & dims.keys())
+            owner = c.field if c.field in tensors or not sizes else dims[sizes[0]][1]
             violations.append(Violation(owner, c.code, f"{c.text} fails with {ctx}", value=value, index=(), hint=c.hint,
                                         severity=c.severity))
 

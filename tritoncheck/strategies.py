@@ -50,6 +50,7 @@ from ._plan import (
     evaluate_scalar,
     expr_dims,
     kind_of,
+    presence_dim,
     referenced_fields,
 )
 from ._spec import BatchSpec
@@ -461,15 +462,13 @@ def _draw_batch(draw, plan: Plan, intervals: dict[str, list[int]], overrides: di
     dims = {n: draw(st.integers(lo, hi), label=n) for n, (lo, hi) in intervals.items()}
     dims.update(overrides or {})
     present = [fp for fp in plan.fields if not fp.optional or fp.name in force_present or draw(st.booleans(), label=f"has {fp.name}")]
+    present = _presence_holds(plan, dims, present, breaking)
     dtypes = {fp.name: draw(st.sampled_from(fp.dtypes), label=f"{fp.name}.dtype") for fp in present}
     seed = draw(st.integers(0, 2**32 - 1), label="seed")
     edge = draw(st.sampled_from([0.0, 0.1, 0.5]), label="edge rate")
     sentinel = draw(st.sampled_from([0.0, 0.2, 1.0]), label="sentinel rate")
     g = torch.Generator().manual_seed(seed)
     ctx = _Draw(plan, dims, dtypes, {}, {}, g)
-    for c in plan.dim_checks:
-        if c is not breaking and expr_dims(c.expr) <= dims.keys() and not evaluate_scalar(c.expr, dims):
-            raise _Infeasible(f"dims {dims} break {c.text!r}")
     ctx.domains = _domains(ctx)
     for fp in present:
         ctx.batch[fp.name] = _fill(ctx.domains[fp.name], dtypes[fp.name], ctx.shape(fp), g, edge, sentinel)
@@ -478,6 +477,26 @@ def _draw_batch(draw, plan: Plan, intervals: dict[str, list[int]], overrides: di
         if repair is not None and referenced_fields(c) <= ctx.batch.keys():
             repair(c, ctx)
     return ctx
+
+
+def _presence_holds(plan: Plan, dims: dict[str, int], present: list[FieldPlan], breaking: DimCheck | None) -> list[FieldPlan]:
+    """`present` with the optional fields added that a failing rule over presence names
+    (`present(labels) | present(decoder_input_ids)`); raises `_Infeasible` when the dims still
+    break a rule over sizes."""
+    names = {fp.name for fp in present}
+    for c in plan.dim_checks:
+        if c is breaking:
+            continue
+        host = dims | {presence_dim(fp.name): fp.name in names for fp in plan.fields}  # what bind sees
+        if not expr_dims(c.expr) | expr_dims(c.where) <= host.keys():
+            continue
+        if (c.where is None or evaluate_scalar(c.where, host)) and not evaluate_scalar(c.expr, host):
+            named = {fp.name for fp in plan.fields if presence_dim(fp.name) in expr_dims(c.expr)} - names
+            host.update((presence_dim(n), True) for n in named)
+            if not named or not evaluate_scalar(c.expr, host):
+                raise _Infeasible(f"dims {dims} and the fields drawn break {c.text!r}")
+            names |= named
+    return [fp for fp in plan.fields if fp.name in names]
 
 
 def _domains(ctx: _Draw) -> dict[str, Domain]:
@@ -540,8 +559,8 @@ def _mutate_dim_bound(c: DimCheck, ctx: _Draw, rng: random.Random):
         fresh = ctx.redraw({d: bad}, {fp.name for fp in ctx.plan.fields if d in fp.shape}, c)
     except _Infeasible:
         return None
-    if not _others_hold(fresh, c):
-        return None
+    if not _others_hold(fresh, c) or not any(v.code == c.code and v.rule.startswith(c.text) for v in bind(fresh.plan, fresh.batch).violations):
+        return None  # (a rule's `where` may not hold in the fresh batch: `... where not present(pixel_values)`)
     ctx.batch = fresh.batch
     return f"{d} = {bad} breaks {c.text}", c.field, c.code, ()
 
