@@ -3,7 +3,7 @@
     python benchmarks/gpu_static.py --out benchmarks/results/gpu-static-triton-3.9.0.csv
     python benchmarks/gpu_static.py --spec causal-lm --quick   # one signature, aligned sizes only
 
-Nothing is launched. For every built-in spec (specs/*.yaml, loaded with `bench.BUILTIN_PARAMS`),
+Nothing is launched. For every built-in spec (`tc.builtin_spec_names()`, loaded with `bench.BUILTIN_PARAMS`),
 every dtype signature of `VARIANTS` and both size sets of `SIZES`, it builds a zero batch on the
 CPU, binds it, takes the program the Triton backend would run (`backend.program_for`) and the
 arguments its launch would pass (`launch_args` below), runs Triton's own JIT binder over those
@@ -48,7 +48,6 @@ import argparse
 import ast
 import contextlib
 import csv
-import glob
 import io
 import math
 import os
@@ -58,13 +57,11 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 TARGET = ("cuda", 90, 32)  # GPUTarget arguments: an H100 (sm_90)
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 COLUMNS = ["spec", "signature", "aligned", "triton", "registers", "spills", "load_bits_min", "int_div_on_valid_path",
            "max_tiles_per_program_1gb", "programs_1gb", "bytes_in_flight_per_sm", "est_bandwidth_fraction"]
 
@@ -78,17 +75,13 @@ VARIANTS = {
 REPRESENTATIVE = "i64-bool"  # the CI check's signature: int64 and fp32 weigh on registers, bool on load width
 # every dim a built-in spec names; aligned: multiples of 16 elements; unaligned: not
 SIZES = {
-    True: dict(B=32, L=512, T=128, N=32, D=1024, C=1024, S=64),
-    False: dict(B=30, L=509, T=125, N=30, D=1001, C=1001, S=61),
+    True: {"B": 32, "L": 512, "T": 128, "N": 32, "D": 1024, "C": 1024, "S": 64},
+    False: {"B": 30, "L": 509, "T": 125, "N": 30, "D": 1001, "C": 1001, "S": 61},
 }
 GB = 2**30
 # sm_90 per-SM limits for the occupancy model
 SM_REGISTERS, SM_THREADS, SM_BLOCKS, SM_SHARED, BLOCK_SHARED_RESERVED = 65536, 2048, 32, 228 * 1024, 1024
 BYTES_NEEDED_PER_SM = 16 * 1024
-
-
-def spec_names() -> list[str]:
-    return sorted(Path(p).stem for p in glob.glob(str(SPECS / "*.yaml")))
 
 
 def pick(dtypes: tuple[torch.dtype, ...], variant: str) -> torch.dtype:
@@ -316,7 +309,7 @@ def load_widths(ptx: str, sass_text: str, source_path: str) -> list[tuple[int, i
 
 
 def _our_files(ptx: str, source_path: str) -> set[str]:
-    files = re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]+)"', ptx, re.M)
+    files = re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]+)"', ptx, re.MULTILINE)
     return {m.group(1) for m in files if os.path.basename(m.group(2)) == os.path.basename(source_path)}
 
 
@@ -481,8 +474,10 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("unset TRITON_INTERPRET: the report compiles for a GPU, not for the interpreter")
-    specs = opts.spec or spec_names()
-    unknown = sorted(set(specs) - set(spec_names()))
+    import tritoncheck as tc
+
+    specs = opts.spec or tc.builtin_spec_names()
+    unknown = sorted(set(specs) - set(tc.builtin_spec_names()))
     if unknown:
         parser.error(f"not a built-in spec: {', '.join(unknown)}")
     variants, sizes = ([REPRESENTATIVE], [True]) if opts.quick else (list(VARIANTS), [True, False])
