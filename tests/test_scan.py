@@ -40,8 +40,8 @@ def test_one_bad_file_exits_1_and_lists_its_bad_samples(batches, tmp_path, capsy
     found = [(e["source"], e["sample"], e["field"], e["code"], e["value"], e["index"]) for e in report["violations"]]
     bad_file = str(batches / "part2" / "d.pt")
     assert found == [(bad_file, 1, "target", "above_max", 7, [1]), (bad_file, 3, "target", "below_min", -3, [3])]
-    assert report["summary"] == [{"code": "above_max", "field": "target", "samples": 1},
-                                 {"code": "below_min", "field": "target", "samples": 1}]
+    assert report["summary"] == [{"code": "above_max", "field": "target", "severity": "error", "samples": 1},
+                                 {"code": "below_min", "field": "target", "severity": "error", "samples": 1}]
     shown = capsys.readouterr().out
     assert "2 bad samples of 16 samples in 4 files" in shown and "above_max" in shown and "d.pt sample 1" in shown
 
@@ -59,6 +59,30 @@ def test_batch_level_violation_is_pinned_on_samples(tmp_path, capsys):
     assert scan(tmp_path / "x.pt", "--json") == 1
     report = json.loads(capsys.readouterr().out)
     assert [(e["sample"], e["code"]) for e in report["violations"]] == [(0, "all_ignored"), (1, "all_ignored")]
+
+
+WARN_SPEC = """
+name: warned
+batch_dim: N
+fields:
+  input: {dtype: float, shape: [N, C]}
+  target: {dtype: int64, shape: [N], min: 0, max: C - 1, severity: {above_max: warning}}
+"""
+
+
+def test_rows_with_only_warnings_are_listed_as_warnings(tmp_path, capsys):
+    (tmp_path / "warned.yaml").write_text(WARN_SPEC)
+    spec = str(tmp_path / "warned.yaml")
+    torch.save(ce_batch([0, 7, 2, 1]), tmp_path / "a.pt")  # sample 1: a warning only
+    assert main(["scan", spec, str(tmp_path / "a.pt"), "--json"]) == 0  # as `check`: warnings do not fail
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["bad_samples"] == 1
+    assert [(e["sample"], e["code"], e["severity"], e["value"]) for e in report["violations"]] == [
+        (1, "above_max", "warning", 7)]
+    torch.save(ce_batch([0, 7, -2, 9]), tmp_path / "a.pt")  # and an error
+    assert main(["scan", spec, str(tmp_path / "a.pt"), "--format", "text"]) == 1
+    out = capsys.readouterr().out
+    assert "above_max in target: 2 bad samples (warning)" in out and "below_min in target: 1 bad sample\n" in out
 
 
 def test_unreadable_file_is_reported_not_fatal(batches, tmp_path, capsys):

@@ -9,7 +9,8 @@ Shards can be checked on Ray Data (`--engine ray`, see `tritoncheck._ray_scan`) 
 code and the same report; `--bad-rows DIR` writes the bad rows of shards to Parquet. A bad batch is narrowed down to its bad samples
 (see `tritoncheck._data.split_bad`), and each is checked alone so that its reported value is its
 own. A batch that cannot be read, or whose check fails with any exception, is recorded (source,
-error type, one line) and the scan goes on. Exit code 0: clean; 1: bad samples (or unreadable
+error type, one line) and the scan goes on. A sample with only warnings is listed as well, its
+entries marked `severity: warning`. Exit code 0: clean, or warnings only; 1: errors (or unreadable
 files); 2: usage or spec error; 3: some batch could not be checked (an internal error: please report).
 
 Columns are renamed as the Hugging Face collators rename them (`label` and `label_ids` become
@@ -77,8 +78,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "scan",
         help="check every sample of a dataset offline",
         description="Check a directory of saved batches (.pt, .safetensors, .npz), a dataset saved with "
-        "`datasets`, or Parquet or Arrow shards against a spec, and list every bad sample. Exit code 0: clean; "
-        "1: bad samples; 2: usage or spec error; 3: a batch could not be checked (the rest are; see the report).",
+        "`datasets`, or Parquet or Arrow shards against a spec, and list every bad sample. Exit code 0: clean "
+        "(or warnings only); 1: errors; 2: usage or spec error; 3: a batch could not be checked (the rest are; see the report).",
     )
     p.add_argument("spec", help="a built-in spec name (see `tritoncheck specs`) or a YAML spec file")
     p.add_argument("data", help="a batch file, a directory of batch files, a `datasets` save_to_disk directory, "
@@ -121,7 +122,7 @@ def run_scan(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         _show(report, table=fmt == "table")
-    return EXIT_INTERNAL if report["errors"] else EXIT_VIOLATIONS if report["violations"] else EXIT_OK
+    return EXIT_INTERNAL if report["errors"] else EXIT_OK if report["ok"] else EXIT_VIOLATIONS
 
 
 def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", backend: str = "auto",
@@ -222,7 +223,7 @@ class _Scan:
         self.backends.add(ran)
         for pos, v in found:
             self.entries.append(_entry(item.source, None if pos is None else item.offset + pos, v.field, v.code,
-                                       v.message, v.to_dict()["value"], v.index))
+                                       v.message, v.to_dict()["value"], v.index, v.severity))
 
     def part(self) -> dict[str, Any]:
         """What `merge` takes: JSON-able, so that a shard's result travels from a Ray task as it is."""
@@ -241,30 +242,40 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
                take: Callable[[list[int]], Any] | None = None) -> tuple[list[tuple[int | None, Any]], int, str]:
     """The bad samples of one batch as (position or None, violation) pairs, the batch size, the backend that ran.
 
-    Position None marks a violation of the batch as a whole: a metadata problem (a missing field,
+    A sample with only warnings is a bad sample too: it is found as one with errors is (`split_bad` on
+    the strict reports), and listed with its own violations, each with its own severity. Position None marks a violation of the batch as a whole: a metadata problem (a missing field,
     a wrong dtype or shape), which no slice of the batch can be blamed for; then the data checks
     that did run are reported batch-level too. `take(positions)` makes the batch of those samples
     (default: the batch indexed along its batch dim).
     """
     from ._api import check
-    from ._data import split_bad
+    from ._data import relocate, split_bad
     from ._plan import compile_plan
 
     report = check(batch, spec, backend=backend)
     plan = compile_plan(spec)
     size = report.dims.get(plan.batch_dim, (0, ""))[0]
-    if report.ok:
+    if not report.violations:
         return [], size, report.backend
     meta = any(v.code in METADATA_CODES for v in report.violations)
     if meta or not isinstance(batch, Mapping) or plan.batch_dim not in report.dims:
         return [(0 if size == 1 else None, v) for v in report.violations], size, report.backend  # one: to blame
 
+    alone: dict[int, Any] = {}  # each sample's own report, warnings still warnings
+
     def subset(positions: list[int]) -> tuple[Any, Any]:
         part = take(positions) if take is not None else _take(batch, plan, positions)
-        return check(part, spec, backend=backend), part
+        checked = check(part, spec, backend=backend)
+        if len(positions) == 1:
+            alone[positions[0]] = checked
+        return checked.strict(), part
 
-    _, bad, _ = split_bad(size, subset, report, batch, plan)
-    return [(pos, v) for pos, vs in bad.items() for v in vs], size, report.backend
+    _, bad, _ = split_bad(size, subset, report.strict(), batch, plan)
+    found = []
+    for pos, vs in bad.items():  # (a sample that passes alone, dropped with its group, keeps the group's)
+        own = alone[pos].violations if pos in alone and alone[pos].violations else None
+        found += [(pos, v) for v in vs] if own is None else [(pos, relocate(v, pos, plan)) for v in own]
+    return found, size, report.backend
 
 
 def _take(batch: Mapping, plan: Any, positions: list[int]) -> dict[str, Any]:
@@ -356,7 +367,7 @@ def _dataset_items(path: Path, spec: Any, batch_size: int, renames: dict[str, st
     try:
         loaded = datasets.load_from_disk(str(path))
     except Exception as exc:  # a damaged or foreign save: datasets raises many types
-        raise UsageError(f"cannot read dataset {path}: {_one_line(exc)}") from None
+        raise UsageError(f"cannot read dataset {path}: {one_line(exc)}") from None
     splits = dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"": loaded}
     sources = {split: f"{path}[{split}]" if split else str(path) for split in splits}
     columns: dict[str, dict[str, str]] = {}  # per split: column -> field
@@ -423,7 +434,7 @@ class ShardJob:
             try:
                 chunk = next(chunks, None)
             except Exception as exc:  # a damaged shard (pyarrow raises many types): the rows read so far stand
-                err = UsageError(f"cannot read {shard.path} from its row {start}: {_one_line(exc)}")
+                err = UsageError(f"cannot read {shard.path} from its row {start}: {one_line(exc)}")
                 yield _Item(shard.path, shard.offset + start, err, shard.rows - start)
                 return
             if chunk is None:
@@ -486,7 +497,7 @@ def _table_job(data: Path, files: list[Path], spec: Any, backend: str, batch_siz
             with _open_shard(str(path), None) as (columns, pieces):
                 rows = sum(n for n, _ in pieces)
         except Exception as exc:  # not Parquet or Arrow after all, or damaged: pyarrow raises many types
-            unreadable.append(_entry(str(path), None, None, "unreadable", f"cannot read {path}: {_one_line(exc)}"))
+            unreadable.append(_entry(str(path), None, None, "unreadable", f"cannot read {path}: {one_line(exc)}"))
             continue
         names = columns if names is None else [c for c in names if c in columns]
         shards.append(Shard(len(shards), str(path), sum(s.rows for s in shards), rows))
@@ -814,17 +825,18 @@ def _pad_value(name: str, spec: Any) -> float:
 
 
 def _entry(source: str, sample: int | None, field: str | None, code: str, message: str, value: Any = None,
-           index: Any = None) -> dict[str, Any]:
-    return {"source": source, "sample": sample, "field": field, "code": code, "value": value,
+           index: Any = None, severity: str = "error") -> dict[str, Any]:
+    return {"source": source, "sample": sample, "field": field, "code": code, "severity": severity, "value": value,
             "index": None if index is None else list(index), "message": message}
 
 
 def _error(source: str, offset: int, exc: BaseException) -> dict[str, Any]:
     """A batch that could not be checked: where (source, first row), the error type and its first line."""
-    return {"source": source, "offset": offset, "error": type(exc).__name__, "message": _one_line(exc)}
+    return {"source": source, "offset": offset, "error": type(exc).__name__, "message": one_line(exc)}
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception's first line (at most 300 characters), for a report or an error of one line."""
     lines = str(exc).strip().splitlines()
     return lines[0][:300] if lines else type(exc).__name__
 
@@ -834,13 +846,13 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
     entries = scan.entries
     bad = {(e["source"], e["sample"]) for e in entries if e["sample"] is not None}
     whole = {e["source"] for e in entries if e["sample"] is None}  # a metadata problem, a missing column
-    per: Counter[tuple[str, str]] = Counter()
-    for key in {(e["source"], e["sample"], e["code"], e["field"]) for e in entries}:
-        per[(key[2], key[3] or "")] += 1
+    per: Counter[tuple[str, str, str]] = Counter()
+    for key in {(e["source"], e["sample"], e["code"], e["field"], e["severity"]) for e in entries}:
+        per[(key[2], key[3] or "", key[4])] += 1
     return {
         "spec": spec,
         "data": data,
-        "ok": not entries and not scan.errors,
+        "ok": not any(e["severity"] == "error" for e in entries) and not scan.errors,  # warnings may remain
         "unit": unit,  # "rows" of a dataset, or "files" of saved batches
         "batches": scan.checks,  # batch files, or dataset chunks, that were checked
         "samples": scan.samples,
@@ -850,7 +862,7 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
         "backends": sorted(scan.backends),  # what checked the data: "c" (the compiled kernel), "torch", ...
         "renamed": renamed,
         "absent_fields": {src: {"required": a["required"], "optional": a["optional"]} for src, a in absent.items()},
-        "summary": [{"code": c, "field": f, "samples": n} for (c, f), n in sorted(per.items())],
+        "summary": [{"code": c, "field": f, "severity": sev, "samples": n} for (c, f, sev), n in sorted(per.items())],
         "violations": entries,
         "errors": scan.errors,
     }
@@ -878,7 +890,7 @@ def _show(report: dict[str, Any], table: bool) -> None:
         if fields["optional"]:
             notes.append(f"  not in {src} (optional, so not checked): {', '.join(fields['optional'])}")
     out = console()
-    if report["ok"]:
+    if not report["violations"]:
         out.print(Text(printable(head), style="green"))
         for line in notes:
             say(line)
@@ -887,14 +899,15 @@ def _show(report: dict[str, Any], table: bool) -> None:
     for line in notes:
         say(line)
     label = "row" if report["unit"] == "rows" else "sample"
-    summary = [(row["code"], row["field"], str(row["samples"])) for row in report["summary"]]
-    t = fitted_table(None, ("code", "field", f"bad {label}s"),
+    summary = [(row["code"], row["field"], row["severity"], str(row["samples"])) for row in report["summary"]]
+    t = fitted_table(None, ("code", "field", "severity", f"bad {label}s"),
                      [tuple(Text(printable(c)) for c in row) for row in summary], out.width) if table else None
     if t is not None:
         out.print(t)
     else:
-        for code, field, n in summary:
-            say(f"  {code} in {field or '-'}: {_plural(int(n), f'bad {label}')}")
+        for code, field, severity, n in summary:
+            kind = "" if severity == "error" else f" ({severity})"
+            say(f"  {code} in {field or '-'}: {_plural(int(n), f'bad {label}')}{kind}")
     for e in report["violations"][:SHOWN]:
         where = e["source"] if e["sample"] is None else f"{e['source']} {label} {e['sample']}"
         say(f"  {where}: {e['message']}")  # the message keeps its hint on its own line
@@ -908,4 +921,4 @@ def _show(report: dict[str, Any], table: bool) -> None:
             say(f"  {where}: {e['error']}: {e['message']}")
 
 
-__all__ = ["add_parser", "run_scan", "scan_batch"]
+__all__ = ["Shard", "ShardJob", "add_parser", "one_line", "run_scan", "scan", "scan_batch"]
