@@ -68,3 +68,16 @@ def test_cli_engine_ray(ray_instance, shards, local, tmp_path, capsys):
     assert report.pop("backends") == ["c"]
     assert report == {k: v for k, v in expected.items() if k != "backends"}
     assert len(list((tmp_path / "bad").iterdir())) == 3
+
+
+def test_ray_that_cannot_start_is_a_usage_error(shards, monkeypatch, capsys):
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Could not find any running Ray instance.\nPlease specify the one to connect to.")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", unreachable)
+    argv = ["scan", "bert-sequence-classification", str(shards[0]), *BERT, "--engine", "ray"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--engine ray: cannot start or reach Ray: Could not find any running Ray instance." in err
+    assert "Traceback" not in err and "Please specify" not in err

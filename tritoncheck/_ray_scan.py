@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._cli_commands import UsageError
-from ._scan import Shard, ShardJob
+from ._scan import Shard, ShardJob, one_line
 
 MISSING_RAY = "--engine ray needs Ray Data: pip install 'tritoncheck[ray]'"
 
@@ -30,11 +30,17 @@ MISSING_RAY = "--engine ray needs Ray Data: pip install 'tritoncheck[ray]'"
 def run_shards(job: ShardJob, advance: Callable[[int], None]) -> list[dict[str, Any]]:
     """`job.run` on every shard of `job`, one Ray Data task per shard; the parts in shard order."""
     try:
+        import ray
         import ray.data
     except ImportError:
         raise UsageError(MISSING_RAY) from None
     if not job.shards:
         return []
+    if not ray.is_initialized():  # as Ray Data would, but a cluster that cannot be reached is the user's to fix
+        try:
+            ray.init()
+        except Exception as exc:  # ConnectionError, RuntimeError, ValueError: by cause
+            raise UsageError(f"--engine ray: cannot start or reach Ray: {one_line(exc)}") from None
     items = [{"index": s.index, "path": s.path, "offset": s.offset, "rows": s.rows} for s in job.shards]
 
     def scan_shards(batch: dict[str, Any]) -> dict[str, Any]:
