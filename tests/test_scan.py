@@ -319,8 +319,8 @@ def write_shards(path):
     sorts last.
     Returns every row, in global order, and the (row, field, code) that are bad."""
     import pyarrow as pa
-    import pyarrow.feather as feather
     import pyarrow.parquet as pq
+    from pyarrow import feather
 
     path.mkdir()
     (path / "part-3").mkdir()
@@ -369,7 +369,7 @@ def test_bad_rows_are_written_as_parquet_with_global_row_and_codes(shards, tmp_p
 
     from tritoncheck._scan import scan as scan_data
 
-    path, every, bad = shards
+    path, every, _ = shards
     report = scan_data(bert(), path, batch_size=4, bad_rows=tmp_path / "bad")
     assert sorted(p.name for p in (tmp_path / "bad").iterdir()) == [
         "bad-rows-00000.parquet", "bad-rows-00002.parquet", "bad-rows-00003.parquet"]  # one per shard with any

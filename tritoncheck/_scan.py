@@ -789,8 +789,8 @@ def _arrow_column(column: Any, pad_value: float) -> tuple[Any, Any] | None:
     in Python (ints as int64, floats as float32, bools), without making a Python object; None for any other."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.types as types
     import torch
+    from pyarrow import types
 
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     listed = types.is_list(column.type) or types.is_large_list(column.type)
