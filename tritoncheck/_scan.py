@@ -271,7 +271,7 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
         return checked.strict(), part
 
     _, bad, _ = split_bad(size, subset, report.strict(), batch, plan)
-    found = []
+    found: list[tuple[int | None, Any]] = []
     for pos, vs in bad.items():  # (a sample that passes alone, dropped with its group, keeps the group's)
         own = alone[pos].violations if pos in alone and alone[pos].violations else None
         found += [(pos, v) for v in vs] if own is None else [(pos, relocate(v, pos, plan)) for v in own]
@@ -491,7 +491,9 @@ def _table_job(data: Path, files: list[Path], spec: Any, backend: str, batch_siz
                ) -> tuple[ShardJob, list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """The job over DATA's shards (offsets from each file's metadata), the entries for shards that cannot be
     read at all, and the contract fields that the columns common to every shard lack."""
-    shards, names, unreadable = [], None, []
+    shards: list[Shard] = []
+    names: list[str] | None = None
+    unreadable: list[dict[str, Any]] = []
     for path in files:
         try:
             with _open_shard(str(path), None) as (columns, pieces):
@@ -589,8 +591,9 @@ def _chunk_items(source: str, start: int, table: Any, columns: dict[str, str], n
     Columns of numbers, or of lists of numbers, become tensors straight from their Arrow buffers; any
     other (lists of lists such as bbox, nulls, text) goes through Python lists, as `torch.tensor` reads them.
     """
-    fast = {f: _arrow_column(table.column(c), _pad_value(f, spec)) for c, f in columns.items()}
-    if all(column is not None for column in fast.values()):
+    converted = {f: _arrow_column(table.column(c), _pad_value(f, spec)) for c, f in columns.items()}
+    fast = {f: column for f, column in converted.items() if column is not None}
+    if len(fast) == len(converted):
         if all(bool((sizes == sizes[:1]).all()) for _, sizes in fast.values()):  # no ragged column
             yield _Item(source, start, {f: values for f, (values, _) in fast.items()}, n, spec)
         else:
@@ -796,15 +799,14 @@ def _arrow_column(column: Any, pad_value: float) -> tuple[Any, Any] | None:
     listed = types.is_list(column.type) or types.is_large_list(column.type)
     leaf = column.flatten() if listed else column  # (a sliced list column flattens to its own values only)
     kind = leaf.type
+    dtype: Any = None  # the numpy dtype that torch.tensor's choice for the Python values matches
     if types.is_boolean(kind):
         dtype = np.bool_
     elif types.is_integer(kind) and not types.is_uint64(kind):  # (a uint64 past int64 is Python's to reject)
         dtype = np.int64
     elif types.is_floating(kind):
         dtype = np.float32  # what torch.tensor makes of Python floats (rounded to nearest, as numpy does)
-    else:
-        return None
-    if column.null_count or leaf.null_count:
+    if dtype is None or column.null_count or leaf.null_count:
         return None
     with np.errstate(over="ignore"):  # a float64 past float32 becomes inf, as in torch.tensor: a finite check says so
         flat = torch.from_numpy(leaf.to_numpy(zero_copy_only=False).astype(dtype))
