@@ -16,15 +16,19 @@ and compiles that `ASTSource` with `triton.compile`. One CSV row per compiled ke
 - `load_bits_min`: the narrowest global load (`LDG`) in the SASS (`nvdisasm -gi` over the cubin)
   among the loads of *streamed* fields: a load of a whole contiguous field (no selection, no
   `x[i-1]`) over exactly the iteration space it sits in (the group's axes, plus the reduced axes
-  inside a reduction). SASS instructions are mapped to generated source lines by the line table
-  (the outermost frame in the generated file), and lines to fields by the IR op each line
-  defines. 128 is the 16-byte vector load; 8/16/32/64 mean narrower loads.
+  inside a reduction). Each SASS load takes its line from the line table (the innermost frame
+  in the generated file), matched through the PTX load of the same width shown on that line to
+  the PTX's own `.loc` of the load (triton 3.9 shifts the line table of its inline-asm loads by
+  one line per result register); lines map to fields by the IR op each line defines. 128 is the
+  16-byte vector load; 8/16/32/64 mean narrower loads.
 - `int_div_on_valid_path`: integer `div`/`rem` instructions in the PTX (`div.s32`, `rem.u64`,
-  ...; PTX, because SASS has no divide instruction, only expanded sequences) whose `.loc` line
-  (followed through `inlined_at` to the kernel body) lies outside every violation branch: an
-  `if` whose body writes the result buffer (`tl.atomic_*`/`tl.store`) and whose test does not
-  read `pid` (the group dispatch does). Constant divisors become shifts or multiplies before PTX
-  and are not counted; a spec rule that itself divides integers (`x // y`) would be.
+  ...; PTX, because SASS has no divide instruction, only expanded sequences) none of whose
+  source frames (the `.loc` line and the lines it is `inlined_at`) lies inside a violation
+  branch: an `if` whose body writes the result buffer (`tl.atomic_*`/`tl.store`) and whose test
+  does not read `pid` (the group dispatch does). An instruction at line 0 takes its basic block's
+  nearest location; one without any counts as on the valid path. Constant divisors become
+  shifts or multiplies before PTX and are not counted; a spec rule that itself divides integers
+  (`x // y`) is.
 - `max_tiles_per_program_1gb`, `programs_1gb`: for a batch of about 1 GB (the batch dim scaled,
   the other dims as in the row's size set), the launch grid the backend would use and the most
   loop steps (tiles) any one program walks (`geometry` below).
@@ -32,8 +36,8 @@ and compiles that `ASTSource` with `triton.compile`. One CSV row per compiled ke
   the most bytes of that 1 GB batch. Programs resident per SM are limited by registers (64 Ki
   32-bit registers per SM, allocated per warp in units of 256), threads (2048), blocks (32) and
   shared memory (228 KB, 1 KB reserved per block); each resident program has one tile's loads
-  in flight (its loads are issued together; Triton does not pipeline loads in a loop that feeds
-  no `tl.dot`). The H100 needs about 3.35 TB/s x ~650 ns / 132 SMs = ~16 KB in flight per SM to
+  in flight (a tile's loads are issued together, and none across loop steps: the kernels' SASS
+  has no asynchronous copies, LDGSTS, that pipelining would use). The H100 needs about 3.35 TB/s x ~650 ns / 132 SMs = ~16 KB in flight per SM to
   stream at full bandwidth, so `est_bandwidth_fraction` = min(1, bytes in flight / 16 KB). It is
   an estimate of the steady state: it ignores the serial tail that `max_tiles_per_program_1gb`
   shows, L2 hits and the instruction cost per byte.
@@ -243,20 +247,23 @@ class Disassembly:
 
 _SASS_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 _SASS_WIDTH = {"128": 128, "64": 64, "U8": 8, "S8": 8, "U16": 16, "S16": 16}  # no suffix: 32 bits
-_PTX_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+(\d+)(?:.*inlined_at\s+(\d+)\s+(\d+)\s+(\d+))?")
+_PTX_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+(?:.*inlined_at\s+(\d+)\s+(\d+)\s+\d+)?")
 _PTX_LOAD = re.compile(r"\bld\.global(?:\.[\w:]+?)*?(?:\.v(\d))?\.[bsuf](8|16|32|64)\s")
+_PTX_DIV = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:div|rem)\.[su](?:16|32|64)\s")
+_PTX_BLOCK = re.compile(r"^\s*(\$L__BB\d+_\d+:|// %bb\.\d+:)")
 
 
 def sass_loads(text: str, source_path: str) -> list[tuple[int, int]]:
-    """(line, bits) of every global load (LDG) in the SASS: each instruction takes the line of the
-    line-info block before it (its outermost frame in the generated file)."""
+    """(line, bits) of every global load (LDG) in the SASS: each instruction takes the innermost
+    frame in the generated file of the line-info block before it (a load inlined from a function
+    of that file has its own line first, then `inlined at` the caller's)."""
     out, line, block_open = [], 0, False
     for raw in text.splitlines():
         m = _SASS_LINE.search(raw)
         if m:
             if not block_open:
                 line = 0
-            if os.path.basename(m.group(1)) == os.path.basename(source_path) and "inlined at" not in raw:
+            if not line and os.path.basename(m.group(1)) == os.path.basename(source_path):
                 line = int(m.group(2))
             block_open = True
             continue
@@ -268,6 +275,33 @@ def sass_loads(text: str, source_path: str) -> list[tuple[int, int]]:
     return out
 
 
+def ptx_lines(ptx: str, source_path: str) -> Iterator[tuple[str, int, list[int]]]:
+    """(PTX line, basic block, the generated-source lines of its location: innermost first, each
+    `inlined_at` followed through the latest `.loc` of the caller's line; empty at line 0 or
+    outside the generated file)."""
+    files = re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]+)"', ptx, re.MULTILINE)
+    ours = {m.group(1) for m in files if os.path.basename(m.group(2)) == os.path.basename(source_path)}
+    caller: dict[tuple[str, str], tuple[str, str]] = {}  # (file, line) -> where it was last inlined
+    block, chain = 0, []
+    for raw in ptx.splitlines():
+        m = _PTX_LOC.match(raw)
+        if m:
+            loc = (m.group(1), m.group(2))
+            if m.group(3):
+                caller[loc] = (m.group(3), m.group(4))
+            else:
+                caller.pop(loc, None)
+            chain, seen = [], set()
+            while loc is not None and loc not in seen:
+                seen.add(loc)
+                if loc[0] in ours and loc[1] != "0":
+                    chain.append(int(loc[1]))
+                loc = caller.get(loc)
+        elif _PTX_BLOCK.match(raw):
+            block += 1
+        yield raw, block, chain
+
+
 def ptx_loads(ptx: str, source_path: str) -> list[tuple[int, int, int]]:
     """(source line, line as the SASS shows it, bits) of every `ld.global` in the PTX.
 
@@ -275,22 +309,19 @@ def ptx_loads(ptx: str, source_path: str) -> list[tuple[int, int, int]]:
     `ld`); triton 3.9 gives each line of that asm its own `.loc`, one source line further each, so
     the SASS shows a 128-bit load on the line after its own. A load's source line is the first
     `.loc` inside its asm block (or the one in effect where the block starts)."""
-    ours = _our_files(ptx, source_path)
-    out, line, in_asm, first = [], 0, False, None
-    for raw in ptx.splitlines():
-        m = _PTX_LOC.match(raw)
-        if m:
-            line = int(m.group(2)) if m.group(1) in ours and not m.group(4) else 0
+    out, in_asm, first = [], False, None
+    for raw, _, chain in ptx_lines(ptx, source_path):
+        line = chain[0] if chain else 0
+        if _PTX_LOC.match(raw):
             if in_asm and first is None:
                 first = line
         elif "// begin inline asm" in raw:
             in_asm, first = True, None
         elif "// end inline asm" in raw:
             in_asm = False
-        else:
-            ld = _PTX_LOAD.search(raw)
-            if ld:
-                out.append((line if first is None or not in_asm else first, line, int(ld.group(1) or 1) * int(ld.group(2))))
+        elif ld := _PTX_LOAD.search(raw):
+            source = first if in_asm and first is not None else line
+            out.append((source, line, int(ld.group(1) or 1) * int(ld.group(2))))
     return out
 
 
@@ -308,44 +339,18 @@ def load_widths(ptx: str, sass_text: str, source_path: str) -> list[tuple[int, i
     return out
 
 
-def _our_files(ptx: str, source_path: str) -> set[str]:
-    files = re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]+)"', ptx, re.MULTILINE)
-    return {m.group(1) for m in files if os.path.basename(m.group(2)) == os.path.basename(source_path)}
-
-
-_PTX_DIV = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:div|rem)\.[su](?:16|32|64)\s")
-
-
-def int_div_lines(ptx: str, source_path: str) -> list[int]:
-    """The generated-source line of every integer div/rem in the PTX (0 where it cannot be told).
-
-    Each `.loc` is followed through `inlined_at` to a line of the kernel. An instruction LLVM
-    placed at line 0 (code it moved, e.g. an index computation sunk into the violation branch)
-    takes the nearest located line in its basic block, the next one first."""
-    ours = _our_files(ptx, source_path)
-    caller: dict[tuple[str, str], tuple[str, str] | None] = {}  # (file, line) -> where it was inlined
-    events: list[tuple[str, int, int]] = []  # ("loc" | "div", basic block, source line)
-    block, line = 0, 0
-    for raw in ptx.splitlines():
-        m = _PTX_LOC.match(raw)
-        if m:
-            loc, seen = (m.group(1), m.group(2)), set()
-            caller.setdefault(loc, (m.group(4), m.group(5)) if m.group(4) else None)
-            while loc is not None and loc not in seen and (loc[0] not in ours or caller.get(loc)):
-                seen.add(loc)
-                loc = caller.get(loc)
-            line = int(loc[1]) if loc is not None and loc[0] in ours else 0
-            events.append(("loc", block, line))
-        elif re.match(r"^\s*(\$L__BB\d+_\d+:|// %bb\.\d+:)", raw):
-            block += 1
-        elif _PTX_DIV.match(raw):
-            events.append(("div", block, line))
+def int_divisions(ptx: str, source_path: str) -> list[list[int]]:
+    """For every integer div/rem in the PTX, the generated-source lines of its location, innermost
+    first. An instruction LLVM placed at line 0 (code it moved, e.g. an index computation sunk into
+    the violation branch) takes the location of the nearest located instruction in its basic
+    block, the next one first; one with none has an empty list."""
+    lines = list(ptx_lines(ptx, source_path))
     out = []
-    for i, (what, b, at) in enumerate(events):
-        if what == "div":
-            after = (n for w, bb, n in events[i + 1:] if bb == b and w == "loc" and n)
-            before = (n for w, bb, n in reversed(events[:i]) if bb == b and w == "loc" and n)
-            out.append(at or next(after, 0) or next(before, 0))
+    for i, (raw, block, chain) in enumerate(lines):
+        if _PTX_DIV.match(raw):
+            after = (c for r, b, c in lines[i + 1:] if b == block and c and not _PTX_LOC.match(r))
+            before = (c for r, b, c in reversed(lines[:i]) if b == block and c and not _PTX_LOC.match(r))
+            out.append(chain or next(after, []) or next(before, []))
     return out
 
 
@@ -406,7 +411,8 @@ def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], 
     compiled, log = jit_compile(program.fn, args, options)
     registers, spills = ptxas_figures(log)
     violation = violation_lines(program.source)
-    divs = [line for line in int_div_lines(compiled.asm["ptx"], program.path) if line not in violation]
+    # on the valid path: no frame of its location inside a violation branch (unknown ones count)
+    divs = [chain for chain in int_divisions(compiled.asm["ptx"], program.path) if not violation.intersection(chain)]
 
     # the 1 GB batch: the batch dim scaled, nothing allocated (empty tensors are never touched)
     batch_dim = program.kernel.batch_dim
