@@ -88,10 +88,14 @@ def report(tmp_path_factory):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(PROCESSES)]
     rows: list = [None] * len(todo)
-    for i, proc in enumerate(procs):
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        rows[i::PROCESSES] = json.loads(out)
+    try:
+        for i, proc in enumerate(procs):
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err[-3000:]
+            rows[i::PROCESSES] = json.loads(out)
+    finally:
+        for proc in procs:
+            proc.kill()  # a no-op once it has exited
     return dict(zip(names, rows, strict=True))
 
 
