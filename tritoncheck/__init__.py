@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these load on 
     from ._data import ValidatingCollate as ValidatingCollate
     from ._derive import spec_for as spec_for
     from ._guard import guard as guard
+    from ._scan import scan as scan
     from ._triton.deferred import wait as wait
 
 # Loaded on first use, so that `import tritoncheck` pulls in neither hypothesis, triton nor
@@ -40,6 +41,7 @@ _LAZY = {
     "ValidatingCollate": ("tritoncheck._data", "ValidatingCollate"),
     "IndexedDataset": ("tritoncheck._data", "IndexedDataset"),
     "guard": ("tritoncheck._guard", "guard"),
+    "scan": ("tritoncheck._scan", "scan"),
     "wait": ("tritoncheck._triton.deferred", "wait"),
 }
 

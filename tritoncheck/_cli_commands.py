@@ -72,14 +72,6 @@ def write_json(path: str, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def closest(name: str, choices: Any) -> str:
-    """` (did you mean 'x'?)` for the choice nearest to a misspelled `name`, or nothing."""
-    import difflib
-
-    match = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
-
-
 def guarded(fn):
     """Turn the errors a user can cause into one line on stderr and exit code 2."""
     from ._spec import SpecError
@@ -176,7 +168,7 @@ def spec_from_args(args: argparse.Namespace, fill: bool = True):
     Errors speak the command line: a missing parameter names --param (and says which config
     file lacked it), an unknown one or a misspelled spec name gets the closest valid name.
     """
-    from ._spec import builtin_spec_names, read_spec
+    from ._spec import builtin_spec_names, closest, read_spec
 
     name = args.spec if hasattr(args, "spec") else args.name
     params = parse_params(args.param)

@@ -260,6 +260,17 @@ def names(expr: Expr) -> set[str]:
     return set()
 
 
+def has_arange(expr: Expr) -> bool:
+    """True when `arange(...)` appears in the expression."""
+    if isinstance(expr, Arange):
+        return True
+    if isinstance(expr, (Unary, Reduce)):
+        return has_arange(expr.x)
+    if isinstance(expr, Binary):
+        return has_arange(expr.a) or has_arange(expr.b)
+    return False
+
+
 def is_host(expr: Expr) -> bool:
     """True for an expression over constants and dims only (no field data, no positions):
     its value is known on the host once the batch's sizes are."""

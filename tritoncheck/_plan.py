@@ -36,7 +36,7 @@ from ._checks import (  # the node types are re-exported: every backend imports 
 from ._dtypes import dtype_name
 from ._expr import Arange, Binary, Const, Dim, Expr, ExprError, Present, RawIndex, Reduce, Ref, Sym, Unary
 from ._report import Violation
-from ._spec import BatchSpec, SpecError, number_error, split_where
+from ._spec import UNIT_TAIL, BatchSpec, SpecError, close_match, closest, number_error, split_where
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,9 @@ class FieldPlan:
     shape_text: tuple[str, ...]
     axes: tuple[str, ...]
     optional: bool
+    # the spec's last entry was '1?': the batch may add an axis of size 1 (labels [B, 1] for [B]),
+    # which `bind` drops, so every check sees `shape`
+    unit_tail: bool = False
     kind: Literal["field"] = "field"
 
 
@@ -118,14 +121,17 @@ def compile_plan(spec: BatchSpec) -> Plan:
     fields = []
     for name, f in spec.fields.items():
         shape, axes = [], []
-        for i, entry in enumerate(f.shape):
+        unit_tail = f.shape[-1] == UNIT_TAIL
+        entries = f.shape[:-1] if unit_tail else f.shape
+        for i, entry in enumerate(entries):
             size = _shape_entry(entry, params, dims, where=f"fields.{name}.shape")
             shape.append(size)
             axes.append(size if isinstance(size, str) else f"{name}.{i}")
         if len(set(axes)) != len(axes):
             raise SpecError(f"{spec.name}: fields.{name}.shape repeats a dim; each axis needs its own name")
         fields.append(
-            FieldPlan(name, spec.field_dtypes(name), tuple(shape), tuple(str(e) for e in f.shape), tuple(axes), f.optional)
+            FieldPlan(name, spec.field_dtypes(name), tuple(shape), tuple(str(e) for e in entries), tuple(axes), f.optional,
+                      unit_tail)
         )
     by_name = {f.name: f for f in fields}
     scope = _Scope(by_name, params, dims, spec.name)
@@ -144,11 +150,11 @@ def compile_plan(spec: BatchSpec) -> Plan:
         cond = scope.resolve(_expr.parse(parts[1]), where, presence=True) if len(parts) == 2 else None
         subject = expr.a if isinstance(expr, Binary) and expr.op in ("==", "!=", "<", "<=", ">", ">=") else expr
         refs = expr_fields(expr) | (expr_fields(cond) if cond is not None else set())
-        if refs and any(map(is_presence_dim, expr_dims(expr) | expr_dims(cond))):
+        if refs and any(map(presence_field, expr_dims(expr) | expr_dims(cond))):
             raise scope.error(where, f"{r.rule!r}: present() may be used only in rules over sizes and presence, "
                                      "which are checked on the host (a rule over a field's data runs only when it is present)")
         if not refs:
-            if _has_arange(expr) or (cond is not None and _has_arange(cond)):
+            if _expr.has_arange(expr) or (cond is not None and _expr.has_arange(cond)):
                 raise scope.error(where, f"{r.rule!r} reads no field, and arange() only has a meaning next to one; "
                                          "write a rule over sizes with the dim itself, as in L <= 512")
             if not expr_dims(expr) and (cond is None or not expr_dims(cond)):
@@ -230,7 +236,7 @@ class _Scope:
             self.axes(out)  # validates reductions and indexing against the axes
         except ExprError as exc:
             raise self.error(where, str(exc)) from None
-        if not presence and any(map(is_presence_dim, expr_dims(out))):
+        if not presence and any(map(presence_field, expr_dims(out))):
             raise self.error(where, "present() may be used only in rules")
         return out
 
@@ -347,18 +353,9 @@ def presence_dim(field: str) -> str:
     return f"present({field})"
 
 
-def is_presence_dim(name: str) -> bool:
-    return name.startswith("present(")
-
-
-def _has_arange(expr: Expr) -> bool:
-    if isinstance(expr, Arange):
-        return True
-    if isinstance(expr, (Unary, Reduce)):
-        return _has_arange(expr.x)
-    if isinstance(expr, Binary):
-        return _has_arange(expr.a) or _has_arange(expr.b)
-    return False
+def presence_field(name: str) -> str | None:
+    """The field whose presence dim `name` is, or None for a size."""
+    return name[len("present("):-1] if name.startswith("present(") else None
 
 
 def _index_needs(expr: Expr | None, fields: Mapping[str, FieldPlan]) -> tuple[IndexNeed, ...]:
@@ -425,11 +422,16 @@ def bind(plan: Plan, batch: Any) -> Bound:
         bound = _bind(plan, batch)
         if len(cache) >= MAX_SIGNATURES:
             cache.pop(next(iter(cache)), None)  # oldest first
-        cache[key] = (tuple(bound.tensors), bound.dims, tuple(bound.violations), tuple(bound.skipped), tuple(bound.runnable),
-                      bound.memo)
+        unit = tuple(fp.name for fp in plan.fields if fp.unit_tail and fp.name in bound.tensors
+                     and bound.tensors[fp.name].dim() < batch[fp.name].dim())
+        cache[key] = (tuple(bound.tensors), unit, bound.dims, tuple(bound.violations), tuple(bound.skipped),
+                      tuple(bound.runnable), bound.memo)
         return bound
-    names, dims, violations, skipped, runnable, memo = hit
-    return Bound({n: batch[n] for n in names}, dict(dims), list(violations), list(skipped), list(runnable), memo)
+    names, unit, dims, violations, skipped, runnable, memo = hit
+    tensors = {n: batch[n] for n in names}
+    for n in unit:  # the optional size-1 axis `_bind` dropped
+        tensors[n] = tensors[n][..., 0]
+    return Bound(tensors, dict(dims), list(violations), list(skipped), list(runnable), memo)
 
 
 def _signature(plan: Plan, batch: Any) -> tuple | None:
@@ -461,11 +463,12 @@ def _bind(plan: Plan, batch: Any) -> Bound:
         return Bound({}, {}, violations, ["every check (the batch is not a mapping)"], [])
 
     known = {f.name for f in plan.fields}
-    for key in batch:
-        if key not in known and plan.unexpected_fields == "error":
+    unexpected = [str(key) for key in batch if key not in known]
+    if plan.unexpected_fields == "error":
+        for key in unexpected:
             violations.append(
-                Violation(str(key), "unexpected_field", f"{key!r} is not a field of {plan.spec_name} (fields: {', '.join(sorted(known))})",
-                          hint="drop it from the batch, or set unexpected_fields: ignore in the spec")
+                Violation(key, "unexpected_field", f"{key!r} is not a field of {plan.spec_name}{closest(key, known)} "
+                          f"(fields: {', '.join(sorted(known))})", hint="drop it from the batch, or set unexpected_fields: ignore in the spec")
             )
 
     tensors: dict[str, torch.Tensor] = {}
@@ -475,7 +478,9 @@ def _bind(plan: Plan, batch: Any) -> Bound:
     for fp in plan.fields:
         if fp.name not in batch or batch[fp.name] is None:
             if not fp.optional:
-                violations.append(Violation(fp.name, "missing_field", f"required field {fp.name} is missing from the batch"))
+                near = close_match(fp.name, unexpected)
+                violations.append(Violation(fp.name, "missing_field", f"required field {fp.name} is missing from the batch",
+                                            hint=f"the batch has {near!r}: a misspelling of {fp.name}?" if near else None))
             bad_fields.add(fp.name)
             continue
         tensor, problem = as_tensor(batch[fp.name])
@@ -490,6 +495,14 @@ def _bind(plan: Plan, batch: Any) -> Bound:
             violations.append(Violation(fp.name, "device_mismatch", f"{fp.name} is on {tensor.device} but the batch is on {device}", value=str(tensor.device)))
             bad_fields.add(fp.name)
             continue
+        if fp.unit_tail and tensor.dim() == len(fp.shape) + 1:
+            if tensor.shape[-1] != 1:
+                violations.append(Violation(fp.name, "shape", f"{fp.name} axis {len(fp.shape)} must be 1 (or left out), got "
+                                            f"{tensor.shape[-1]} (shape {tuple(tensor.shape)})", index=(len(fp.shape),),
+                                            value=tensor.shape[-1]))
+                bad_fields.add(fp.name)
+                continue
+            tensor = tensor[..., 0]  # a view: every check sees the field without its optional axis
         problem = _check_meta(fp, tensor, dims, violations)
         if problem:
             bad_fields.add(fp.name)
@@ -590,7 +603,8 @@ def _check_meta(fp: FieldPlan, t: torch.Tensor, dims: dict[str, tuple[int, str]]
         problem = True
     if t.dim() != len(fp.shape):
         want = ", ".join(fp.shape_text)
-        out.append(Violation(fp.name, "rank", f"{fp.name} must have {len(fp.shape)} dim{'s' if len(fp.shape) != 1 else ''} [{want}], got shape {tuple(t.shape)}",
+        also = f" (or {len(fp.shape) + 1}, [{want}, 1])" if fp.unit_tail else ""
+        out.append(Violation(fp.name, "rank", f"{fp.name} must have {len(fp.shape)} dim{'s' if len(fp.shape) != 1 else ''} [{want}]{also}, got shape {tuple(t.shape)}",
                              value=tuple(t.shape), hint=_rank_hint(fp, t)))
         return True
     for axis, (entry, text) in enumerate(zip(fp.shape, fp.shape_text, strict=True)):

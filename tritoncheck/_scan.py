@@ -49,7 +49,6 @@ from ._cli_commands import (
     UsageError,
     add_output_args,
     add_param_args,
-    closest,
     console,
     guarded,
     load_batch,
@@ -58,6 +57,7 @@ from ._cli_commands import (
     spec_from_args,
     write_json,
 )
+from ._spec import closest
 from ._report import fitted_table, printable
 
 BATCH_SUFFIXES = (".pt", ".pth", ".safetensors", ".npz")

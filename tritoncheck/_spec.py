@@ -35,6 +35,7 @@ from ._dtypes import DTYPES, GROUPS, all_integer, dtype_name, expand_dtypes, is_
 
 ParamValue = int | float | bool | str | None
 Bound = int | float | str
+UNIT_TAIL = "1?"  # a last shape entry: an axis of size 1 that the batch may leave out
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: `$` would let "x\n" through
 MISSING_PYYAML_MESSAGE = "reading or writing YAML specs needs PyYAML: pip install pyyaml"
 
@@ -56,7 +57,8 @@ class FieldSpec(BaseModel):
                     "value is one, such as the model's compute dtype (`dtype: [dtype]` with `params: {dtype: float32}`)."
     )
     shape: list[int | str] = Field(
-        description="One entry per axis: an int, a parameter expression, or a dim name bound across fields."
+        description="One entry per axis: an int, a parameter expression, or a dim name bound across fields; "
+                    "a last entry '1?' is an axis of size 1 the batch may leave out (labels [B] or [B, 1])."
     )
     optional: bool = Field(False, description="The batch may leave this field out.")
     min: Bound | None = Field(None, description="Smallest allowed value (inclusive); may use parameters and dims.")
@@ -94,10 +96,13 @@ class FieldSpec(BaseModel):
     @field_validator("shape")
     @classmethod
     def _shape_entries(cls, v: list[int | str]) -> list[int | str]:
-        for entry in v:
+        for i, entry in enumerate(v):
             if isinstance(entry, int) and entry < 0:
                 raise ValueError(f"a fixed size must be >= 0, got {entry}")
-            if isinstance(entry, str):
+            if entry == UNIT_TAIL:
+                if i != len(v) - 1 or i == 0:
+                    raise ValueError(f"{UNIT_TAIL!r} (an axis of size 1 that may be left out) must be the last of several axes")
+            elif isinstance(entry, str):
                 _expr.parse(entry)
         return v
 
@@ -234,9 +239,8 @@ class BatchSpec(BaseModel):
             for entry in f.dtype:
                 if not is_dtype_name(entry) and entry not in self.params:
                     known = [*DTYPES, *GROUPS]
-                    close = difflib.get_close_matches(entry, [*known, *self.params], n=1)
                     raise ValueError(f"fields.{name}.dtype: unknown dtype {entry!r}, and no parameter of that name"
-                                     + (f" (did you mean {close[0]!r}?)" if close else "") + f"; known: {', '.join(known)}")
+                                     f"{closest(entry, [*known, *self.params])}; known: {', '.join(known)}")
             dtypes = self.field_dtypes(name, strict=False)
             integers = dtypes is not None and all_integer(dtypes)
             entries = [(k, getattr(f, k)) for k in ("min", "max") if not isinstance(getattr(f, k), (str, type(None)))]
@@ -309,7 +313,7 @@ class BatchSpec(BaseModel):
         out = set()
         for f in self.fields.values():
             for entry in f.shape:
-                if isinstance(entry, str):
+                if isinstance(entry, str) and entry != UNIT_TAIL:
                     out |= _expr.names(_expr.parse(entry)) - set(self.params)
         return out
 
@@ -321,11 +325,10 @@ class BatchSpec(BaseModel):
 
         Keywords win over the config; an unknown keyword is an error, so a typo cannot pass silently.
         """
-        unknown = set(params) - set(self.params)
+        unknown = sorted(set(params) - set(self.params))
         if unknown:
-            raise SpecError(
-                f"{self.name}: unknown parameter(s) {sorted(unknown)}; this spec takes {sorted(self.params) or 'none'}"
-            )
+            raise SpecError(f"{self.name}: unknown parameter(s) {unknown}{closest(unknown[0], self.params)}; "
+                            f"this spec takes {sorted(self.params) or 'none'}")
         filled = dict(self.params)
         if config is not None:
             for name in self.params:
@@ -360,6 +363,18 @@ class BatchSpec(BaseModel):
         from ._plan import compile_plan
 
         return compile_plan(self).pretty()
+
+
+def close_match(name: str, choices: Any) -> str | None:
+    """The choice nearest to a misspelled `name`, if any is near."""
+    match = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def closest(name: str, choices: Any) -> str:
+    """` (did you mean 'x'?)` for the choice nearest to a misspelled `name`, or nothing."""
+    match = close_match(name, choices)
+    return f" (did you mean {match!r}?)" if match else ""
 
 
 def _config_value(config: Any, name: str) -> Any:
@@ -420,9 +435,8 @@ def _spec_path(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
         if str(name_or_path) not in builtin_spec_names():
-            raise SpecError(
-                f"no built-in spec named {str(name_or_path)!r}; built-ins: {', '.join(builtin_spec_names())}"
-            )
+            raise SpecError(f"no built-in spec named {str(name_or_path)!r}{closest(name_or_path, builtin_spec_names())}; "
+                            f"built-ins: {', '.join(builtin_spec_names())}")
         path = _builtin_dir() / f"{name_or_path}.yaml"
     return path
 
@@ -451,6 +465,10 @@ def load_spec(name_or_path: str | Path, config: Any = None, **params: ParamValue
     spec = read_spec(name_or_path)
     try:
         spec = spec.with_params(config, **params)
+        missing = spec.missing_params()
+        if missing and config is not None:
+            raise SpecError(f"{spec.name}: missing parameter(s) {', '.join(missing)}, which the config does not have; "
+                            f"pass them as keywords ({missing[0]}=...)")
         compile_plan(spec)  # raises SpecError now (missing parameter, bad size) rather than at the first batch
     except SpecError as exc:
         raise SpecError(f"{_spec_path(name_or_path)}: {exc}") from None

@@ -36,9 +36,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("tritoncheck.strategies needs hypothesis: pip install 'tritoncheck[strategies]'") from exc
 
 from . import _torch_backend
-from ._checks import range_limit
+from ._checks import expr_fields, range_limit
 from ._dtypes import DTYPES, compute_dtype
-from ._expr import Binary, Const, Dim, Expr, Reduce, Ref, is_host
+from ._expr import Binary, Const, Dim, Expr, Reduce, Ref, has_arange, is_host
 from ._plan import (
     DimCheck,
     FieldPlan,
@@ -51,6 +51,7 @@ from ._plan import (
     expr_dims,
     kind_of,
     presence_dim,
+    presence_field,
     referenced_fields,
 )
 from ._spec import BatchSpec
@@ -78,7 +79,8 @@ class _Infeasible(Exception):
 
 @dataclass(frozen=True)
 class Expected:
-    """What a malformed batch must be reported for: exactly one violation of `code` on `field`.
+    """What a malformed batch must be reported for: exactly one violation of `code` on `field`
+    (for an error, warnings on the same field may come with it: see `report.errors`).
 
     Attributes:
         field: the field the violation is reported on.
@@ -274,15 +276,23 @@ def _as_field_cmp(e: Expr) -> tuple[Ref, str, Expr] | None:
     return None
 
 
-def _as_any(e: Expr) -> tuple[Ref, str, Expr, tuple[str, ...] | None] | None:
-    """`any(field <op> scalar, dim=...)` or `any(field, dim=...)`."""
+def _as_any(e: Expr) -> tuple[Ref, str, Expr, tuple[str, ...] | None, Expr | None] | None:
+    """`any(field <op> scalar, dim=...)` or `any(field, dim=...)`, optionally `& positions` where
+    `positions` is over `arange` only (`any((labels != -100) & (arange(L) > 0))`), as
+    (ref, op, scalar, dims, positions or None)."""
     if not (isinstance(e, Reduce) and e.op == "any"):
         return None
-    if _full_ref(e.x):
-        return e.x, "!=", Const(0), e.dims
-    cmp = _as_field_cmp(e.x)
+    x, positions = e.x, None
+    if isinstance(x, Binary) and x.op == "&":
+        for inner, other in ((x.a, x.b), (x.b, x.a)):
+            if not expr_fields(other) and has_arange(other):
+                x, positions = inner, other
+                break
+    if _full_ref(x):
+        return x, "!=", Const(0), e.dims, positions
+    cmp = _as_field_cmp(x)
     if cmp and _full_ref(cmp[0]):
-        return cmp[0], cmp[1], cmp[2], e.dims
+        return cmp[0], cmp[1], cmp[2], e.dims, positions
     return None
 
 
@@ -457,11 +467,13 @@ def _linear_dim_terms(e: Expr) -> Iterable[tuple[str, str, float]]:
 
 
 def _draw_batch(draw, plan: Plan, intervals: dict[str, list[int]], overrides: dict[str, int] | None = None,
-                force_present: set[str] = frozenset(), breaking: DimCheck | None = None) -> _Draw:
+                force_present: set[str] = frozenset(), breaking: DimCheck | None = None,
+                force_absent: set[str] = frozenset()) -> _Draw:
     """Draw dims, presence and dtypes from hypothesis, then values from one seeded generator."""
     dims = {n: draw(st.integers(lo, hi), label=n) for n, (lo, hi) in intervals.items()}
     dims.update(overrides or {})
-    present = [fp for fp in plan.fields if not fp.optional or fp.name in force_present or draw(st.booleans(), label=f"has {fp.name}")]
+    present = [fp for fp in plan.fields if not fp.optional or fp.name in force_present
+               or (fp.name not in force_absent and draw(st.booleans(), label=f"has {fp.name}"))]
     present = _presence_holds(plan, dims, present, breaking)
     dtypes = {fp.name: draw(st.sampled_from(fp.dtypes), label=f"{fp.name}.dtype") for fp in present}
     seed = draw(st.integers(0, 2**32 - 1), label="seed")
@@ -512,10 +524,12 @@ def _domains(ctx: _Draw) -> dict[str, Domain]:
 # Helpers for the check kinds' strategy parts (`tritoncheck._checks`)
 
 
-def _own_codes(ctx: _Draw, name: str, v: float) -> set[str]:
-    """The codes a single value `v` in field `name` causes among the field's element-wise checks."""
+def _own_codes(ctx: _Draw, name: str, v: float, severity: str | None = None) -> set[str]:
+    """The codes a single value `v` in field `name` causes among the field's element-wise checks
+    (of that severity only, if given)."""
     return {c.code for c in ctx.plan.checks
-            if getattr(c, "field", None) == name and (fails := kind_of(c).value_fails) is not None and fails(c, v, ctx)}
+            if getattr(c, "field", None) == name and severity in (None, c.severity)
+            and (fails := kind_of(c).value_fails) is not None and fails(c, v, ctx)}
 
 
 def _set_one(ctx: _Draw, name: str, v: float, rng: random.Random, avoid: Callable | None = None) -> tuple[int, ...] | None:
@@ -546,6 +560,16 @@ def _mutate_rule(c: RuleCheck, ctx: _Draw, rng: random.Random):
     return what, c.field, c.code, samples
 
 
+def _absent_for(c: DimCheck, dims: dict[str, int]) -> set[str]:
+    """The optional fields a rule's `where` needs left out (`L <= 512 where not present(pixel_values)`)."""
+    named = {f for n in expr_dims(c.where) if (f := presence_field(n)) is not None}
+    host = dims | {presence_dim(n): False for n in named}
+    try:
+        return named if named and evaluate_scalar(c.where, host) else set()
+    except KeyError:
+        return set()
+
+
 def _mutate_dim_bound(c: DimCheck, ctx: _Draw, rng: random.Random):
     """Redraw the whole batch with one dim just outside its `D <op> const` bound; all else valid."""
     terms = list(_linear_dim_terms(c.expr))
@@ -555,8 +579,10 @@ def _mutate_dim_bound(c: DimCheck, ctx: _Draw, rng: random.Random):
     bad = {"<=": math.floor(k) + 1, "<": math.ceil(k), ">=": math.ceil(k) - 1, ">": math.floor(k)}.get(op)
     if bad is None or bad < 1 or bad > 4096 or (d == ctx.plan.batch_dim and bad > 64):
         return None
+    present = {fp.name for fp in ctx.plan.fields if d in fp.shape}
+    absent = _absent_for(c, ctx.dims | {d: bad})
     try:
-        fresh = ctx.redraw({d: bad}, {fp.name for fp in ctx.plan.fields if d in fp.shape}, c)
+        fresh = ctx.redraw({d: bad}, present - absent, c, absent)
     except _Infeasible:
         return None
     if not _others_hold(fresh, c) or not any(v.code == c.code and v.rule.startswith(c.text) for v in bind(fresh.plan, fresh.batch).violations):
@@ -606,8 +632,17 @@ def _field_cmp_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
     return None
 
 
+def _positions(ctx: _Draw, ref: Ref, positions: Expr | None) -> torch.Tensor:
+    """Where along the field an `any` rule looks: everywhere, or where its `arange` condition holds."""
+    t = ctx.batch[ref.field]
+    if positions is None:
+        return torch.ones(t.shape, dtype=torch.bool)
+    bctx = _torch_backend._Context(ctx.plan, bind(ctx.plan, ctx.batch))
+    return bctx.evaluate(positions, ctx.axes(ref)).to(torch.bool).expand(t.shape)
+
+
 def _any_repair(c: RuleCheck, m, ctx: _Draw) -> None:
-    ref, op, k, dims = m
+    ref, op, k, dims, positions = m
     kv = ctx.scalar(k)
     t = ctx.batch[ref.field]
     axes = ctx.axes(ref)
@@ -618,24 +653,33 @@ def _any_repair(c: RuleCheck, m, ctx: _Draw) -> None:
     if v is None:
         raise _Infeasible(f"no value of {ref.field} satisfies {c.text!r}")
     keep = [i for i in range(t.dim()) if i not in red]
-    moved = t.permute(keep + red).reshape(*[t.shape[i] for i in keep], -1)
-    ok = _torch_backend._binary(op, moved, kv).any(dim=-1)
-    moved[..., 0] = torch.where(ok, moved[..., 0], torch.tensor(v, dtype=t.dtype))
+    order = keep + red
+    moved = t.permute(order).reshape(*[t.shape[i] for i in keep], -1)
+    where = _positions(ctx, ref, positions).permute(order).reshape(moved.shape)
+    if not bool(where.any(dim=-1).all()):
+        raise _Infeasible(f"{c.text!r} has no position to hold at these sizes")
+    ok = (_torch_backend._binary(op, moved, kv) & where).any(dim=-1, keepdim=True)
+    first = where.int().argmax(dim=-1, keepdim=True)  # the first position the rule looks at
+    moved.scatter_(-1, first, torch.where(ok, moved.gather(-1, first), torch.tensor(v, dtype=t.dtype)))
     inverse = [0] * t.dim()
-    for new, old in enumerate(keep + red):
+    for new, old in enumerate(order):
         inverse[old] = new
-    ctx.batch[ref.field] = moved.reshape([t.shape[i] for i in keep + red]).permute(inverse).contiguous()
+    ctx.batch[ref.field] = moved.reshape([t.shape[i] for i in order]).permute(inverse).contiguous()
 
 
 def _any_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
-    ref, op, k, dims = m
+    ref, op, k, dims, positions = m
     kv = ctx.scalar(k)
     t = ctx.batch[ref.field]
     v = pick(ctx.domains[ref.field], t.dtype, lambda x: not _cmp_holds(op, x, kv)) if kv not in ctx.domains[ref.field].allow else kv
-    if v is None or _own_codes(ctx, ref.field, v) or t.numel() == 0:
+    if v is None and c.severity == "error":  # past the field's bounds, where those are only warnings
+        v = next((x for x in _breaking_values(op, kv) if _representable(x, t.dtype)
+                  and not _own_codes(ctx, ref.field, x, "error")), None)
+    if v is None or _own_codes(ctx, ref.field, v, "error") or t.numel() == 0:
         return None
+    where = _positions(ctx, ref, positions)
     if dims is None:
-        t.fill_(v)
+        t[where] = v
         return f"made every {ref.field} {v}: {c.text}", ()
     axes = ctx.axes(ref)
     keep = [a for a in axes if a not in dims]
@@ -644,7 +688,8 @@ def _any_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
     for a in keep:
         chosen[a] = rng.randrange(t.shape[axes.index(a)])
         index[axes.index(a)] = chosen[a]
-    t[tuple(index)] = v
+    row = t[tuple(index)]
+    row[where[tuple(index)]] = v
     sample = (chosen[ctx.plan.batch_dim],) if ctx.plan.batch_dim in chosen else ()
     return f"set {ref.field} at {chosen} to {v} along {list(dims)}: {c.text}", sample
 
@@ -811,6 +856,9 @@ def _field_dtype(fp: FieldPlan, ctx: _Draw, rng: random.Random):
 
 
 def _field_rank(fp: FieldPlan, ctx: _Draw, rng: random.Random):
+    if fp.unit_tail:  # one size-1 axis is allowed there: two are not
+        ctx.batch[fp.name] = ctx.batch[fp.name][..., None, None]
+        return (f"added two size-1 axes to {fp.name}",)
     ctx.batch[fp.name] = ctx.batch[fp.name].unsqueeze(-1)
     return (f"added a size-1 axis to {fp.name}",)
 
@@ -907,7 +955,11 @@ def valid_batches(spec: BatchSpec, *, require: Iterable[str] = (),
 
     @st.composite
     def build(draw):
-        return _valid(draw, spec, plan, intervals, force_present=required).batch
+        batch = _valid(draw, spec, plan, intervals, force_present=required).batch
+        for fp in plan.fields:  # a field whose shape ends in '1?' comes both ways: [B] and [B, 1]
+            if fp.unit_tail and fp.name in batch and draw(st.booleans(), label=f"{fp.name} with its size-1 axis"):
+                batch[fp.name] = batch[fp.name].unsqueeze(-1)
+        return batch
 
     return build()
 
@@ -937,8 +989,8 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
         order = list(targets)
         rng.shuffle(order)
         ctx = _valid(draw, spec, plan, intervals)
-        ctx.redraw = lambda overrides, present, breaking: _draw_batch(
-            draw, plan, {n: iv for n, iv in intervals.items() if n not in overrides}, overrides, present, breaking)
+        ctx.redraw = lambda overrides, present, breaking, absent=frozenset(): _draw_batch(
+            draw, plan, {n: iv for n, iv in intervals.items() if n not in overrides}, overrides, present, breaking, absent)
         for target in order:
             snapshot = {k: v.clone() for k, v in ctx.batch.items()}
             out = mutate(target, ctx, rng)
@@ -962,13 +1014,17 @@ def mutate(target: Any, ctx: _Draw, rng: random.Random):
 
 
 def _others_hold(ctx: _Draw, target: Any) -> bool:
-    """Every check except `target` passes on `ctx.batch` (a mutation must break exactly one check)."""
+    """Every check except `target` passes on `ctx.batch` (a mutation must break exactly one check).
+
+    A warning on the target's own field may come with an error: moving every start position past
+    the sequence (all ignored: an error) puts each past its bound too (a warning).
+    """
     bound = bind(ctx.plan, ctx.batch)
     if any(not (isinstance(target, DimCheck) and v.code == target.code and v.rule.startswith(target.text)) for v in bound.violations):
         return False
     bctx = _torch_backend._Context(ctx.plan, bound)
     for c in bound.runnable:
-        if c is target:
+        if c is target or (c.severity == "warning" and getattr(target, "severity", "error") == "error" and c.field == target.field):
             continue
         bad = bctx.bad_mask(c)
         if bad is not None and bool(bad.any()):
