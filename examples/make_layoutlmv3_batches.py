@@ -7,7 +7,9 @@ The mistakes are the ones found in real training scripts (see docs/errors.md):
   sample 0: a label -1 where -100 (ignore) was meant, and a label equal to num_labels
   sample 1: boxes in page pixels instead of the 0-1000 grid
   sample 2: (x, y, width, height) boxes, so x1 < x0; and a NaN pixel
-  sample 3: an attention mask that attends to nothing
+  sample 3: an attention mask that attends to nothing (a warning: the model runs on it)
+
+The good batch runs the model built from layoutlmv3_config.json (fp32: pixel_values are float32).
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ def good_batch(config: dict) -> dict[str, torch.Tensor]:
     labels[attention_mask == 0] = -100
     labels[:, 0] = -100
     size = config["input_size"]
-    pixel_values = torch.randn(B, config["num_channels"], size, size, generator=g).to(torch.float16)
+    # the model's compute dtype: LayoutLMv3's patch embedding does not cast pixel_values, so fp16 pixels crash an fp32 model
+    dtype = getattr(torch, config.get("dtype") or config.get("torch_dtype") or "float32")
+    pixel_values = torch.randn(B, config["num_channels"], size, size, generator=g).to(dtype)
     return {"input_ids": input_ids, "bbox": bbox, "attention_mask": attention_mask, "labels": labels,
             "pixel_values": pixel_values}
 

@@ -169,7 +169,8 @@ def test_position_traps_by_family():
     batch = _classify(40)
     batch["input_ids"][:, 32:] = 1
     assert tc.check(batch, roberta, backend="torch").ok
-    assert "token_type_ids" not in _spec(FAMILIES["distilbert"][0]()).fields
+    ignored = _spec(FAMILIES["distilbert"][0]()).fields["token_type_ids"]  # not an input: forward(**kwargs) drops it
+    assert ignored.max is None and "ignored" in ignored.description
     bart = _spec(FAMILIES["bart"][0]())
     assert bart.params["max_position_embeddings"] == 32  # 34 rows minus BART's offset of 2
     t5 = _spec(FAMILIES["t5"][0]())
@@ -193,8 +194,10 @@ def test_llama_length_bound_is_soft_and_can_be_raised():
     batch = _causal(40)
     with torch.no_grad():
         assert torch.isfinite(model(**batch).loss)  # rotary: the model runs past its context ...
-    assert not tc.check(batch, _spec(model), backend="torch").ok  # ... but the contract flags it
-    assert tc.check(batch, _spec(model, max_position_embeddings=64), backend="torch").ok
+    report = tc.check(batch, _spec(model), backend="torch")  # ... so the contract warns
+    assert report.ok and [(v.code, v.severity) for v in report.violations] == [("sequence_too_long", "warning")]
+    assert not tc.check(batch, _spec(model), backend="torch", strict=True).ok
+    assert not tc.check(batch, _spec(model, max_position_embeddings=64), backend="torch").violations
 
 
 def test_resized_embeddings_bound_ids_by_the_real_rows():
@@ -418,11 +421,43 @@ def test_architectures_outside_every_table_are_derived_from_their_modules():
     assert _codes(batch, spec) == {("labels", "above_max"), ("pixel_values", "non_finite")}
 
 
+class _Forecaster(nn.Module):
+    """A model with a Hugging Face-like config whose inputs spec_for does not know."""
+
+    config = type("Config", (), {"model_type": "forecaster"})()
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, past_values, future_values=None):
+        return self.head(past_values)
+
+
 def test_model_with_unknown_inputs_is_a_clear_error():
-    model = T.Wav2Vec2ForCTC(T.Wav2Vec2Config(vocab_size=10, conv_dim=(8,), conv_kernel=(3,), conv_stride=(2,),
-                                              num_conv_pos_embeddings=3, num_conv_pos_embedding_groups=1, **ENC))
-    with pytest.raises(tc.SpecError, match="nothing to derive: its forward takes .*input_values"):
-        tc.spec_for(model)
+    with pytest.raises(tc.SpecError, match="nothing to derive: its forward takes future_values, past_values"):
+        tc.spec_for(_Forecaster())
+
+
+@pytest.mark.parametrize(("kernels", "strides"), [((4, 3), (3, 2)), ((10, 3, 3, 3, 3, 2, 2), (5, 2, 2, 2, 2, 2, 2))])
+def test_wav2vec2_frames_match_the_feature_encoder(kernels, strides):
+    """The derived minimum length and frame counts are Hugging Face's own arithmetic (wav2vec2-base's stack too)."""
+    config = T.Wav2Vec2Config(vocab_size=12, conv_dim=(8,) * len(kernels), conv_kernel=kernels, conv_stride=strides,
+                              num_conv_pos_embeddings=3, num_conv_pos_embedding_groups=1, **ENC)
+    model = T.Wav2Vec2ForCTC(config).eval()
+    spec = _spec(model)
+    lengths = torch.arange(0, 900, 7)
+    frames = model.wav2vec2._get_feat_extract_output_lengths(lengths)
+    shortest = spec.params["min_length"]
+    assert model.wav2vec2._get_feat_extract_output_lengths(torch.tensor([shortest - 1, shortest])).tolist() == [0, 1]
+    for n, f in zip(lengths.tolist(), frames.tolist(), strict=True):
+        if n < shortest:
+            continue
+        labels = torch.ones(1, max(f, 1), dtype=torch.int64)
+        batch = {"input_values": torch.zeros(1, n), "labels": labels}
+        assert tc.check(batch, spec, backend="torch").ok, (n, f)  # as many targets as frames: fine
+        batch["labels"] = torch.ones(1, f + 1, dtype=torch.int64)
+        assert "ctc_too_short" in tc.check(batch, spec, backend="torch").codes, (n, f)
 
 
 def test_bloom_without_a_length_bound_is_logged_not_warned(caplog):

@@ -5,7 +5,10 @@ looks: the id bound is the input embedding's row count (which `resize_token_embe
 while tokenizers and configs lag), RoBERTa-style position tables start at `pad_token_id + 1`, a
 `type_vocab_size` of 1 makes every `token_type_id` but 0 a crash, and the head decides what a
 label is. `spec_for` reads those from the loaded model itself (config for the semantics, modules
-for the sizes), so the contract matches the weights that will actually run.
+for the sizes), so the contract matches the weights that will actually run. What each family
+accepts was found by running it (tests/test_model_agreement.py, docs/models.md): a rule is an
+`error` where breaking it crashes the model or makes its loss non-finite, a `warning` where the
+step runs on what is almost surely a data bug.
 
 Position handling, by what the model has:
 - an absolute table (BERT, ELECTRA, DistilBERT, GPT-2 `wpe`, BART/mBART `embed_positions` with
@@ -14,10 +17,10 @@ Position handling, by what the model has:
   non-pad tokens from `pad_token_id + 1`, so at most `max_position_embeddings - pad_token_id - 1`
   non-pad tokens per row;
 - rotary embeddings (Llama and friends): nothing crashes past `max_position_embeddings`, but the
-  model was never trained there and degrades silently. We treat it as a bound anyway (a batch
-  that long is almost always a missing truncation); pass `max_position_embeddings=...` to
-  `spec_for` to allow longer sequences on purpose (e.g. with RoPE scaling);
-- relative positions (T5, DeBERTa-v2 without `position_biased_input`): no length bound.
+  model was never trained there and degrades silently: a warning. Pass `max_position_embeddings=...`
+  to `spec_for` to allow longer sequences on purpose (e.g. with RoPE scaling);
+- relative positions (T5, DeBERTa-v2 without `position_biased_input`, XLNet): no length bound.
+Explicit `position_ids` replace the length rule: the ids are bounded instead (they index the table).
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ import logging
 import warnings
 from typing import Any
 
+import torch
 from torch import nn
 
+from ._dtypes import dtype_name
 from ._spec import BatchSpec, ParamValue, SpecError, spec_from_dict
 
 logger = logging.getLogger("tritoncheck")
@@ -36,25 +41,44 @@ logger = logging.getLogger("tritoncheck")
 # (an id past a table), which is warned; HARMLESS gaps are only logged (INFO, "tritoncheck" logger).
 CRASH, HARMLESS = True, False
 INT_IDS = ["int64", "int32"]
-MASK = ["int64", "int32", "bool"]
+WARNING = "warning"
 # Model types whose position ids start at pad_token_id + 1 and skip padding.
 ROBERTA_STYLE = frozenset(
     {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "layoutlmv3", "roberta-prelayernorm", "data2vec-text"}
 )
 # Relative attention buckets: any length maps into the table.
-RELATIVE = frozenset({"t5", "mt5", "umt5", "longt5", "switch_transformers"})
+RELATIVE = frozenset({"t5", "mt5", "umt5", "longt5", "switch_transformers", "xlnet"})
 # token_type_ids go through the word embeddings (no table of their own).
 TYPES_IN_WORD_EMBEDDINGS = frozenset({"gpt2", "gpt_neo"})
-POSITION_TABLE_NAMES = ("position_embeddings", "wpe", "embed_positions")
+# token_type_ids only compared for equality (XLNet's relative segment encoding): any value runs.
+TYPES_COMPARED = frozenset({"xlnet"})
+# Masks used as `1.0 - mask`: a bool mask raises.
+NO_BOOL_MASK = frozenset({"xlnet"})
+# Positions are the running sum of the attention mask (OPT): a mask holding 2 walks off the table.
+POSITIONS_FROM_MASK = frozenset({"opt"})
+# Encoder-decoders that build decoder_input_ids from input_ids when neither labels nor decoder ids are given.
+DECODER_FROM_INPUT_IDS = frozenset({"bart", "mbart"})
+# Take the decoder inputs from labels by moving each row's last non-pad token first: a row of
+# labels that is all -100 (or pad) makes that index -1 and raises.
+SHIFT_FROM_LAST_TOKEN = frozenset({"mbart"})
+# Cast pixel_values to their own dtype; every other vision model needs the parameters' dtype.
+CASTS_PIXELS = frozenset({"vit", "deit", "clip", "clip_vision_model", "siglip", "siglip_vision_model"})
+# Patch embeddings that refuse any image size but the config's (no interpolate_pos_encoding).
+FIXED_IMAGE_SIZE = frozenset({"vit", "deit", "clip", "clip_vision_model", "siglip", "siglip_vision_model", "layoutlmv3"})
+POSITION_TABLE_NAMES = ("position_embeddings", "position_embedding", "wpe", "embed_positions")
 HEADS = (
     ("ForTokenClassification", "token_classification"),
     ("ForSequenceClassification", "sequence_classification"),
+    ("ForAudioClassification", "sequence_classification"),
     ("ForImageClassification", "sequence_classification"),  # same labels and problem_type logic
     ("ForQuestionAnswering", "question_answering"),
+    ("ForQuestionAnsweringSimple", "question_answering"),
     ("ForMaskedLM", "masked_lm"),
     ("ForCausalLM", "causal_lm"),
     ("LMHeadModel", "causal_lm"),
     ("ForConditionalGeneration", "conditional_generation"),
+    ("MTModel", "conditional_generation"),  # MarianMTModel
+    ("ForCTC", "ctc"),
 )
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
 
@@ -64,7 +88,13 @@ ID_HINTS = {
     "below_min": "negative ids (often -100 used as padding) belong only in labels; pad with the tokenizer's pad_token_id",
 }
 ALL_IGNORED = {"code": "all_ignored", "hint": "every label is -100, so the mean cross-entropy is NaN"}
-NO_ATTENDED = {"code": "no_attended_position", "hint": "a row with no attended token has no context; drop empty samples"}
+NOTHING_TO_PREDICT = {
+    "code": "all_ignored",
+    "hint": "after the causal shift no label is left: every label past position 0 is -100 (or L is 1), "
+    "so the mean cross-entropy is NaN (prompt-only samples after masking?)",
+}
+NO_ATTENDED = {"code": "no_attended_position", "severity": WARNING,
+               "hint": "a row with no attended token has no context (the model runs on garbage); drop empty samples"}
 
 
 def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValue) -> BatchSpec:
@@ -76,7 +106,9 @@ def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValu
             named in the description and logged; a `UserWarning` only for a likely crash cause.
         problem_type: for a sequence-classification head, overrides `config.problem_type`
             ("single_label_classification", "multi_label_classification" or "regression").
-        **params: override a derived parameter, such as `max_position_embeddings=8192`.
+        **params: override a derived parameter, such as `max_position_embeddings=8192`, or
+            `dtype="float"` for float inputs under autocast (by default they must have the dtype of
+            the model's parameters where the model does not cast them itself).
 
     Raises:
         SpecError: nothing at all could be derived, or an unknown parameter or problem type.
@@ -107,16 +139,20 @@ class _Derivation:
     def __init__(self, model: nn.Module, problem_type: str | None):
         self.model = model
         self.config = model.config
+        # nested configs (CLIP): the text and vision sides have their own sizes
+        self.text = getattr(self.config, "text_config", None) or self.config
+        self.vision = getattr(self.config, "vision_config", None) or self.config
         self.model_type = str(getattr(self.config, "model_type", "") or "")
         self.cls = type(model).__name__
         self.problem_type = problem_type
-        self.accepted = _forward_args(model)
+        self.accepted, self.takes_kwargs = _forward_args(model)
         self.modules = dict(model.named_modules())
         self.params: dict[str, ParamValue] = {}
         self.fields: dict[str, dict[str, Any]] = {}
         self.rules: list[dict[str, Any]] = []
         self.desc: list[str] = [f"Derived by tc.spec_for from {self.cls} (model_type {self.model_type or '?'})."]
         self.notes: list[tuple[str, bool]] = []  # (what was not derived, whether it is a likely crash cause)
+        self.frames: tuple[str, str] | None = None  # frames the feature encoder makes from N, from the mask
 
     def build(self) -> tuple[dict[str, Any], list[tuple[str, bool]]]:
         head = self._head()
@@ -125,28 +161,22 @@ class _Derivation:
         if text:
             self._ids()
             if "attention_mask" in self.accepted:
-                self.fields["attention_mask"] = _mask("L")
-                self.rules.append({"rule": "any(attention_mask != 0, dim=L)", **NO_ATTENDED})
+                self._attention_mask("L")
             self._token_types()
             self._bbox()
             self._positions("L", side="encoder" if seq2seq else None)
-        if text and seq2seq:
-            if "decoder_input_ids" in self.accepted:
-                self.fields["decoder_input_ids"] = {
-                    **_ids_field("T", "vocab_size" in self.params), "optional": True,
-                    "hints": {"below_min": "-100 belongs only in labels; the model builds decoder_input_ids from labels itself"},
-                }
-            if "decoder_attention_mask" in self.accepted:
-                self.fields["decoder_attention_mask"] = _mask("T")
-            self._positions("T", side="decoder")
+        if seq2seq and ("decoder_input_ids" in self.accepted):
+            self._decoder_inputs()
         self._pixels()
-        if text or head == "sequence_classification":
+        self._audio()
+        if text or head in ("sequence_classification", "ctc") or seq2seq:
             self._labels(head, seq2seq)
         elif "labels" in self.accepted:
             self.notes.append(("labels", CRASH))
         if not self.fields:
             raise SpecError(f"spec_for({self.cls}): nothing to derive: its forward takes {', '.join(sorted(self.accepted))}, "
-                            "none of which (input_ids, pixel_values) spec_for knows; write the contract in YAML")
+                            "none of which (input_ids, pixel_values, input_values, input_features) spec_for knows; "
+                            "write the contract in YAML")
         data = {"name": f"{self.model_type or self.cls}-derived", "description": " ".join(self.desc),
                 "params": self.params, "fields": self.fields, "rules": self.rules}
         return data, self.notes
@@ -157,14 +187,19 @@ class _Derivation:
                 return kind
         return None
 
+    def _compute_dtype(self) -> str:
+        """The parameters' dtype, as the `dtype` parameter float inputs are checked against."""
+        param = next(self.model.parameters(), None)
+        self.params["dtype"] = dtype_name(param.dtype) if param is not None else dtype_name(torch.get_default_dtype())
+        return "dtype"
+
     def _ids(self) -> None:
         rows = None
         try:
-            emb = self.model.get_input_embeddings()
-            rows = getattr(emb, "num_embeddings", None)
+            rows = _rows(self.model.get_input_embeddings())
         except (NotImplementedError, AttributeError):
-            pass
-        configured = getattr(self.config, "vocab_size", None)
+            rows = _rows(self._find_embedding("token_embedding"))  # CLIP's text tower
+        configured = getattr(self.text, "vocab_size", None)
         if rows is None:
             rows = configured
             if rows is None:
@@ -178,9 +213,22 @@ class _Derivation:
             field["max"] = "vocab_size - 1"
         self.fields["input_ids"] = field
 
+    def _attention_mask(self, dim: str) -> None:
+        """0/1 in any integer, bool or float dtype; another value runs (the mask is multiplied in) but is a
+        data bug, except where positions are the mask's running sum."""
+        dtypes = ["int64", "int32", "float"] + ([] if self.model_type in NO_BOOL_MASK else ["bool"])
+        mask: dict[str, Any] = {"dtype": dtypes, "shape": ["B", dim], "values": [0, 1], "optional": True}
+        if self.model_type not in POSITIONS_FROM_MASK:
+            mask["severity"] = {"not_in_set": WARNING}
+        self.fields["attention_mask"] = mask
+        self.rules.append({"rule": f"any(attention_mask != 0, dim={dim})", **NO_ATTENDED})
+
     def _token_types(self) -> None:
         if "token_type_ids" not in self.accepted:
-            if getattr(self.config, "type_vocab_size", None):
+            if self.takes_kwargs and self.fields.get("input_ids"):  # tokenizers emit them; forward(**kwargs) drops them
+                self.fields["token_type_ids"] = {"dtype": INT_IDS, "shape": ["B", "L"], "optional": True,
+                                                 "description": "not an input of the model: ignored"}
+            elif getattr(self.config, "type_vocab_size", None):
                 self.desc.append("The model takes no token_type_ids.")
             return
         field: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "L"], "min": 0, "optional": True}
@@ -194,6 +242,9 @@ class _Derivation:
         elif self.model_type in TYPES_IN_WORD_EMBEDDINGS and "vocab_size" in self.params:
             field["max"] = "vocab_size - 1"
             field["description"] = "embedded with the word embeddings"
+        elif self.model_type in TYPES_COMPARED:
+            del field["min"]
+            field["description"] = "segment ids, only compared with each other"
         elif getattr(self.config, "type_vocab_size", None) == 0:
             field["description"] = "ignored by the model (type_vocab_size 0)"
         else:
@@ -201,33 +252,78 @@ class _Derivation:
         self.fields["token_type_ids"] = field
 
     def _bbox(self) -> None:
-        if "bbox" in self.accepted:
-            table = self._find_embedding("x_position_embeddings")
-            size = table.num_embeddings if table is not None else getattr(self.config, "max_2d_position_embeddings", None)
-            box: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "L", 4], "min": 0, "hints": {
-                "above_max": "bbox looks like pixels: normalise to 0-1000 by page width/height, int(1000 * x / width)"}}
-            if size is None:
-                self.notes.append(("the bbox coordinate bound", CRASH))
-            else:
-                self.params["max_2d_position_embeddings"] = int(size)
-                box["max"] = "max_2d_position_embeddings - 1"
-            self.fields["bbox"] = box
-            for a, b, axis in ((0, 2, "x"), (1, 3, "y")):
-                self.rules.append({"rule": f"bbox[..., {a}] <= bbox[..., {b}]", "code": "box_corners",
-                                   "hint": f"{axis}1 < {axis}0: boxes may be (x, y, width, height) instead of (x0, y0, x1, y1)"})
+        if "bbox" not in self.accepted:
+            return
+        table = self._find_embedding("x_position_embeddings")
+        size = table.num_embeddings if table is not None else getattr(self.config, "max_2d_position_embeddings", None)
+        box: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "L", 4], "min": 0, "hints": {
+            "above_max": "bbox looks like pixels: normalise to 0-1000 by page width/height, int(1000 * x / width)"}}
+        if size is None:
+            self.notes.append(("the bbox coordinate bound", CRASH))
+        else:
+            self.params["max_2d_position_embeddings"] = int(size)
+            box["max"] = "max_2d_position_embeddings - 1"
+            if size > 1001:  # the table outgrows the documented 0-1000 grid: the rest runs, but is off the page
+                self.rules.append({"rule": "bbox <= 1000", "code": "off_grid", "severity": WARNING,
+                                   "hint": "coordinates are normalised to 0-1000; past 1000 the box is off the page "
+                                   "(normalised by the wrong page size?)"})
+        self.fields["bbox"] = box
+        for a, b, axis in ((0, 2, "x"), (1, 3, "y")):
+            self.rules.append({"rule": f"bbox[..., {a}] <= bbox[..., {b}]", "code": "box_corners", "severity": WARNING,
+                               "hint": f"{axis}1 < {axis}0: boxes may be (x, y, width, height) instead of (x0, y0, x1, y1)"})
 
     def _pixels(self) -> None:
-        if "pixel_values" in self.accepted:
-            channels = getattr(self.config, "num_channels", None)
-            size = getattr(self.config, "input_size", None) or getattr(self.config, "image_size", None)
-            if channels is None or not isinstance(size, int):
-                self.notes.append(("the pixel_values shape", CRASH))
-                shape: list[Any] = ["B", "C", "H", "W"]
+        if "pixel_values" not in self.accepted:
+            return
+        cfg = self.vision
+        channels = getattr(cfg, "num_channels", None)
+        size = getattr(cfg, "input_size", None) or getattr(cfg, "image_size", None)
+        casts = self.model_type in CASTS_PIXELS
+        field: dict[str, Any] = {"dtype": ["float"] if casts else [self._compute_dtype()], "finite": True,
+                                 "optional": self.model_type == "layoutlmv3"}
+        if not casts:
+            field["hints"] = {"dtype": "the model does not cast pixel_values: give them its parameters' dtype "
+                              "(or pass dtype='float' to spec_for when training under autocast)"}
+        if channels is None:
+            self.notes.append(("the number of image channels", CRASH))
+            shape: list[Any] = ["B", "C", "H", "W"]
+        elif self.model_type in FIXED_IMAGE_SIZE and isinstance(size, int):
+            self.params.update(num_channels=int(channels), input_size=int(size))
+            shape = ["B", "num_channels", "input_size", "input_size"]
+        else:
+            self.params["num_channels"] = int(channels)
+            shape = ["B", "num_channels", "H", "W"]
+            self.notes.append(("the smallest image size the model takes", HARMLESS))
+        field["shape"] = shape
+        self.fields["pixel_values"] = field
+
+    def _audio(self) -> None:
+        """Raw waveforms (Wav2Vec2 family: a convolutional feature encoder) and log-mel features (Whisper)."""
+        if "input_values" in self.accepted:
+            kernels, strides = getattr(self.config, "conv_kernel", None), getattr(self.config, "conv_stride", None)
+            self.fields["input_values"] = {"dtype": [self._compute_dtype()], "shape": ["B", "N"], "finite": True}
+            if kernels is None or strides is None:
+                self.notes.append(("the shortest input the feature encoder takes", CRASH))
             else:
-                self.params.update(num_channels=int(channels), input_size=int(size))
-                shape = ["B", "num_channels", "input_size", "input_size"]
-            self.fields["pixel_values"] = {"dtype": ["float"], "shape": shape, "finite": True,
-                                           "optional": self.model_type == "layoutlmv3"}
+                self.params["min_length"] = _min_length([(k, s, 0, 1) for k, s in zip(kernels, strides)])
+                self.rules.append({"rule": "N >= min_length", "code": "dim_bound", "field": "input_values",
+                                   "hint": "shorter than the receptive field of the convolutional feature encoder; "
+                                   "pad or drop very short clips"})
+                self.frames = (_frames_expr("N", kernels, strides), _frames_expr("sum(attention_mask, dim=N)", kernels, strides))
+            if "attention_mask" in self.accepted:
+                self._attention_mask("N")
+        if "input_features" in self.accepted:
+            bins, source = getattr(self.config, "num_mel_bins", None), getattr(self.config, "max_source_positions", None)
+            if bins is None or source is None:
+                self.notes.append(("the input_features shape", CRASH))
+                shape: list[Any] = ["B", "M", "F"]
+            else:
+                # the encoder's two convolutions (the second with stride 2) must give exactly max_source_positions frames
+                self.params.update(num_mel_bins=int(bins), max_source_positions=int(source))
+                shape = ["B", "num_mel_bins", "2 * max_source_positions"]
+            self.fields["input_features"] = {"dtype": [self._compute_dtype()], "shape": shape, "finite": True, "hints": {
+                "shape": "log-mel features: num_mel_bins rows and exactly 2 * max_source_positions frames (pad or truncate "
+                "the audio to 30 s with the feature extractor)"}}
 
     def _positions(self, dim: str, side: str | None) -> None:
         """Add the length rule for `dim` (and bound position_ids), by the kind of positions."""
@@ -235,6 +331,9 @@ class _Derivation:
         table = self._position_table(side)
         rotary = any("rotary" in type(m).__name__.lower() for m in self.modules.values())
         max_param = "max_position_embeddings" if dim == "L" else "max_target_positions"
+        explicit = dim == "L" and "position_ids" in self.accepted
+        unless = " where not present(position_ids)" if explicit else ""  # given ids replace the positions: bound those
+        soft = False  # rotary: past the context runs (a warning), for L and for the ids
         if self.model_type in RELATIVE or (table is None and getattr(self.config, "relative_attention", False)):
             self.desc.append(f"Relative positions: no bound on {dim}.")
             bound = None
@@ -254,45 +353,72 @@ class _Derivation:
         elif table is not None:
             offset = int(getattr(table, "offset", 0) or 0)
             self.params[max_param] = table.num_embeddings - offset
-            self.rules.append({"rule": f"{dim} <= {max_param}", "code": "sequence_too_long",
+            self.rules.append({"rule": f"{dim} <= {max_param}{unless}", "code": "sequence_too_long",
                                "hint": f"the position table has {max_param} rows; truncate (truncation=True, max_length=...)"})
             bound = f"{max_param} - 1"
-        elif rotary and getattr(self.config, "max_position_embeddings", None):
-            self.params[max_param] = int(self.config.max_position_embeddings)
-            self.rules.append({"rule": f"{dim} <= {max_param}", "code": "sequence_too_long",
+            if self.model_type in POSITIONS_FROM_MASK and "attention_mask" in self.fields:
+                self.rules.append({"rule": f"sum(attention_mask, dim={dim}) <= {max_param}", "code": "sequence_too_long",
+                                   "hint": "positions are the running sum of the attention mask; a mask must hold 0/1"})
+        elif rotary and getattr(self.text, "max_position_embeddings", None):
+            self.params[max_param] = int(self.text.max_position_embeddings)
+            self.rules.append({"rule": f"{dim} <= {max_param}{unless}", "code": "sequence_too_long", "severity": WARNING,
                                "hint": "longer than the trained context: rotary positions run but degrade silently; "
                                "truncate, or pass max_position_embeddings=... to spec_for if this is intended"})
-            self.desc.append("Rotary positions: the trained context is treated as a (soft) length bound.")
-            bound = f"{max_param} - 1"
+            self.desc.append("Rotary positions: past the trained context the model runs, but degrades (a warning).")
+            bound, soft = f"{max_param} - 1", True
         else:
             self.notes.append((f"a bound on {dim} (no position table, rotary embedding or known relative scheme)", HARMLESS))
             bound = None
-        if dim == "L" and "position_ids" in self.accepted:
+        if dim == "L" and self.model_type == "layoutlmv3" and "pixel_values" in self.accepted:
+            # without an image the relative-position ids are a slice of a buffer of max_position_embeddings rows
+            self.rules.append({"rule": "L <= max_position_embeddings where not present(pixel_values)",
+                               "code": "sequence_too_long", "field": "input_ids",
+                               "hint": "without pixel_values a row may be at most max_position_embeddings long, padding "
+                               "included; truncate or give the page image"})
+        if explicit:
             field: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "L"], "min": 0, "optional": True}
             if bound is not None:
                 field["max"] = bound
+            if soft:
+                field["severity"] = {"above_max": WARNING}
             self.fields["position_ids"] = field
 
     def _position_table(self, side: str | None) -> nn.Embedding | None:
         for name, m in self.modules.items():
             if not isinstance(m, nn.Embedding) or name.rsplit(".", 1)[-1] not in POSITION_TABLE_NAMES:
                 continue
-            if (side == "encoder" and "decoder" in name) or (side == "decoder" and "decoder" not in name):
+            if (side == "encoder" and "decoder" in name) or (side == "decoder" and "decoder" not in name) or "vision" in name:
                 continue
             return m
         return None
 
-    def _find_embedding(self, last: str) -> nn.Embedding | None:
+    def _find_embedding(self, last: str, within: str = "") -> nn.Embedding | None:
         for name, m in self.modules.items():
-            if isinstance(m, nn.Embedding) and name.rsplit(".", 1)[-1] == last:
+            if isinstance(m, nn.Embedding) and name.rsplit(".", 1)[-1] == last and within in name:
                 return m
         return None
 
+    def _decoder_inputs(self) -> None:
+        rows = _rows(self._find_embedding("embed_tokens", within="decoder")) or self.params.get("vocab_size")
+        field: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "T"], "min": 0, "optional": True,
+                                 "hints": {"below_min": "-100 belongs only in labels; the model builds decoder_input_ids "
+                                           "from labels itself"}}
+        if rows is not None:
+            name = "vocab_size" if rows == self.params.get("vocab_size") else "decoder_vocab_size"
+            self.params[name] = int(rows)
+            field["max"] = f"{name} - 1"
+        self.fields["decoder_input_ids"] = field
+        if "decoder_attention_mask" in self.accepted:
+            self.fields["decoder_attention_mask"] = {"dtype": ["int64", "int32", "bool", "float"], "shape": ["B", "T"],
+                                                     "values": [0, 1], "optional": True, "severity": {"not_in_set": WARNING}}
+        self._positions("T", side="decoder")
+
     def _labels(self, head: str | None, seq2seq: bool) -> None:
         if head in ("masked_lm", "causal_lm") or (head == "conditional_generation" and not seq2seq):
-            self._lm_labels("L")
+            self._lm_labels("L", shifted=head != "masked_lm")
         elif head == "conditional_generation":
-            self._lm_labels("T")
+            self._lm_labels("T", shifted=False)
+            self._decoder_from_labels()
         elif head == "token_classification":
             self._num_labels()
             self.fields["labels"] = {"dtype": ["int64"], "shape": ["B", "L"], "min": 0, "max": "num_labels - 1",
@@ -301,17 +427,15 @@ class _Derivation:
             self.rules.append({"rule": "any(labels != -100)", **ALL_IGNORED})
         elif head == "sequence_classification":
             self._sequence_labels()
+            self._pooled_token(seq2seq)
         elif head == "question_answering":
-            for f in ("start_positions", "end_positions"):
-                self.fields[f] = {"dtype": ["int64"], "shape": ["B"], "min": 0, "max": "L - 1", "optional": True,
-                                  "hints": {"above_max": "a position past the sequence is clamped to L and silently ignored "
-                                            "(the answer was truncated away?)"}}
-            self.rules.append({"rule": "start_positions <= end_positions",
-                               "hint": "an answer that ends before it starts; were character offsets mapped to tokens?"})
+            self._qa_positions()
+        elif head == "ctc":
+            self._ctc_labels()
         elif "labels" in self.accepted:
             self.notes.append((f"labels (no known head in {self.cls})", CRASH))
 
-    def _lm_labels(self, dim: str) -> None:
+    def _lm_labels(self, dim: str, shifted: bool) -> None:
         rows = None
         try:
             out = self.model.get_output_embeddings()
@@ -320,7 +444,7 @@ class _Derivation:
             pass
         name = "vocab_size"
         if rows is not None and rows != self.params.get("vocab_size"):
-            name = "output_vocab_size"
+            name = "decoder_vocab_size" if rows == self.params.get("decoder_vocab_size") else "output_vocab_size"
             self.params[name] = int(rows)
         if name not in self.params:
             self.notes.append(("the label id bound (no output embedding)", CRASH))
@@ -330,7 +454,62 @@ class _Derivation:
             field["max"] = f"{name} - 1"
             field["hints"]["above_max"] = "label ids past the output vocabulary; tokenized with a different tokenizer?"
         self.fields["labels"] = field
-        self.rules.append({"rule": "any(labels != -100)", **ALL_IGNORED})
+        if shifted:  # a causal LM predicts labels[1:] from the tokens before them: label 0 is never used
+            self.rules += [{"rule": f"{dim} >= 2 where present(labels)", "field": "labels", **NOTHING_TO_PREDICT},
+                           {"rule": f"any((labels != -100) & (arange({dim}) > 0))", **NOTHING_TO_PREDICT}]
+        else:
+            self.rules.append({"rule": "any(labels != -100)", **ALL_IGNORED})
+
+    def _decoder_from_labels(self) -> None:
+        """Encoder-decoders build decoder_input_ids from labels; most cannot do without either."""
+        if self.model_type not in DECODER_FROM_INPUT_IDS and "decoder_input_ids" in self.fields:
+            self.rules.append({"rule": "present(labels) | present(decoder_input_ids)", "code": "missing_field",
+                               "field": "labels", "hint": "the decoder inputs are built from labels: give labels "
+                               "(training) or decoder_input_ids"})
+        if self.model_type in SHIFT_FROM_LAST_TOKEN and self.params.get("pad_token_id", self.config.pad_token_id) is not None:
+            self.params.setdefault("pad_token_id", int(self.config.pad_token_id))
+            self.rules.append({"rule": "any((labels != -100) & (labels != pad_token_id), dim=T)", "code": "all_ignored",
+                               "hint": "a row of labels that is all -100 (or padding) leaves no token to start the "
+                               "decoder inputs from, and the model raises; drop empty targets"})
+
+    def _qa_positions(self) -> None:
+        """Hugging Face clamps positions to [0, L] and ignores L: a position off the row is a silent data bug,
+        and a batch whose every start (or end) is off the row has a NaN loss."""
+        for f in ("start_positions", "end_positions"):
+            self.fields[f] = {"dtype": ["int64"], "shape": ["B"], "min": 0, "max": "L - 1", "optional": True,
+                              "severity": {"above_max": WARNING, "below_min": WARNING},
+                              "hints": {"above_max": "a position past the sequence is clamped to L and silently ignored "
+                                        "(the answer was truncated away?)",
+                                        "below_min": "a negative position is clamped to 0 (the [CLS] token)"}}
+            self.rules.append({"rule": f"any({f} < L)", "code": "all_ignored",
+                               "hint": f"every {f.split('_')[0]} position is past the sequence, so all are ignored and the "
+                               "loss is NaN (answers truncated away?)"})
+        self.rules.append({"rule": "start_positions <= end_positions", "severity": WARNING,
+                           "hint": "an answer that ends before it starts; were character offsets mapped to tokens?"})
+
+    def _ctc_labels(self) -> None:
+        """Wav2Vec2-style CTC: targets padded with any negative value (-100), below vocab_size (the model raises
+        otherwise), no longer than the frames the feature encoder makes (else the loss is inf)."""
+        vocab = getattr(self.config, "vocab_size", None)
+        field: dict[str, Any] = {"dtype": INT_IDS, "shape": ["B", "S"], "optional": True,
+                                 "description": "CTC targets; negative values are padding"}
+        if vocab is None:
+            self.notes.append(("the CTC target bound", CRASH))
+        else:
+            self.params["vocab_size"] = int(vocab)
+            field["max"] = "vocab_size - 1"
+        self.fields["labels"] = field
+        if self.frames is not None:
+            for length, where in ((self.frames[0], "N samples"), (self.frames[1], "the attended samples")):
+                self.rules.append({"rule": f"sum(labels >= 0, dim=S) <= {length}", "code": "ctc_too_short",
+                                   "hint": f"more targets than the frames {where} make: the CTC loss is inf; "
+                                   "drop clips too short for their transcript"})
+        blank = getattr(self.config, "pad_token_id", None)
+        if blank is not None:
+            self.params["pad_token_id"] = int(blank)
+            self.rules.append({"rule": "labels != pad_token_id", "code": "blank_in_target", "severity": WARNING,
+                               "hint": "the pad id is CTC's blank: a target holding it cannot be emitted; "
+                               "pad targets with -100"})
 
     def _num_labels(self) -> int:
         """The head's real width (its last Linear outside the base model), which may differ from
@@ -370,20 +549,47 @@ class _Derivation:
         else:
             raise SpecError(f"spec_for({self.cls}): unknown config.problem_type {pt!r}; pass problem_type=...")
 
+    def _pooled_token(self, seq2seq: bool) -> None:
+        """Which token a sequence classifier pools, where that constrains the batch."""
+        if seq2seq and "input_ids" in self.fields:
+            eos = getattr(self.config, "eos_token_id", None)
+            if eos is None:
+                self.notes.append(("the <eos> the classifier pools (no config.eos_token_id)", CRASH))
+                return
+            self.params["eos_token_id"] = int(eos)
+            self.rules.append({"rule": "any(input_ids == eos_token_id, dim=L)", "code": "no_eos",
+                               "hint": "the classifier reads the hidden state at <eos>: end every row with "
+                               "eos_token_id (add_special_tokens=True)"})
+            self.rules.append({"rule": "sum(input_ids == eos_token_id, dim=L) * B == sum(input_ids == eos_token_id)",
+                               "code": "eos_count", "hint": "every row must hold the same number of <eos> tokens"})
+        elif "score" in dict(self.model.named_children()) and getattr(self.text, "pad_token_id", None) is None:
+            # decoder-only: pools the last non-pad token, which it cannot find without a pad id
+            self.rules.append({"rule": "B <= 1", "code": "no_pad_token", "field": "input_ids",
+                               "hint": "config.pad_token_id is None, so the model cannot find each row's last token "
+                               "and refuses batches of more than one; set model.config.pad_token_id"})
 
-def _ids_field(dim: str, bounded: bool) -> dict[str, Any]:
-    return {"dtype": INT_IDS, "shape": ["B", dim], "min": 0, **({"max": "vocab_size - 1"} if bounded else {})}
+
+def _rows(embedding: nn.Module | None) -> int | None:
+    return getattr(embedding, "num_embeddings", None)
 
 
-def _mask(dim: str) -> dict[str, Any]:
-    return {"dtype": MASK, "shape": ["B", dim], "values": [0, 1], "optional": True}
-
-
-def _forward_args(model: nn.Module) -> set[str]:
+def _forward_args(model: nn.Module) -> tuple[set[str], bool]:
+    """The named parameters of `forward`, and whether it also takes **kwargs."""
     try:
-        return set(inspect.signature(model.forward).parameters)
+        parameters = inspect.signature(model.forward).parameters.values()
     except (TypeError, ValueError):
-        return set()
+        return set(), False
+    named = {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    return named, any(p.kind == p.VAR_KEYWORD for p in parameters)
+
+
+def _frames_expr(length: str, kernels, strides) -> str:
+    """The frames a stack of unpadded convolutions makes from `length` samples, as Hugging Face computes
+    them: floor((n - kernel) / stride) + 1 per layer."""
+    out = length
+    for k, s in zip(kernels, strides):
+        out = f"({out} - {k}) // {s} + 1"
+    return out
 
 
 # --- plain nn.Module -------------------------------------------------------------------------
@@ -456,14 +662,18 @@ def _module_spec(model: nn.Module) -> tuple[dict[str, Any], list[tuple[str, bool
 
 
 def _min_conv_length(model: nn.Module) -> int:
-    """The shortest input that leaves every Conv1d/pool output at least one step long.
+    """The shortest input that leaves every Conv1d/pool output at least one step long."""
+    return _min_length([_conv_geometry(m) for m in model.modules() if isinstance(m, (nn.Conv1d, *_POOLS))])
+
+
+def _min_length(layers: list[tuple[int, int, int | None, int]]) -> int:
+    """The shortest input a stack of (kernel, stride, padding, dilation) layers turns into one step.
 
     Walking backwards from an output of 1: a layer (k, s, p, d) gives floor((n + 2p - d(k-1) - 1) / s) + 1
     steps, so it needs n >= s(r - 1) + d(k - 1) + 1 - 2p to produce r.
     """
     need = 1
-    for m in reversed([m for m in model.modules() if isinstance(m, (nn.Conv1d, *_POOLS))]):
-        k, s, p, d = _conv_geometry(m)
+    for k, s, p, d in reversed(layers):
         if p is None:  # padding="same" keeps the length
             continue
         need = max(1, s * (need - 1) + d * (k - 1) + 1 - 2 * p)
