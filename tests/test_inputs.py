@@ -61,8 +61,8 @@ def test_missing_and_unexpected_fields():
 
 
 def test_optional_field_may_be_absent():
-    spec = tc.load_spec("t5-seq2seq", vocab_size=10)
-    assert codes({"input_ids": torch.tensor([[1, 2]])}, spec) == []
+    spec = tc.load_spec("t5-seq2seq", vocab_size=10)  # attention_mask and decoder_input_ids left out
+    assert codes({"input_ids": torch.tensor([[1, 2]]), "labels": torch.tensor([[1, 2]])}, spec) == []
 
 
 @pytest.mark.parametrize("n", [0])
@@ -202,7 +202,7 @@ def test_fuzz_well_shaped_junk_reaches_the_data_checks(seed):
         batch = {"input_ids": ints(b, n), "bbox": ints(b, n, 4), "attention_mask": ints(b, n).clamp(0, 2),
                  "labels": ints(b, n), "token_type_ids": ints(b, n).int(),
                  "pixel_values": torch.tensor([rng.choice([0.0, float("nan"), float("inf"), 1e38])
-                                               for _ in range(b * 3 * 64)]).reshape(b, 3, 8, 8).half()}
+                                               for _ in range(b * 3 * 64)]).reshape(b, 3, 8, 8)}
         report = tc.check(batch, spec, backend="torch")
         seen |= report.codes
         for v in report.violations:

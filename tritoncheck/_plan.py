@@ -121,7 +121,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
     fields = []
     for name, f in spec.fields.items():
         shape, axes = [], []
-        unit_tail = f.shape[-1] == UNIT_TAIL
+        unit_tail = bool(f.shape) and f.shape[-1] == UNIT_TAIL
         entries = f.shape[:-1] if unit_tail else f.shape
         for i, entry in enumerate(entries):
             size = _shape_entry(entry, params, dims, where=f"fields.{name}.shape")

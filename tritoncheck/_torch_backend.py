@@ -40,7 +40,7 @@ MAX_EXPANDED_SAMPLES = 2**16
 
 def run(plan: Plan, bound: Bound) -> list[Violation]:
     """Every data check of `plan` that `bind` found runnable, as violations."""
-    ctx = _Context(plan, bound)
+    ctx = Context(plan, bound)
     out = []
     for check in bound.runnable:
         bad = ctx.bad_mask(check)
@@ -67,7 +67,7 @@ def compact(t: torch.Tensor) -> torch.Tensor:
     return t.as_strided(size, stride, t.storage_offset())
 
 
-class _Context:
+class Context:
     """Tensors, dims and per-field summaries for one batch."""
 
     def __init__(self, plan: Plan, bound: Bound):
@@ -235,7 +235,7 @@ class _Context:
                 a = _align(a, a_axes, axes, None)
             if isinstance(b, torch.Tensor):
                 b = _align(b, b_axes, axes, None)
-            return _binary(expr.op, a, b), axes
+            return binary(expr.op, a, b), axes
         if isinstance(expr, Reduce):
             x, axes = self._eval(expr.x)
             if not isinstance(x, torch.Tensor):
@@ -255,7 +255,8 @@ class _Context:
         raise TypeError(f"cannot evaluate {expr!r}")
 
 
-def _binary(op: str, a: Any, b: Any) -> torch.Tensor:
+def binary(op: str, a: Any, b: Any) -> torch.Tensor:
+    """`a op b` on tensors or scalars, as every rule operator evaluates (the strategies use it too)."""
     if op in ("&", "|"):
         a = a.to(torch.bool) if isinstance(a, torch.Tensor) else bool(a)
         b = b.to(torch.bool) if isinstance(b, torch.Tensor) else bool(b)
@@ -347,7 +348,7 @@ def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
     return count, samples, index
 
 
-def make_violation(check: DataCheck, ctx: _Context, count: int, samples: tuple[int, ...], index: tuple[int, ...]) -> Violation:
+def make_violation(check: DataCheck, ctx: Context, count: int, samples: tuple[int, ...], index: tuple[int, ...]) -> Violation:
     """The violation for a failing check, with the value at its first offending index."""
     if isinstance(check, RuleCheck):
         value = _python(_at(ctx.values(check.subject, check.axes), index))

@@ -613,7 +613,7 @@ def _field_cmp_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
     kv = ctx.scalar(k)
     view = ctx.view(ref)
     axes = ctx.ref_axes(ref)
-    bctx = _torch_backend._Context(ctx.plan, bind(ctx.plan, ctx.batch))
+    bctx = _torch_backend.Context(ctx.plan, bind(ctx.plan, ctx.batch))
     where = bctx.evaluate(c.where, axes).to(torch.bool) if c.where is not None else torch.ones(view.shape, dtype=torch.bool)
     if tuple(where.shape) != tuple(view.shape) or not bool(where.any()):
         return None
@@ -637,7 +637,7 @@ def _positions(ctx: _Draw, ref: Ref, positions: Expr | None) -> torch.Tensor:
     t = ctx.batch[ref.field]
     if positions is None:
         return torch.ones(t.shape, dtype=torch.bool)
-    bctx = _torch_backend._Context(ctx.plan, bind(ctx.plan, ctx.batch))
+    bctx = _torch_backend.Context(ctx.plan, bind(ctx.plan, ctx.batch))
     return bctx.evaluate(positions, ctx.axes(ref)).to(torch.bool).expand(t.shape)
 
 
@@ -658,7 +658,7 @@ def _any_repair(c: RuleCheck, m, ctx: _Draw) -> None:
     where = _positions(ctx, ref, positions).permute(order).reshape(moved.shape)
     if not bool(where.any(dim=-1).all()):
         raise _Infeasible(f"{c.text!r} has no position to hold at these sizes")
-    ok = (_torch_backend._binary(op, moved, kv) & where).any(dim=-1, keepdim=True)
+    ok = (_torch_backend.binary(op, moved, kv) & where).any(dim=-1, keepdim=True)
     first = where.int().argmax(dim=-1, keepdim=True)  # the first position the rule looks at
     moved.scatter_(-1, first, torch.where(ok, moved.gather(-1, first), torch.tensor(v, dtype=t.dtype)))
     inverse = [0] * t.dim()
@@ -743,7 +743,7 @@ def _pair_repair(c: RuleCheck, m, ctx: _Draw) -> None:
         va.copy_(first.clone())
         vb.copy_(second.clone())
         if op in ("<", ">"):
-            ok = _torch_backend._binary(op, va, vb)
+            ok = _torch_backend.binary(op, va, vb)
             if not bool(ok.all()):
                 raise _Infeasible(f"equal values break the strict rule {c.text!r}")
         return
@@ -1022,7 +1022,7 @@ def _others_hold(ctx: _Draw, target: Any) -> bool:
     bound = bind(ctx.plan, ctx.batch)
     if any(not (isinstance(target, DimCheck) and v.code == target.code and v.rule.startswith(target.text)) for v in bound.violations):
         return False
-    bctx = _torch_backend._Context(ctx.plan, bound)
+    bctx = _torch_backend.Context(ctx.plan, bound)
     for c in bound.runnable:
         if c is target or (c.severity == "warning" and getattr(target, "severity", "error") == "error" and c.field == target.field):
             continue
