@@ -250,3 +250,24 @@ def test_errors_speak_the_command_line_and_suggest_names(args, says, never, save
     assert main([subs.get(a, a) for a in args]) == 2
     err = capsys.readouterr().err
     assert says.format(config=config) in err and never not in err
+
+
+WARN_SPEC = """
+name: warned
+fields:
+  x: {dtype: int64, shape: [B], min: 0, max: 9, severity: {above_max: warning}}
+"""
+
+
+@pytest.mark.parametrize("command", ["check", "scan"])
+def test_warnings_exit_0_and_strict_makes_them_errors(command, tmp_path, capsys):
+    spec = tmp_path / "warned.yaml"
+    spec.write_text(WARN_SPEC)
+    (tmp_path / "data").mkdir()
+    torch.save({"x": torch.tensor([1, 12])}, tmp_path / "data" / "b.pt")
+    target = str(tmp_path / "data" / "b.pt") if command == "check" else str(tmp_path / "data")
+    assert main([command, str(spec), target, "--format", "text"]) == 0
+    assert "warning" in capsys.readouterr().out
+    assert main([command, str(spec), target, "--format", "json", "--strict"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False and {v["severity"] for v in data["violations"]} == {"error"}

@@ -59,6 +59,8 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
                    help="text, table or json on stdout (default: table on a terminal, text when piped)")
     p.add_argument("--json", action="store_const", const="json", dest="format", help="the same as --format json")
     p.add_argument("--output", "-o", metavar="FILE", help="also write the full report as JSON to FILE")
+    p.add_argument("--strict", action="store_true",
+                   help="count warnings (data bugs the model runs through) as errors: exit code 1 for them too")
 
 
 def output_format(args: argparse.Namespace) -> str:
@@ -205,7 +207,7 @@ def run_check(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     batch = load_batch(args.batch)
     try:
-        report = check(batch, spec, backend=args.backend)
+        report = check(batch, spec, backend=args.backend, strict=args.strict)
     except (ValueError, ImportError, RuntimeError) as exc:
         if args.backend == "torch":
             raise  # the reference backend reports bad data instead of raising: anything else is a bug

@@ -114,7 +114,7 @@ class _Item:
 def run_scan(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     report = scan(spec, args.data, engine=args.engine, backend=args.backend, batch_size=args.batch_size,
-                  rename=_rename_pairs(args.rename), bad_rows=args.bad_rows, progress=True)
+                  rename=_rename_pairs(args.rename), bad_rows=args.bad_rows, progress=True, strict=args.strict)
     if args.output:
         write_json(args.output, json.dumps(report, indent=2))
     fmt = output_format(args)
@@ -127,7 +127,7 @@ def run_scan(args: argparse.Namespace) -> int:
 
 def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", backend: str = "auto",
          batch_size: int = 256, rename: Mapping[str, str] | None = None, bad_rows: str | os.PathLike[str] | None = None,
-         progress: bool = False) -> dict[str, Any]:
+         progress: bool = False, strict: bool = False) -> dict[str, Any]:
     """Check every sample of `data` against `spec` and return the report (the JSON that `scan --json` prints).
 
     Args:
@@ -141,6 +141,7 @@ def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", back
         rename: column -> contract field, on top of the Hugging Face renames (`label` -> `labels`).
         bad_rows: a new or empty directory to write the bad rows of Parquet or Arrow shards to.
         progress: show a progress bar on stderr when it is a terminal.
+        strict: count warnings as errors (`ok` is then False for them too).
     """
     if engine not in ENGINES:
         raise UsageError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -176,6 +177,9 @@ def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", back
         else:
             for shard in job.shards:
                 result.merge(job.run(shard, advance))
+    if strict:
+        for entry in result.entries:
+            entry["severity"] = "error"
     return _summary(spec.name, str(data), unit, result, applied, absent)
 
 
