@@ -66,6 +66,8 @@ FAMILIES = """\
   DeiT and CLIP cast their pixels. The contract's `dtype` parameter holds the model's dtype
   (`spec_for` reads the parameters, `load_spec` the config's `dtype`); pass `dtype="float"` under
   autocast.
+- **Single-label labels** (and QA positions) may be `[B]` or `[B, 1]` (shape `[B, "1?"]`): every
+  head above flattens them, except DeBERTa-v2, which raises on `[B, 1]`.
 - **Images**: ViT, DeiT, CLIP and LayoutLMv3 take only the configured image size; Swin, ConvNeXt
   and ResNet take other sizes (`H`, `W` are free dims).
 - **Audio**: Wav2Vec2's convolutional feature encoder needs a minimum number of samples
@@ -82,8 +84,6 @@ GAPS = """\
 
 Batches where a contract and the model still disagree, not claimed by the table above:
 
-- Single-label `labels` (and QA positions) shaped `[B, 1]` run on every head above but DeBERTa-v2;
-  the contracts take `[B]` only (flagged as `rank`).
 - RoBERTa-style models with explicit `position_ids` run rows with more non-pad tokens than the table
   holds; the token-budget rule still flags them (a data rule cannot depend on a field's presence).
 - CTC needs one extra frame per repeated target label; only the target count is checked.

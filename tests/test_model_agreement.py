@@ -274,7 +274,9 @@ def common_text(*, length: Case | None = None, token_types: bool = True) -> tupl
 
 TOO_LONG = case("L past the position table", crash("input_ids", "sequence_too_long"), L=MAXPOS + 1)
 LONGEST = case("L at the position table", OK, L=MAXPOS)
-BAD_CLASS = (
+COLUMN = case("labels shaped [B, 1]", OK, put("labels", lambda b: b["labels"][:, None]))
+CLASS = (
+    COLUMN,
     case("label == num_labels", crash("labels", "above_max"), at("labels", 0, 3)),
     case("label -1", crash("labels", "below_min"), at("labels", 0, -1)),
     case("int32 labels", crash("labels", "dtype"), put("labels", lambda b: b["labels"].int())),
@@ -316,6 +318,7 @@ def eos_rules(eos: int) -> tuple[Case, ...]:
 
 
 IMAGE_CASES = (
+    COLUMN,
     case("NaN pixel", nan("pixel_values", "non_finite"), at("pixel_values", (1, 0, 2, 2), float("nan"))),
     case("grey image", crash("pixel_values", "shape"), put("pixel_values", lambda b: b["pixel_values"][:, :1])),
     case("label == num_labels", crash("labels", "above_max"), at("labels", 0, 3)),
@@ -346,13 +349,15 @@ QA_CASES = (
     case("negative start (clamped to 0)", warn("start_positions", "below_min"), at("start_positions", 0, -1)),
     case("start after end", warn("start_positions", "rule_failed"), at("start_positions", 1, 3)),
     case("int32 positions", crash("start_positions", "dtype"), put("start_positions", lambda b: b["start_positions"].int())),
+    case("positions shaped [B, 1]", OK, put("start_positions", lambda b: b["start_positions"][:, None]),
+         put("end_positions", lambda b: b["end_positions"][:, None])),
 )
 NO_PAD = (case("B > 1 without a pad token", crash("input_ids", "no_pad_token"), B=2),)
 
 PAIRS: tuple[Pair, ...] = (
     # encoders
     Pair("BertForSequenceClassification", "encoder", lambda: T.BertConfig(**BERT, num_labels=3), classify,
-         (*common_text(length=TOO_LONG), LONGEST, *BAD_CLASS,
+         (*common_text(length=TOO_LONG), LONGEST, *CLASS,
           case("float labels", crash("labels", "dtype"), put("labels", lambda b: b["labels"].float())),
           case("zero token types", OK, put("token_type_ids", lambda b: torch.zeros_like(b["input_ids"]))),
           case("position id past the table", crash("position_ids", "above_max"),
@@ -368,30 +373,31 @@ PAIRS: tuple[Pair, ...] = (
           case("every label ignored", nan("labels", "all_ignored"), put("labels", lambda b: torch.full_like(b["labels"], -100))))),
     Pair("RobertaForSequenceClassification", "encoder", lambda: T.RobertaConfig(**ROBERTA, num_labels=3), classify,
          (*common_text(length=ROBERTA_TOO_LONG, token_types=False), ROBERTA_LONGEST, ROBERTA_PADDED, *ROBERTA_TYPES,
-          *BAD_CLASS), builtin="roberta-sequence-classification"),
+          *CLASS), builtin="roberta-sequence-classification"),
     Pair("XLMRobertaForTokenClassification", "encoder", lambda: T.XLMRobertaConfig(**ROBERTA, num_labels=3), tokens,
          (*common_text(length=ROBERTA_TOO_LONG, token_types=False), *ROBERTA_TYPES, *bad_tokens())),
     Pair("DistilBertForSequenceClassification", "encoder",
          lambda: T.DistilBertConfig(vocab_size=V, max_position_embeddings=MAXPOS, dim=16, n_layers=1, n_heads=2, hidden_dim=20,
                                     num_labels=3), classify,
-         (*common_text(length=TOO_LONG, token_types=False), *BAD_CLASS,
+         (*common_text(length=TOO_LONG, token_types=False), *CLASS,
           case("token_type_ids (not an input: ignored)", OK,
                put("token_type_ids", lambda b: torch.zeros_like(b["input_ids"]))))),
     Pair("ElectraForTokenClassification", "encoder", lambda: T.ElectraConfig(**BERT, embedding_size=8, num_labels=3), tokens,
          (*common_text(length=TOO_LONG), *bad_tokens())),
     Pair("DebertaV2ForSequenceClassification", "encoder", lambda: T.DebertaV2Config(**BERT, num_labels=3), classify,
-         (*common_text(length=TOO_LONG), BAD_CLASS[0])),
+         (*common_text(length=TOO_LONG), CLASS[1],
+          case("labels shaped [B, 1]", crash("labels", "rank"), put("labels", lambda b: b["labels"][:, None])))),
     Pair("AlbertForMaskedLM", "encoder", lambda: T.AlbertConfig(**BERT, embedding_size=8), masked,
          (*common_text(length=TOO_LONG),
           case("every label ignored", nan("labels", "all_ignored"), put("labels", lambda b: torch.full_like(b["labels"], -100))))),
     Pair("MPNetForSequenceClassification", "encoder",
          lambda: T.MPNetConfig(**{**TEXT, "max_position_embeddings": MAXPOS + 2}, num_labels=3), classify,
-         (*common_text(length=ROBERTA_TOO_LONG, token_types=False), *BAD_CLASS)),
+         (*common_text(length=ROBERTA_TOO_LONG, token_types=False), *CLASS)),
     Pair("XLNetForSequenceClassification", "encoder",
          lambda: T.XLNetConfig(vocab_size=V, d_model=16, n_layer=1, n_head=2, d_inner=20, num_labels=3), classify,
          (*(c for c in common_text(token_types=False) if c.name != "bool mask"),
           case("bool mask", crash("attention_mask", "dtype"), put("attention_mask", lambda b: b["attention_mask"].bool())),
-          case("long rows (relative positions)", OK, L=3 * MAXPOS), *BAD_CLASS)),
+          case("long rows (relative positions)", OK, L=3 * MAXPOS), *CLASS)),
     Pair("XLNetForQuestionAnsweringSimple", "encoder",
          lambda: T.XLNetConfig(vocab_size=V, d_model=16, n_layer=1, n_head=2, d_inner=20), qa,
          (*(c for c in common_text(token_types=False) if c.name != "bool mask"), *QA_CASES)),
@@ -400,7 +406,7 @@ PAIRS: tuple[Pair, ...] = (
          causal, (*common_text(length=TOO_LONG, token_types=False), LONGEST, *CAUSAL)),
     Pair("GPT2ForSequenceClassification", "decoder",
          lambda: T.GPT2Config(vocab_size=V, n_positions=MAXPOS, n_embd=16, n_layer=1, n_head=2, num_labels=3, pad_token_id=0),
-         classify, (*common_text(length=TOO_LONG, token_types=False), *BAD_CLASS,
+         classify, (*common_text(length=TOO_LONG, token_types=False), *CLASS,
                     case("a row of padding only", OK, at("input_ids", 0, 0)))),
     Pair("LlamaForCausalLM", "decoder", lambda: T.LlamaConfig(**DECODER), causal,
          (*common_text(token_types=False), ROTARY_LONG, *CAUSAL), builtin="causal-lm"),
@@ -447,13 +453,13 @@ PAIRS: tuple[Pair, ...] = (
     Pair("MT5ForConditionalGeneration", "encoder-decoder", lambda: T.MT5Config(**T5), seq2seq,
          (*SEQ2SEQ_LABELS, case("only input_ids", crash("labels", "missing_field"), drop("labels")))),
     Pair("BartForSequenceClassification", "encoder-decoder", lambda: T.BartConfig(**SEQ2SEQ, num_labels=3), eos_classify(2),
-         (*eos_rules(2), *BAD_CLASS[:2]), draws=None),
+         (*eos_rules(2), *CLASS[:3]), draws=None),
     Pair("MBartForSequenceClassification", "encoder-decoder", lambda: T.MBartConfig(**SEQ2SEQ, num_labels=3), eos_classify(2),
-         (*eos_rules(2), BAD_CLASS[0]), draws=None),
+         (*eos_rules(2), *CLASS[:2]), draws=None),
     Pair("T5ForSequenceClassification", "encoder-decoder", lambda: T.T5Config(**T5, num_labels=3), eos_classify(1),
-         (*eos_rules(1), BAD_CLASS[0]), draws=None),
+         (*eos_rules(1), *CLASS[:2]), draws=None),
     Pair("MT5ForSequenceClassification", "encoder-decoder", lambda: T.MT5Config(**T5, num_labels=3), eos_classify(1),
-         (*eos_rules(1), BAD_CLASS[0]), draws=None),
+         (*eos_rules(1), *CLASS[:2]), draws=None),
     # vision
     Pair("ViTForImageClassification", "vision", lambda: T.ViTConfig(**IMAGE), image, (*FIXED_SIZE, *IMAGE_CASES), draws={}),
     Pair("DeiTForImageClassification", "vision", lambda: T.DeiTConfig(**IMAGE), image, (*FIXED_SIZE, *IMAGE_CASES), draws={}),
@@ -484,7 +490,7 @@ PAIRS: tuple[Pair, ...] = (
     Pair("Wav2Vec2ForSequenceClassification", "audio",
          lambda: T.Wav2Vec2Config(**WAV2VEC2, num_labels=3, classifier_proj_size=8), audio_classify,
          (case("input too short for the feature encoder", crash("input_values", "dim_bound"), N=9),
-          case("label == num_labels", crash("labels", "above_max"), at("labels", 0, 3)),
+          case("label == num_labels", crash("labels", "above_max"), at("labels", 0, 3)), COLUMN,
           case("fp16 input", crash("input_values", "dtype"), put("input_values", lambda b: b["input_values"].half()))),
          draws={"N": (10, 80)}),
     Pair("WhisperForConditionalGeneration", "audio",
@@ -531,7 +537,7 @@ PAIRS: tuple[Pair, ...] = (
           *bad_tokens(5)),
          builtin="layoutlmv3-token-classification"),
     Pair("LayoutLMv3ForSequenceClassification", "multimodal", lambda: T.LayoutLMv3Config(**LAYOUTLMV3, num_labels=3),
-         layout_classify, (case("fp16 pixels", crash("pixel_values", "dtype"), half), *BAD_CLASS)),
+         layout_classify, (case("fp16 pixels", crash("pixel_values", "dtype"), half), *CLASS)),
     Pair("CLIPModel", "multimodal",
          lambda: T.CLIPConfig(text_config={**TEXT, "max_position_embeddings": 12}, vision_config={**IMAGE, "num_labels": 2},
                               projection_dim=8), clip,

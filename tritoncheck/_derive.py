@@ -56,6 +56,8 @@ TYPES_COMPARED = frozenset({"xlnet"})
 NO_BOOL_MASK = frozenset({"xlnet"})
 # Positions are the running sum of the attention mask (OPT): a mask holding 2 walks off the table.
 POSITIONS_FROM_MASK = frozenset({"opt"})
+# Sequence classifiers that raise on single-label labels shaped [B, 1] (the others flatten them).
+FLAT_LABELS_ONLY = frozenset({"deberta-v2"})
 # Encoder-decoders that build decoder_input_ids from input_ids when neither labels nor decoder ids are given.
 DECODER_FROM_INPUT_IDS = frozenset({"bart", "mbart"})
 # Take the decoder inputs from labels by moving each row's last non-pad token first: a row of
@@ -476,7 +478,7 @@ class _Derivation:
         """Hugging Face clamps positions to [0, L] and ignores L: a position off the row is a silent data bug,
         and a batch whose every start (or end) is off the row has a NaN loss."""
         for f in ("start_positions", "end_positions"):
-            self.fields[f] = {"dtype": ["int64"], "shape": ["B"], "min": 0, "max": "L - 1", "optional": True,
+            self.fields[f] = {"dtype": ["int64"], "shape": ["B", "1?"], "min": 0, "max": "L - 1", "optional": True,
                               "severity": {"above_max": WARNING, "below_min": WARNING},
                               "hints": {"above_max": "a position past the sequence is clamped to L and silently ignored "
                                         "(the answer was truncated away?)",
@@ -527,6 +529,7 @@ class _Derivation:
 
     def _sequence_labels(self) -> None:
         n = self._num_labels()
+        per_sample = ["B"] if self.model_type in FLAT_LABELS_ONLY else ["B", "1?"]  # [B, 1] is flattened
         pt = self.problem_type or getattr(self.config, "problem_type", None)
         if pt is None:
             # What Hugging Face does when problem_type is unset: one output -> regression; otherwise
@@ -535,7 +538,7 @@ class _Derivation:
             pt = "regression" if n == 1 else "single_label_classification"
             self.desc.append(f"config.problem_type is unset; as Hugging Face infers it from num_labels={n}, the labels are {pt}.")
         if pt == "single_label_classification":
-            self.fields["labels"] = {"dtype": ["int64"], "shape": ["B"], "min": 0, "max": "num_labels - 1", "optional": True,
+            self.fields["labels"] = {"dtype": ["int64"], "shape": per_sample, "min": 0, "max": "num_labels - 1", "optional": True,
                                      "hints": {"above_max": "a label id >= num_labels; check label2id against "
                                                "config.num_labels (1-based labels?)",
                                                "below_min": "negative labels; single-label classification takes class indices"}}
@@ -544,7 +547,7 @@ class _Derivation:
                                      "optional": True, "description": "multi-hot targets for BCEWithLogitsLoss",
                                      "hints": {"above_max": "multi-label targets must be 0/1 (or probabilities), one column per label"}}
         elif pt == "regression":
-            self.fields["labels"] = {"dtype": ["float", "int64", "int32"], "shape": ["B"] if n == 1 else ["B", "num_labels"],
+            self.fields["labels"] = {"dtype": ["float", "int64", "int32"], "shape": per_sample if n == 1 else ["B", "num_labels"],
                                      "finite": True, "optional": True, "description": "regression targets for MSELoss"}
         else:
             raise SpecError(f"spec_for({self.cls}): unknown config.problem_type {pt!r}; pass problem_type=...")
