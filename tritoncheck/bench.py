@@ -293,11 +293,12 @@ def _layoutlmv3_rules(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
     px, y = b["pixel_values"], b["labels"]
     B, L = ids.shape
     yield bbox.shape == (B, L, 4) and am.shape == tt.shape == y.shape == (B, L)
-    yield px.shape == (B, p["num_channels"], p["input_size"], p["input_size"])
+    yield px.shape == (B, p["num_channels"], p["input_size"], p["input_size"]) and px.dtype == torch.float32
     yield (ids >= 0).all()
     yield (ids < p["vocab_size"]).all()
     yield (bbox >= 0).all()
     yield (bbox < p["max_2d_position_embeddings"]).all()
+    yield (bbox <= 1000).all()  # the documented 0-1000 grid (a warning in the contract)
     yield ((am == 0) | (am == 1)).all()
     yield (tt >= 0).all()
     yield (tt < p["type_vocab_size"]).all()
