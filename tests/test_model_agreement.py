@@ -272,6 +272,9 @@ def common_text(*, length: Case | None = None, token_types: bool = True) -> tupl
     return tuple(out)
 
 
+EXPLICIT_POSITIONS = case("L past the table, explicit position_ids within it", OK,
+                          put("position_ids", lambda b: torch.arange(b["input_ids"].shape[1]).expand_as(b["input_ids"]) % MAXPOS),
+                          L=MAXPOS + 4)
 TOO_LONG = case("L past the position table", crash("input_ids", "sequence_too_long"), L=MAXPOS + 1)
 LONGEST = case("L at the position table", OK, L=MAXPOS)
 COLUMN = case("labels shaped [B, 1]", OK, put("labels", lambda b: b["labels"][:, None]))
@@ -357,7 +360,7 @@ NO_PAD = (case("B > 1 without a pad token", crash("input_ids", "no_pad_token"), 
 PAIRS: tuple[Pair, ...] = (
     # encoders
     Pair("BertForSequenceClassification", "encoder", lambda: T.BertConfig(**BERT, num_labels=3), classify,
-         (*common_text(length=TOO_LONG), LONGEST, *CLASS,
+         (*common_text(length=TOO_LONG), LONGEST, EXPLICIT_POSITIONS, *CLASS,
           case("float labels", crash("labels", "dtype"), put("labels", lambda b: b["labels"].float())),
           case("zero token types", OK, put("token_type_ids", lambda b: torch.zeros_like(b["input_ids"]))),
           case("position id past the table", crash("position_ids", "above_max"),
@@ -379,7 +382,7 @@ PAIRS: tuple[Pair, ...] = (
     Pair("DistilBertForSequenceClassification", "encoder",
          lambda: T.DistilBertConfig(vocab_size=V, max_position_embeddings=MAXPOS, dim=16, n_layers=1, n_heads=2, hidden_dim=20,
                                     num_labels=3), classify,
-         (*common_text(length=TOO_LONG, token_types=False), *CLASS,
+         (*common_text(length=TOO_LONG, token_types=False), EXPLICIT_POSITIONS, *CLASS,
           case("token_type_ids (not an input: ignored)", OK,
                put("token_type_ids", lambda b: torch.zeros_like(b["input_ids"]))))),
     Pair("ElectraForTokenClassification", "encoder", lambda: T.ElectraConfig(**BERT, embedding_size=8, num_labels=3), tokens,
@@ -403,13 +406,13 @@ PAIRS: tuple[Pair, ...] = (
          (*(c for c in common_text(token_types=False) if c.name != "bool mask"), *QA_CASES)),
     # decoders
     Pair("GPT2LMHeadModel", "decoder", lambda: T.GPT2Config(vocab_size=V, n_positions=MAXPOS, n_embd=16, n_layer=1, n_head=2),
-         causal, (*common_text(length=TOO_LONG, token_types=False), LONGEST, *CAUSAL)),
+         causal, (*common_text(length=TOO_LONG, token_types=False), LONGEST, EXPLICIT_POSITIONS, *CAUSAL)),
     Pair("GPT2ForSequenceClassification", "decoder",
          lambda: T.GPT2Config(vocab_size=V, n_positions=MAXPOS, n_embd=16, n_layer=1, n_head=2, num_labels=3, pad_token_id=0),
          classify, (*common_text(length=TOO_LONG, token_types=False), *CLASS,
                     case("a row of padding only", OK, at("input_ids", 0, 0)))),
     Pair("LlamaForCausalLM", "decoder", lambda: T.LlamaConfig(**DECODER), causal,
-         (*common_text(token_types=False), ROTARY_LONG, *CAUSAL), builtin="causal-lm"),
+         (*common_text(token_types=False), ROTARY_LONG, EXPLICIT_POSITIONS, *CAUSAL), builtin="causal-lm"),
     Pair("LlamaForSequenceClassification", "decoder", lambda: T.LlamaConfig(**DECODER, num_labels=3),
          functools.partial(classify, B=1), NO_PAD),
     Pair("Qwen2ForCausalLM", "decoder", lambda: T.Qwen2Config(**DECODER), causal,
@@ -422,7 +425,7 @@ PAIRS: tuple[Pair, ...] = (
     Pair("OPTForCausalLM", "decoder",
          lambda: T.OPTConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1, ffn_dim=20, num_attention_heads=2,
                              max_position_embeddings=MAXPOS, word_embed_proj_dim=16), causal,
-         (*(c for c in common_text(length=TOO_LONG, token_types=False) if c.name != "mask holds 2"), LONGEST,
+         (*(c for c in common_text(length=TOO_LONG, token_types=False) if c.name != "mask holds 2"), LONGEST, EXPLICIT_POSITIONS,
           case("mask of 2s (positions are its running sum)", crash("attention_mask", "not_in_set"),
                put("attention_mask", lambda b: torch.full_like(b["input_ids"], 2))),
           *CAUSAL)),

@@ -358,9 +358,6 @@ class _Derivation:
             self.rules.append({"rule": f"{dim} <= {max_param}{unless}", "code": "sequence_too_long",
                                "hint": f"the position table has {max_param} rows; truncate (truncation=True, max_length=...)"})
             bound = f"{max_param} - 1"
-            if self.model_type in POSITIONS_FROM_MASK and "attention_mask" in self.fields:
-                self.rules.append({"rule": f"sum(attention_mask, dim={dim}) <= {max_param}", "code": "sequence_too_long",
-                                   "hint": "positions are the running sum of the attention mask; a mask must hold 0/1"})
         elif rotary and getattr(self.text, "max_position_embeddings", None):
             self.params[max_param] = int(self.text.max_position_embeddings)
             self.rules.append({"rule": f"{dim} <= {max_param}{unless}", "code": "sequence_too_long", "severity": WARNING,
