@@ -30,7 +30,7 @@ import torch
 import tritoncheck as tc
 
 T = pytest.importorskip("transformers")
-hypothesis = pytest.importorskip("hypothesis")
+pytest.importorskip("hypothesis")  # tritoncheck.strategies draws the valid batches
 
 V, MAXPOS, B, L = 100, 20, 2, 8  # vocabulary rows, position rows, batch, length of every tiny model's batch
 TINY = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 20}
@@ -502,6 +502,7 @@ PAIRS: tuple[Pair, ...] = (
                                  max_source_positions=10, max_target_positions=12, pad_token_id=V - 1, bos_token_id=V - 2,
                                  eos_token_id=V - 2, decoder_start_token_id=V - 3), whisper,
          (case("longest target", OK, T=12),
+          case("the feature extractor's attention_mask", OK, put("attention_mask", lambda b: torch.ones(B, 20, dtype=torch.int64))),
           case("target past max_target_positions", crash("labels", "sequence_too_long"), T=13),
           case("frames != 2 * max_source_positions", crash("input_features", "shape"),
                put("input_features", lambda b: b["input_features"][..., :18])),

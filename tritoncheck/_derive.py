@@ -41,6 +41,7 @@ logger = logging.getLogger("tritoncheck")
 # (an id past a table), which is warned; HARMLESS gaps are only logged (INFO, "tritoncheck" logger).
 CRASH, HARMLESS = True, False
 INT_IDS = ["int64", "int32"]
+MASK_DTYPES = ["int64", "int32", "bool", "float"]  # masks are multiplied or compared in: any of these runs
 WARNING = "warning"
 # Model types whose position ids start at pad_token_id + 1 and skip padding.
 ROBERTA_STYLE = frozenset(
@@ -218,7 +219,7 @@ class _Derivation:
     def _attention_mask(self, dim: str) -> None:
         """0/1 in any integer, bool or float dtype; another value runs (the mask is multiplied in) but is a
         data bug, except where positions are the mask's running sum."""
-        dtypes = ["int64", "int32", "float"] + ([] if self.model_type in NO_BOOL_MASK else ["bool"])
+        dtypes = [d for d in MASK_DTYPES if d != "bool" or self.model_type not in NO_BOOL_MASK]
         mask: dict[str, Any] = {"dtype": dtypes, "shape": ["B", dim], "values": [0, 1], "optional": True}
         if self.model_type not in POSITIONS_FROM_MASK:
             mask["severity"] = {"not_in_set": WARNING}
@@ -326,6 +327,9 @@ class _Derivation:
             self.fields["input_features"] = {"dtype": [self._compute_dtype()], "shape": shape, "finite": True, "hints": {
                 "shape": "log-mel features: num_mel_bins rows and exactly 2 * max_source_positions frames (pad or truncate "
                 "the audio to 30 s with the feature extractor)"}}
+            if "attention_mask" in self.accepted:  # the feature extractor's frame mask; the encoder attends to every frame
+                self.fields["attention_mask"] = {"dtype": MASK_DTYPES, "shape": ["B", shape[2]], "values": [0, 1],
+                                                 "optional": True, "severity": {"not_in_set": WARNING}}
 
     def _positions(self, dim: str, side: str | None) -> None:
         """Add the length rule for `dim` (and bound position_ids), by the kind of positions."""
@@ -408,7 +412,7 @@ class _Derivation:
             field["max"] = f"{name} - 1"
         self.fields["decoder_input_ids"] = field
         if "decoder_attention_mask" in self.accepted:
-            self.fields["decoder_attention_mask"] = {"dtype": ["int64", "int32", "bool", "float"], "shape": ["B", "T"],
+            self.fields["decoder_attention_mask"] = {"dtype": MASK_DTYPES, "shape": ["B", "T"],
                                                      "values": [0, 1], "optional": True, "severity": {"not_in_set": WARNING}}
         self._positions("T", side="decoder")
 
