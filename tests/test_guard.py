@@ -62,7 +62,7 @@ def test_guard_stops_a_bad_batch_before_forward(bert, spec, calls):
 
 
 def test_positional_arguments_are_mapped_to_parameter_names(bert, spec, calls):
-    handle = tc.guard(bert, spec)
+    handle = tc.guard(bert, spec, strict=True)  # a mask of 2 is a warning: strict raises for it
     try:
         b = bad()
         with pytest.raises(tc.BatchValidationError, match="input_ids"):
@@ -131,9 +131,9 @@ def test_a_forward_taking_one_mapping_is_checked(spec):
 def test_deferred_raises_at_wait(bert, spec, calls):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # where deferred mode is unavailable guard falls back, with a warning
-        handle = tc.guard(bert, spec, deferred=True)
+        handle = tc.guard(bert, spec, deferred=True, strict=True)
     batch = good()
-    batch["attention_mask"][0, 0] = 2  # not a crash for the model: only the contract catches it
+    batch["attention_mask"][0, 0] = 2  # not a crash for the model (a warning): only the strict contract catches it
     try:
         if _deferred_available():
             bert(**batch)  # launched, not waited on
@@ -156,13 +156,13 @@ def test_guard_rejects_what_is_not_a_module(spec):
 
 def test_deferred_guard_checks_every_call_even_one_that_raises(bert, spec, calls):
     """A loop that catches the error and goes on: each bad call raises once, at the next call."""
-    handle = tc.guard(bert, spec, deferred=True)
+    handle = tc.guard(bert, spec, deferred=True, strict=True)
     masks = []
     try:
         for value in (2, 3, None):
             batch = good()
             if value is not None:
-                batch["attention_mask"][0, 0] = value  # not a crash for the model: only the contract catches it
+                batch["attention_mask"][0, 0] = value  # not a crash for the model (a warning): strict catches it
             try:
                 bert(**batch)
             except tc.BatchValidationError as exc:
@@ -171,3 +171,15 @@ def test_deferred_guard_checks_every_call_even_one_that_raises(bert, spec, calls
     finally:
         handle.remove()
     assert [m[0] for m in masks] == [2, 3] and masks[1][1] == masks[0][1] + 1
+
+
+def test_a_warning_passes_the_guard_and_is_logged(bert, spec, calls, caplog):
+    handle = tc.guard(bert, spec)
+    try:
+        batch = good()
+        batch["attention_mask"][0, 0] = 2  # BERT multiplies the mask in: it runs, but it is a data bug
+        with caplog.at_level("WARNING", logger="tritoncheck"):
+            bert(**batch)
+        assert calls[0] == 1 and "attention_mask" in caplog.text
+    finally:
+        handle.remove()

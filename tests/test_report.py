@@ -32,7 +32,7 @@ def test_messages_line_by_line(lv3):
     b["attention_mask"] = torch.ones(8, 7, dtype=torch.long)
     lines = str(tc.check(b, lv3)).splitlines()
     assert lines == [
-        "5 violations for layoutlmv3-token-classification (B=8 (from input_ids), L=6 (from input_ids))",
+        "3 errors, 2 warnings for layoutlmv3-token-classification (B=8 (from input_ids), L=6 (from input_ids))",
         "  attention_mask.shape[1]: attention_mask axis 1 is L=7, but L=6 (from input_ids); shape (8, 7) (found 7)",
         "    [code=dim_mismatch, count=1, value=7]",
         "  input_ids[2, 3]: input_ids <= vocab_size - 1 = 49 (found 50); 2 element(s) in sample(s) 2, 4",

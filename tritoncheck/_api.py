@@ -140,7 +140,7 @@ def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: A
             raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
         from ._triton import deferred as _deferred
 
-        return _deferred.submit(batch, spec, backend=backend, group=group)
+        return _deferred.submit(batch, spec, backend=backend, group=group, strict=strict)
     report = check(batch, spec, backend=backend, strict=strict)
     if group is not None:
         report = agree(report, group)

@@ -23,6 +23,7 @@ def guard(
     deferred: bool = False,
     backend: Backend = "auto",
     group: Any = None,
+    strict: bool = False,
 ) -> Any:
     """Validate every call's inputs to `model` against `spec` before its forward runs.
 
@@ -36,6 +37,7 @@ def guard(
         backend: "auto" (Triton for CUDA tensors, torch otherwise), "torch" or "triton".
         group: a torch.distributed process group, or True for the default one: every rank raises
             together when any rank's batch is bad (see `tc.validate`).
+        strict: raise for warnings too (data bugs the model runs through); otherwise they are logged.
 
     Returns:
         the hook's handle; `handle.remove()` takes the guard off. `TRITONCHECK_DISABLE=1` turns the
@@ -63,7 +65,7 @@ def guard(
     def hook(module: Any, args: tuple, kwargs: dict) -> None:
         if disabled():
             return None
-        validate(_inputs(signature, fields, args, kwargs), spec, backend=backend, group=group, **extra)
+        validate(_inputs(signature, fields, args, kwargs), spec, backend=backend, group=group, strict=strict, **extra)
         return None
 
     return model.register_forward_pre_hook(hook, with_kwargs=True, prepend=True)
