@@ -465,3 +465,19 @@ def test_bloom_without_a_length_bound_is_logged_not_warned(caplog):
     config = T.BloomConfig(vocab_size=V, hidden_size=8, n_layer=1, n_head=2)
     spec = harmless_gap(caplog, lambda: tc.spec_for(T.BloomForCausalLM(config).eval()), "a bound on L")
     assert spec.params["vocab_size"] == V
+
+
+def test_float_inputs_take_the_models_dtype_unless_it_casts_them():
+    """fp16 pixels crash an fp32 LayoutLMv3 (its patch embedding does not cast); ViT casts them."""
+    lv3 = FAMILIES["layoutlmv3"][0]().eval()
+    batch = _layoutlmv3(8)
+    batch["pixel_values"] = batch["pixel_values"].half()
+    assert ("pixel_values", "dtype") in _codes(batch, _spec(lv3))
+    assert tc.check(batch, _spec(lv3, dtype="float"), backend="torch").ok  # under autocast, say so
+    double = _spec(lv3.to(torch.float64))
+    assert double.params["dtype"] == "float64" and ("pixel_values", "dtype") in _codes(_layoutlmv3(8), double)
+    builtin = tc.load_spec("layoutlmv3-token-classification", config={**lv3.config.to_dict(), "dtype": "bfloat16"})
+    assert builtin.params["dtype"] == "bfloat16"
+    vit = T.ViTForImageClassification(T.ViTConfig(image_size=8, patch_size=4, num_labels=3, **ENC)).eval()
+    image = {"pixel_values": torch.randn(2, 3, 8, 8).half(), "labels": torch.tensor([0, 2])}
+    assert tc.check(image, _spec(vit), backend="torch").ok
