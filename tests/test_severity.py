@@ -6,8 +6,10 @@ import logging
 
 import pytest
 import torch
+import yaml
 
 import tritoncheck as tc
+from tritoncheck._spec import spec_from_dict
 
 SPEC_YAML = """
 name: boxes
@@ -30,10 +32,8 @@ rules:
 
 
 @pytest.fixture
-def spec(tmp_path):
-    path = tmp_path / "boxes.yaml"
-    path.write_text(SPEC_YAML)
-    return tc.load_spec(path)
+def spec():
+    return spec_from_dict(yaml.safe_load(SPEC_YAML), "boxes.yaml")
 
 
 def batch(B=3, L=2):
