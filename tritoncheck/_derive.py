@@ -72,7 +72,6 @@ POSITION_TABLE_NAMES = ("position_embeddings", "position_embedding", "wpe", "emb
 HEADS = (
     ("ForTokenClassification", "token_classification"),
     ("ForSequenceClassification", "sequence_classification"),
-    ("ForAudioClassification", "sequence_classification"),
     ("ForImageClassification", "sequence_classification"),  # same labels and problem_type logic
     ("ForQuestionAnswering", "question_answering"),
     ("ForQuestionAnsweringSimple", "question_answering"),
@@ -177,9 +176,9 @@ class _Derivation:
         elif "labels" in self.accepted:
             self.notes.append(("labels", CRASH))
         if not self.fields:
-            raise SpecError(f"spec_for({self.cls}): nothing to derive: its forward takes {', '.join(sorted(self.accepted))}, "
-                            "none of which (input_ids, pixel_values, input_values, input_features) spec_for knows; "
-                            "write the contract in YAML")
+            raise SpecError(f"spec_for({self.cls}): nothing to derive: its forward takes {', '.join(sorted(self.accepted))}; "
+                            "spec_for knows input_ids, pixel_values, input_features, and input_values as a waveform into a "
+                            "convolutional feature encoder; write the contract in YAML")
         data = {"name": f"{self.model_type or self.cls}-derived", "description": " ".join(self.desc),
                 "params": self.params, "fields": self.fields, "rules": self.rules}
         return data, self.notes
@@ -302,17 +301,16 @@ class _Derivation:
 
     def _audio(self) -> None:
         """Raw waveforms (Wav2Vec2 family: a convolutional feature encoder) and log-mel features (Whisper)."""
-        if "input_values" in self.accepted:
-            kernels, strides = getattr(self.config, "conv_kernel", None), getattr(self.config, "conv_stride", None)
+        kernels, strides = getattr(self.config, "conv_kernel", None), getattr(self.config, "conv_stride", None)
+        if "input_values" in self.accepted and (kernels is None or strides is None):
+            self.notes.append(("input_values (not a waveform into a convolutional feature encoder)", CRASH))
+        elif "input_values" in self.accepted:
             self.fields["input_values"] = {"dtype": [self._compute_dtype()], "shape": ["B", "N"], "finite": True}
-            if kernels is None or strides is None:
-                self.notes.append(("the shortest input the feature encoder takes", CRASH))
-            else:
-                self.params["min_length"] = _min_length([(k, s, 0, 1) for k, s in zip(kernels, strides)])
-                self.rules.append({"rule": "N >= min_length", "code": "dim_bound", "field": "input_values",
-                                   "hint": "shorter than the receptive field of the convolutional feature encoder; "
-                                   "pad or drop very short clips"})
-                self.frames = (_frames_expr("N", kernels, strides), _frames_expr("sum(attention_mask, dim=N)", kernels, strides))
+            self.params["min_length"] = _min_length([(k, s, 0, 1) for k, s in zip(kernels, strides)])
+            self.rules.append({"rule": "N >= min_length", "code": "dim_bound", "field": "input_values",
+                               "hint": "shorter than the receptive field of the convolutional feature encoder; "
+                               "pad or drop very short clips"})
+            self.frames = (_frames_expr("N", kernels, strides), _frames_expr("sum(attention_mask, dim=N)", kernels, strides))
             if "attention_mask" in self.accepted:
                 self._attention_mask("N")
         if "input_features" in self.accepted:
