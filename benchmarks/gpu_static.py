@@ -3,7 +3,7 @@
     python benchmarks/gpu_static.py --out benchmarks/results/gpu-static-triton-3.9.0.csv
     python benchmarks/gpu_static.py --spec causal-lm --quick   # one signature, aligned sizes only
 
-Nothing is launched. For every built-in spec (`tc.builtin_spec_names()`, loaded with `bench.BUILTIN_PARAMS`),
+Nothing is launched. For every built-in spec (`tc.builtin_spec_names()`, loaded by `load_plan`),
 every dtype signature of `VARIANTS` and both size sets of `SIZES`, it builds a zero batch on the
 CPU, binds it, takes the program the Triton backend would run (`backend.program_for`) and the
 arguments its launch would pass (`launch_args` below), runs Triton's own JIT binder over those
@@ -93,6 +93,16 @@ def pick(dtypes: tuple[torch.dtype, ...], variant: str) -> torch.dtype:
     ids, mask, floating = VARIANTS[variant]
     want = mask if torch.bool in dtypes else floating if any(d.is_floating_point for d in dtypes) else ids
     return want if want in dtypes else next((d for d in (torch.int64, torch.float32) if d in dtypes), dtypes[0])
+
+
+def load_plan(spec_name: str, variant: str) -> Any:
+    """The spec's plan, its parameters from `bench.BUILTIN_PARAMS` and the model dtype (a spec
+    whose float field takes the model's compute dtype, like LayoutLMv3's pixels) the variant's float."""
+    import tritoncheck as tc
+    from tritoncheck._plan import compile_plan
+    from tritoncheck.bench import BUILTIN_PARAMS
+
+    return compile_plan(tc.load_spec(spec_name, config={**BUILTIN_PARAMS, "dtype": VARIANTS[variant][2]}))
 
 
 def make_batch(plan: Any, variant: str, dims: dict[str, int], empty: bool = False) -> dict[str, torch.Tensor]:
@@ -395,12 +405,10 @@ def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], 
     it does not lower goes to the torch backend)."""
     import triton
 
-    import tritoncheck as tc
-    from tritoncheck._plan import bind, compile_plan
+    from tritoncheck._plan import bind
     from tritoncheck._triton import backend
-    from tritoncheck.bench import BUILTIN_PARAMS
 
-    plan = compile_plan(tc.load_spec(spec_name, config=BUILTIN_PARAMS))
+    plan = load_plan(spec_name, variant)
     dims = SIZES[aligned]
     batch = make_batch(plan, variant, dims)
     bound = bind(plan, batch)
@@ -444,16 +452,11 @@ def finish(row: dict[str, Any], pending: Any) -> dict[str, Any]:
 def cases(specs: list[str], variants: list[str], sizes: list[bool]) -> Iterator[tuple[str, str, bool]]:
     """(spec, variant, aligned) to compile; a variant giving a spec the same dtypes as an earlier
     one (a spec without masks or floats) is left out."""
-    import tritoncheck as tc
-    from tritoncheck._plan import compile_plan
-    from tritoncheck.bench import BUILTIN_PARAMS
-
     for spec_name in specs:
-        plan = compile_plan(tc.load_spec(spec_name, config=BUILTIN_PARAMS))
         for aligned in sizes:
             seen = set()
             for variant in variants:
-                text = signature_text(make_batch(plan, variant, SIZES[aligned], empty=True))
+                text = signature_text(make_batch(load_plan(spec_name, variant), variant, SIZES[aligned], empty=True))
                 if text not in seen:
                     seen.add(text)
                     yield spec_name, variant, aligned
