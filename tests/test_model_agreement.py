@@ -704,3 +704,25 @@ def test_docs_models_md_is_the_scripts_output():
     loader.loader.exec_module(script)
     assert (root / "docs" / "models.md").read_text(encoding="utf-8") == script.render(), \
         "docs/models.md is stale: run python scripts/models_table.py"
+
+
+# the derived rules the other suites do not reach: the causal shift, <eos> counts, CTC frames, QA clamping,
+# presence rules, off-grid boxes, a parameter-expression shape
+NEW_RULES = ("LlamaForCausalLM", "BartForSequenceClassification", "Wav2Vec2ForCTC", "BertForQuestionAnswering",
+             "LayoutLMv3ForTokenClassification", "WhisperForConditionalGeneration", "OPTForCausalLM")
+
+
+@pytest.mark.parametrize("arch", NEW_RULES)
+def test_the_c_backend_reports_what_torch_does(arch):
+    """Every case of these pairs, checked by the compiled C kernel: the same report as the torch backend."""
+    from report_compare import comparable
+
+    pair = PAIRS_BY_NAME[arch]
+    spec = contracts(arch)["spec_for"]
+    for c in all_cases(pair):
+        batch = build(pair, c)
+        want = tc.check(batch, spec, backend="torch").to_dict()
+        got = tc.check(batch, spec, backend="c").to_dict()
+        assert got.pop("backend") == "c", c.name
+        want.pop("backend")
+        assert comparable(got) == comparable(want), c.name
