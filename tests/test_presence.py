@@ -56,8 +56,19 @@ def test_an_explicit_none_is_absent(spec):
     assert report.codes == {"missing_field"}
 
 
+def test_a_data_rule_that_applies_only_without_a_field(backend):
+    spec = spec_from_dict({**SPEC, "rules": [
+        {"rule": "sum(input_ids != 1, dim=L) <= 3 where not present(pixel_values)", "code": "sequence_too_long"}]}, "r.yaml")
+    long = {"input_ids": torch.tensor([[5, 5, 5, 5, 1], [5, 1, 1, 1, 1]]), "labels": ids(2, 3)}
+    report = tc.check(long, spec, backend=backend)
+    assert [(v.code, v.samples, v.value) for v in report.violations] == [("sequence_too_long", (0,), 4)]
+    assert not tc.check({**long, "pixel_values": torch.zeros(2, 3)}, spec, backend=backend).violations
+    assert not tc.check({**long, "pixel_values": torch.zeros(2, 3)}, spec, backend=backend).skipped
+
+
 @pytest.mark.parametrize("where, change", [
-    ("rules.0", {"rules": ["input_ids >= 0 where present(labels)"]}),
+    ("rules.0", {"rules": ["input_ids >= 0 where present(labels) | (input_ids > 3)"]}),
+    ("rules.0", {"rules": ["input_ids >= present(labels)"]}),
     ("fields.input_ids.max", {"fields": {**SPEC["fields"], "input_ids": {"dtype": "int64", "shape": ["B", "L"], "max": "present(labels)"}}}),
     ("rules.0", {"rules": ["present(nothing)"]}),
     ("rules.0", {"rules": ["present(L)"]}),
@@ -87,4 +98,16 @@ def test_valid_batches_hold_a_presence_rule(batch):
 def test_malformed_batches_break_what_they_say(case):
     batch, expected = case
     report = tc.check(batch, SEQ2SEQ)
+    assert {(v.field, v.code) for v in report.violations} == {(expected.field, expected.code)}
+
+
+WHEN = spec_from_dict({**SPEC, "params": {"max_len": 8}, "rules": [
+    {"rule": "sum(input_ids != 1, dim=L) <= 3 where not present(pixel_values)", "code": "sequence_too_long"}]}, "w.yaml")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=tc.strategies.malformed_batches(WHEN))
+def test_malformed_batches_of_a_rule_that_applies_only_without_a_field(case):
+    batch, expected = case
+    report = tc.check(batch, WHEN)
     assert {(v.field, v.code) for v in report.violations} == {(expected.field, expected.code)}

@@ -513,6 +513,9 @@ class RuleCheck:
     axes: tuple[str, ...]
     hint: str | None
     severity: Severity = "error"
+    # a `where` over sizes and presence only (`... where not present(position_ids)`): `bind` decides
+    # from it whether the rule applies to a batch at all, so no kernel ever sees a presence flag
+    when: Expr | None = None
     kind: Literal["rule"] = "rule"
 
 

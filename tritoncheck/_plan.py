@@ -150,9 +150,12 @@ def compile_plan(spec: BatchSpec) -> Plan:
         cond = scope.resolve(_expr.parse(parts[1]), where, presence=True) if len(parts) == 2 else None
         subject = expr.a if isinstance(expr, Binary) and expr.op in ("==", "!=", "<", "<=", ">", ">=") else expr
         refs = expr_fields(expr) | (expr_fields(cond) if cond is not None else set())
+        when = None
+        if refs and cond is not None and _expr.is_host(cond) and any(map(presence_field, expr_dims(cond))):
+            when, cond = cond, None  # `x <= k where not present(y)`: bind decides whether it applies
         if refs and any(map(presence_field, expr_dims(expr) | expr_dims(cond))):
-            raise scope.error(where, f"{r.rule!r}: present() may be used only in rules over sizes and presence, "
-                                     "which are checked on the host (a rule over a field's data runs only when it is present)")
+            raise scope.error(where, f"{r.rule!r}: present() may be used in rules over sizes and presence, and in "
+                                     "the `where` of a rule over data when that `where` reads no field")
         if not refs:
             if _expr.has_arange(expr) or (cond is not None and _expr.has_arange(cond)):
                 raise scope.error(where, f"{r.rule!r} reads no field, and arange() only has a meaning next to one; "
@@ -175,7 +178,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
             if bool(expr.value):
                 continue
             expr, cond = Unary("not", cond), None
-        checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint, r.severity))
+        checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint, r.severity, when))
 
     needs = tuple(_check_needs(c, by_name) for c in checks)
     plan = Plan(spec.name, spec.batch_dim, tuple(fields), tuple(checks), tuple(dim_checks), spec.unexpected_fields,
@@ -539,6 +542,9 @@ def _bind(plan: Plan, batch: Any) -> Bound:
     needs = plan.needs or tuple(_check_needs(c, {f.name: f for f in plan.fields}) for c in plan.checks)
     short: dict[tuple[str, int], IndexNeed] = {}  # per (field, axis): the largest index past its size
     for c, (fields_needed, dims_needed, index_needs) in zip(plan.checks, needs, strict=True):
+        if isinstance(c, RuleCheck) and c.when is not None and expr_dims(c.when) <= dim_values.keys() \
+                and not evaluate_scalar(c.when, dim_values):
+            continue  # the rule does not apply to this batch (`where not present(position_ids)`)
         if fields_needed & bad_fields or not dims_needed <= dim_values.keys():
             absent_optional = all(plan.field(f).optional and f not in batch for f in fields_needed & bad_fields)
             if not absent_optional or not fields_needed & bad_fields:

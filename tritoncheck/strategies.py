@@ -560,6 +560,15 @@ def _mutate_rule(c: RuleCheck, ctx: _Draw, rng: random.Random):
     return what, c.field, c.code, samples
 
 
+def _applies(target: Any, ctx: _Draw) -> bool:
+    """False for a rule whose `when` (sizes and presence) leaves this batch out: breaking it shows nothing."""
+    when = getattr(target, "when", None)  # (only rules over data have one)
+    if when is None:
+        return True
+    host = ctx.dims | {presence_dim(fp.name): fp.name in ctx.batch for fp in ctx.plan.fields}
+    return not expr_dims(when) <= host.keys() or bool(evaluate_scalar(when, host))
+
+
 def _absent_for(c: DimCheck, dims: dict[str, int]) -> set[str]:
     """The optional fields a rule's `where` needs left out (`L <= 512 where not present(pixel_values)`)."""
     named = {f for n in expr_dims(c.where) if (f := presence_field(n)) is not None}
@@ -992,6 +1001,8 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
         ctx.redraw = lambda overrides, present, breaking, absent=frozenset(): _draw_batch(
             draw, plan, {n: iv for n, iv in intervals.items() if n not in overrides}, overrides, present, breaking, absent)
         for target in order:
+            if not _applies(target, ctx):
+                continue
             snapshot = {k: v.clone() for k, v in ctx.batch.items()}
             out = mutate(target, ctx, rng)
             if out is not None and (wanted is None or out[2] in wanted):
