@@ -84,8 +84,6 @@ GAPS = """\
 
 Batches where a contract and the model still disagree, not claimed by the table above:
 
-- RoBERTa-style models with explicit `position_ids` run rows with more non-pad tokens than the table
-  holds; the token-budget rule still flags them (a data rule cannot depend on a field's presence).
 - CTC needs one extra frame per repeated target label; only the target count is checked.
 - DeBERTa-v2 takes int32 and float class labels; the contract asks for int64.
 - Fields the model does not name: a forward that takes `**kwargs` drops them, the contract reports

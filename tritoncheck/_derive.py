@@ -348,7 +348,7 @@ class _Derivation:
                 return
             self.params.update(max_position_embeddings=table.num_embeddings, pad_token_id=int(pad))
             self.rules.append({
-                "rule": f"sum({ids} != pad_token_id, dim={dim}) <= max_position_embeddings - pad_token_id - 1",
+                "rule": f"sum({ids} != pad_token_id, dim={dim}) <= max_position_embeddings - pad_token_id - 1{unless}",
                 "code": "sequence_too_long",
                 "hint": "RoBERTa-style positions start at pad_token_id + 1, so a row holds at most "
                 "max_position_embeddings - pad_token_id - 1 non-pad tokens; truncate in the tokenizer"})
