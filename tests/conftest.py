@@ -28,6 +28,26 @@ def _cache_dir(tmp_path_factory):
         yield
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped where torch.cuda.is_available() is False)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: it measures what the compiled kernel does on the device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device() -> str:
+    """Where a backend test builds its tensors: CUDA where a GPU runs the compiled Triton kernel,
+    else the CPU (the Triton kernel then runs in Triton's interpreter), so the same tests run on both."""
+    return "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+
+
 @pytest.fixture(params=["torch", "c", "triton"])
 def backend(request):
     """Every backend; on a machine without a GPU the Triton one runs in the interpreter."""

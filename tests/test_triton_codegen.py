@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,15 +64,22 @@ def test_header_names_fields_checks_and_bytes():
         assert section in body
 
 
-def test_a_contiguous_element_wise_group_walks_one_flat_index():
-    """Contiguous fields pass no strides and load at `offs`; the sample index is unravelled only
-    on the violation path. Strided fields take their strides as arguments."""
+def test_a_contiguous_group_streams_one_flat_index():
+    """Contiguous fields pass no strides and load at `offs`, unmasked in a full tile; positions
+    come from `_divmod` (a multiply and a shift, no division), and the sample index of group 0
+    only on the violation path. Strided fields take their strides as arguments."""
     _, flat = ctc_program()
-    assert "_stride" not in flat.source and "tl.load(log_probs_ptr + offs," in flat.source
-    group0 = flat.source.split("# group 0")[1].split("# group 1")[0]
-    assert group0.index("% n_C") > group0.index("# store")  # i_N for the per-sample counts, after the check
+    assert "_stride" not in flat.source and "v0 = tl.load(log_probs_ptr + offs)" in flat.source
+    lines = flat.source.splitlines()
+    assert {lines[n - 1].split(" = ")[0].strip() for n in flat.streamed} >= {"v0"}
+    assert all("mask=" not in lines[n - 1] for n in flat.streamed)
+    assert set(flat.streamed.values()) == {"log_probs", "targets", "input_lengths", "target_lengths"}
+    group0 = flat.source.split("def group_0")[1].split("def group_1")[0]
+    assert group0.index("_divmod(") > group0.index("# store")
+    assert " // n_" not in flat.source and " % n_" not in flat.source
     _, strided = ctc_program(contiguous=False)
-    assert "log_probs_stride0," in strided.source and "+ offs," not in strided.source
+    assert "log_probs_stride0," in strided.source and "tl.load(log_probs_ptr + offs" not in strided.source
+    assert not strided.streamed
 
 
 def test_literals_are_exact_and_typed():
@@ -113,53 +121,51 @@ _COMPILE_SCRIPT = r"""
 import json, torch, triton
 import tritoncheck as tc
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from tritoncheck._kernel import ir
-from tritoncheck._plan import compile_plan
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import create_function_from_signature
+from tritoncheck._plan import bind, compile_plan
 from tritoncheck._spec import spec_from_dict
-from tritoncheck._triton import codegen
+from tritoncheck._triton import backend
 
-SIG = {torch.int64: "*i64", torch.int32: "*i32", torch.bool: "*i1", torch.float32: "*fp32",
-       torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float64: "*fp64"}
+TARGET = GPUTarget("cuda", 90, 32)  # an H100
 
 
-def ptx(spec, dtypes, contiguous=True, one=False):
-    # the argument types the JIT gives: pointers by dtype, ints as i32, an int equal to 1 as a constexpr
+def ptx(spec, batch):
+    # exactly what a launch passes, through the JIT's own binder: its signature, constexprs and
+    # alignment attributes, as the JIT would compile the kernel for this batch
     plan = compile_plan(spec)
-    fields = {f.name: ir.FieldSig(f.name, dtypes[f.name], f.axes, contiguous) for f in plan.fields}
-    program = codegen.load(codegen.generate(ir.lower(plan, plan.checks, fields)))
-    fn = program.fn
-    ptrs = dict(zip(fn.arg_names, (SIG[f.dtype] for f in program.kernel.fields)))
-    signature, constexprs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in ptrs or name == "out_ptr":
-            signature[name] = ptrs.get(name, "*i64")
-        elif name == "IDX" or one:
-            signature[name] = "constexpr"
-            constexprs[(i,)] = triton.language.int32 if name == "IDX" else 1
-        else:
-            signature[name] = "i32"
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    return triton.compile(src, target=GPUTarget("cuda", 80, 32), options={"enable_fp_fusion": False}).asm["ptx"]
+    bound = bind(plan, batch)
+    program = backend.program_for(plan, bound)
+    out = torch.zeros(backend.launch_for(program, bound).length, dtype=torch.int64)
+    args, kwargs, _ = backend.launch_args(program, bound, out)
+    fn, target_backend = program.fn, make_backend(TARGET)
+    binder = create_function_from_signature(fn.signature, fn.params, target_backend)
+    bound_args, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(target_backend, options, bound_args, specialization, options)
+    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
+    return compiled.asm["ptx"]
 
 
 lm = tc.load_spec("layoutlmv3-token-classification", vocab_size=50, max_position_embeddings=16, pad_token_id=1,
                   type_vocab_size=1, max_2d_position_embeddings=1001, num_channels=3, input_size=4, num_labels=5)
-lm_dtypes = {"input_ids": torch.int32, "bbox": torch.int64, "attention_mask": torch.bool, "token_type_ids": torch.int64,
-             "position_ids": torch.int64, "pixel_values": torch.bfloat16, "labels": torch.int64}
+B, L = 2, 12  # L not a multiple of 16: the full tiles still load 128 bits at a time
+lm_batch = {"input_ids": torch.zeros(B, L, dtype=torch.int32), "bbox": torch.zeros(B, L, 4, dtype=torch.int64),
+            "attention_mask": torch.ones(B, L, dtype=torch.bool), "token_type_ids": torch.zeros(B, L, dtype=torch.int64),
+            "position_ids": torch.zeros(B, L, dtype=torch.int64), "pixel_values": torch.zeros(B, 3, 4, 4, dtype=torch.bfloat16),
+            "labels": torch.zeros(B, L, dtype=torch.int64)}
+strided = {k: torch.zeros(*v.shape, 2, dtype=v.dtype)[..., 0] for k, v in lm_batch.items()}
 floats = {"x": {"dtype": "float32", "shape": ["B", "L"]}, "y": {"dtype": "float32", "shape": ["B"]}}
+xy = {"x": torch.zeros(3, 5), "y": torch.ones(3)}
 muladd = spec_from_dict({"name": "m", "fields": floats, "rules": ["x * 2 - y + 1 != 3"]}, "m")
 div = spec_from_dict({"name": "d", "fields": floats, "rules": ["x // y != 7"]}, "d")
-out = {"lm": ptx(lm, lm_dtypes), "lm_strided_ones": ptx(lm, lm_dtypes, contiguous=False, one=True),
-       "muladd": ptx(muladd, {"x": torch.float32, "y": torch.float32}),
-       "div": ptx(div, {"x": torch.float32, "y": torch.float32}, one=True)}
+out = {"lm": ptx(lm, lm_batch), "lm_strided": ptx(lm, strided), "muladd": ptx(muladd, xy), "div": ptx(div, xy)}
 print(json.dumps(out))
 """
 
 
-def test_compiles_for_an_sm80_gpu_without_one(tmp_path):
-    """triton.compile for GPUTarget("cuda", 80, 32) needs no GPU: the source lowers to PTX, with
-    the argument types the JIT gives (an int argument equal to 1 becomes a constexpr).
+def test_compiles_for_an_sm90_gpu_without_one(tmp_path):
+    """triton.compile for GPUTarget("cuda", 90, 32) needs no GPU: the source lowers to PTX, with
+    the signature, constexprs and alignment the JIT's own binder derives from a launch's arguments.
 
     It runs in a subprocess because the interpreter (TRITON_INTERPRET=1, set for the other
     tests on GPU-less machines) replaces Triton's language functions in this process.
@@ -176,7 +182,10 @@ def test_compiles_for_an_sm80_gpu_without_one(tmp_path):
         assert ".entry tritoncheck_kernel" in ptx, name
         assert "atom.global" in ptx, name  # the store section survived
     # compares keep denormals (torch compares exact IEEE values): no flush-to-zero instruction
-    assert ".ftz" not in out["lm"] and ".ftz" not in out["lm_strided_ones"]
+    assert ".ftz" not in out["lm"] and ".ftz" not in out["lm_strided"]
+    # contiguous fields stream 128 bits at a time in full tiles; integer division only by constants
+    assert "ld.global.v2.b64" in out["lm"] and "ld.global.v4.b32" in out["lm"]
+    assert not re.search(r"\b(div|rem)\.[su](32|64)\b", out["lm"])
     # torch rounds a * b + c twice, and divides to nearest: no fused multiply-add, no approximate division
     assert "fma.rn" not in out["muladd"] and "sub.rn.f32" in out["muladd"]
     assert "div.full" not in out["div"] and "div.approx" not in out["div"] and "div.rn.f32" in out["div"]

@@ -1,15 +1,19 @@
 """The Triton backend: one generated kernel launch per `check`, one small read-back.
 
-`launch` looks up the program for the batch's signature (the runnable checks, each field's
-dtype, contiguity and device), fills the kernel's arguments in the kernel IR's order (pointers,
-strides of non-contiguous fields, dim sizes, host scalars, then the groups' program ranges and
-the result buffer), launches once and starts the device-to-host copy of the buffer.
+`launch` finds the batch's *launch* -- the program for its signature and every argument but the
+tensors' pointers -- in `bound.memo` (shared by every batch of the signature `bind` has seen), so
+a warm call packs pointers and launches. A new signature looks the program up in an LRU cache
+keyed by the plan (its hash and equality), the runnable checks and each field's dtype and
+contiguity: batches that differ only in their sizes (dynamic padding) share one program, and the
+kernel takes sizes, host scalars and program ranges as runtime arguments the JIT does not
+specialise on, so they share one compiled kernel too. The launch runs on the batch's device and
+that device's current stream, and starts the device-to-host copy of the result buffer;
 `Pending.result` waits for it and decodes it with the backend-neutral decoder the C backend uses
 (`tritoncheck/_kernel/decode.py`), so the reports agree with the torch backend's exactly.
 
 What the kernel cannot take goes to the torch backend, and `Pending.backend` says so: a plan the
 IR or this generator does not lower (`Unsupported`, e.g. a reduction inside a reduction), an
-expanded (zero-stride) view past 2**31 - 1 elements -- the kernel would walk its logical size, the
+expanded (zero-stride) view past 2**24 elements -- the kernel would walk its logical size, the
 torch backend reads its stored values once; smaller ones run here through their strides, like the
 C backend -- and a host scalar past int64.
 """
@@ -21,6 +25,8 @@ import math
 import os
 import struct
 import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,15 +35,16 @@ import triton.language as tl
 from .. import _torch_backend
 from .._kernel import ir
 from .._kernel.decode import axis_size, decode
-from .._plan import Bound, DataCheck, Plan, referenced_fields
+from .._plan import Bound, Plan, referenced_fields
 from .._report import Violation
 from . import codegen
 from .codegen import Program
 
 INT32_LIMIT = 2**31 - 1
+MAX_PROGRAMS = 64  # generated programs kept (least recently used dropped first)
 _lock = threading.Lock()
 _interpreter_lock = threading.Lock()  # Triton's CPU interpreter patches global state: one launch at a time
-_programs: dict[int, tuple[Plan, dict, dict]] = {}  # id(plan) -> (plan, programs, fields read)
+_programs: OrderedDict[tuple, Program | None] = OrderedDict()  # (plan, checks, field signature) -> program
 
 
 def run(plan: Plan, bound: Bound) -> list[Violation]:
@@ -45,43 +52,149 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
     return launch(plan, bound).result()
 
 
-def _fields(plan: Plan, entry: tuple, checks: tuple[DataCheck, ...]) -> tuple[tuple[str, ...], tuple]:
-    ids = tuple(map(id, checks))
-    fields = entry[2].get(ids)
-    if fields is None:
-        fields = entry[2][ids] = tuple(sorted({f for c in checks for f in referenced_fields(c)}))
-    return fields, ids
-
-
 def program_for(plan: Plan, bound: Bound) -> Program | None:
     """The loaded program for this plan, these runnable checks and this field signature (cached);
-    None when the plan is not lowered for Triton (the torch backend runs it).
-
-    The key uses the ids of the plan's own check objects (the plan is kept alive in the cache
-    entry, so ids are not reused), so a cache hit hashes no expression trees.
-    """
-    entry = _programs.get(id(plan))
-    if entry is None or entry[0] is not plan:
-        with _lock:
-            entry = _programs[id(plan)] = (plan, {}, {})
+    None when the plan is not lowered for Triton (the torch backend runs it)."""
     checks = tuple(bound.runnable)
-    fields, ids = _fields(plan, entry, checks)
+    position = {id(c): i for i, c in enumerate(plan.checks)}
+    fields = tuple(sorted({f for c in checks for f in referenced_fields(c)}))
     tensors = bound.tensors
-    sig = tuple((tensors[f].dtype, tensors[f].is_contiguous(), tensors[f].device.type) for f in fields)
-    key = (ids, sig)
-    programs = entry[1]
-    if key in programs:
-        return programs[key]
+    sig = tuple((tensors[f].dtype, tensors[f].is_contiguous()) for f in fields)
+    key = (plan, tuple(position[id(c)] for c in checks), fields, sig)
     with _lock:  # lowering, generation and import happen once per key, even with many threads
-        if key not in programs:
-            sigs = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous)
-                    for f, (dtype, contiguous, _) in zip(fields, sig, strict=True)}
-            try:
-                program = codegen.load(codegen.generate(ir.lower(plan, checks, sigs)))
-            except ir.Unsupported:
-                program = None
-            programs[key] = program
-        return programs[key]
+        if key in _programs:
+            _programs.move_to_end(key)
+            return _programs[key]
+        sigs = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous)
+                for f, (dtype, contiguous) in zip(fields, sig, strict=True)}
+        try:
+            program = codegen.load(codegen.generate(ir.lower(plan, checks, sigs)))
+        except ir.Unsupported:
+            program = None
+        _programs[key] = program
+        if len(_programs) > MAX_PROGRAMS:
+            _programs.popitem(last=False)
+        return program
+
+
+@dataclass(frozen=True)
+class GroupLaunch:
+    """One group's share of a launch: `programs` programs, each walking at most `tiles` loop steps
+    of `tile_elements` elements (one tile for an element-wise group); `split` and `scratch` as the
+    group takes them (2**split programs per row block; its scratch slots' offset)."""
+
+    programs: int
+    tiles: int
+    tile_elements: int
+    full: int = 0  # element-wise: programs whose tile is wholly in range
+    split: int = 0
+    parts: int = 1  # programs of a row block with something to reduce (the rest of the 2**split do nothing)
+    scratch: int = 0
+    scratch_slots: int = 0
+
+
+def geometry(program: Program, dims: dict[str, int]) -> list[GroupLaunch]:
+    """Per group, the launch the backend makes for these dim sizes (`GroupLaunch`).
+
+    A reduction's row block is split over 2**split programs, the least split that keeps every
+    program within `codegen.MAX_STEPS` loop steps over all the group's reductions (a float sum is
+    never split: the order of its additions must not depend on a race).
+    """
+    kernel, out = program.kernel, []
+    scratch = kernel.layout.length(dims.get(kernel.batch_dim, 0))
+    for p in program.groups:
+        numel = math.prod(axis_size(kernel, a, dims) for a in p.axes)
+        if not p.reduce:
+            out.append(GroupLaunch(-(-numel // p.block), 1, p.block, full=numel // p.block))
+            continue
+        steps = [-(-math.prod(axis_size(kernel, a, dims) for a in axes) // p.step) for axes in p.reductions]
+        split = 0
+        while p.splittable and sum(-(-s // 2**split) for s in steps) > codegen.MAX_STEPS and max(steps) > 2**split:
+            split += 1
+        slots = numel * (2 + len(p.reductions)) if split else 0
+        per = [-(-s // 2**split) for s in steps]
+        parts = max((-(-s // n) for s, n in zip(steps, per, strict=True) if n), default=1)
+        out.append(GroupLaunch((-(-numel // p.block)) << split, sum(per), p.block * p.step, split=split,
+                               parts=parts, scratch=scratch if split else 0, scratch_slots=slots))
+        scratch += slots
+    return out
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a launch of `program` passes for one batch signature, but the tensors."""
+
+    program: Program
+    fields: tuple[str, ...]  # the tensors passed first, in order
+    rest: tuple[Any, ...]  # strides, sizes, host scalars and the groups' arguments, in order
+    grid: tuple[int]
+    length: int  # result buffer slots: the `Layout`, then the scratch of split reductions
+    wide: bool  # indices need int64
+
+    def args(self, tensors: dict[str, torch.Tensor], out: torch.Tensor) -> tuple[list[Any], dict[str, Any]]:
+        """The positional arguments and keyword options of `program.fn[grid](...)`."""
+        args = [tensors[f] for f in self.fields]
+        args += self.rest
+        args += [out, tl.int64 if self.wide else tl.int32]
+        # no fused multiply-add: torch rounds `a * b + c` twice, so the kernel does too
+        return args, {"num_warps": codegen.WARPS, "enable_fp_fusion": False}
+
+
+def launch_for(program: Program, bound: Bound) -> Launch:
+    """The `Launch` of `program` for the bound batch (raises `Unsupported` for a host scalar past int64)."""
+    kernel, tensors = program.kernel, bound.tensors
+    for f, pos, sel in kernel.selections():
+        size = tensors[f].shape[pos]
+        if not -size <= sel < size:  # bind reports this as a violation; never read past the tensor here
+            raise IndexError(f"{f}: index {sel} is out of range for an axis of size {size}")
+    values = bound.dim_values()
+    rest: list[Any] = []
+    for f in kernel.fields:
+        if not f.contiguous:
+            rest.extend(tensors[f.name].stride())
+    rest.extend(values[d] for d in kernel.sizes)
+    for d in program.divisors:
+        rest.extend(divisor_magic(values[d]))
+    rest.extend(kernel.scalars[s].value(values) for s in kernel.int_slots)
+    rest.extend(struct.unpack("<q", struct.pack("<d", kernel.scalars[s].value(values)))[0] for s in kernel.float_slots)
+    end, counts, aligns = 0, [], []
+    launches = geometry(program, values)
+    for p, gl in zip(program.groups, launches, strict=True):
+        end += gl.programs
+        rest += [end, gl.split, gl.parts, gl.scratch] if p.reduce else [end, gl.full]
+        counts.append(gl.programs * gl.tile_elements)
+        if p.reduce:
+            numel = math.prod(axis_size(kernel, a, values) for a in p.axes)
+            reduced = [math.prod(axis_size(kernel, a, values) for a in axes) for axes in p.reductions]
+            counts += [numel * r + (p.step << gl.split) for r in reduced]  # offs * R + r, and the parts' bounds
+            if p.aligned:
+                aligns.append(all(r % 16 == 0 for r in reduced))
+    rest += aligns
+    length = kernel.layout.length(values.get(kernel.batch_dim, 0)) + sum(gl.scratch_slots for gl in launches)
+    counts.append(length)
+    for f in kernel.fields:
+        t = tensors[f.name]
+        counts.append(sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n))
+    wide = any(c >= INT32_LIMIT for c in counts)
+    return Launch(program, tuple(f.name for f in kernel.fields), tuple(rest), (end,), length, wide)
+
+
+def divisor_magic(d: int) -> tuple[int, int]:
+    """(magic, shift) such that n // d == (umulhi(n, magic) + n) >> shift for 0 <= n < 2**31
+    (Granlund and Montgomery's division by an invariant integer; magic as the int32 of its bits,
+    so the JIT always sees an i32). d = 0 (an empty dim: nothing is divided) gives d = 1's."""
+    d = max(d, 1)
+    shift = (d - 1).bit_length()
+    magic = (1 << (32 + shift)) // d - (1 << 32) + 1
+    return (magic - (1 << 32) if magic >= 1 << 31 else magic), shift
+
+
+def launch_args(program: Program, bound: Bound, out: torch.Tensor) -> tuple[list[Any], dict[str, Any], tuple[int]]:
+    """(args, kwargs, grid): exactly what `launch` passes to `program.fn[grid](*args, **kwargs)`
+    for this batch, with `out` as the result buffer (`launch_for(...).length` int64 zeros)."""
+    spec = launch_for(program, bound)
+    args, kwargs = spec.args(bound.tensors, out)
+    return args, kwargs, spec.grid
 
 
 class Pending:
@@ -104,6 +217,19 @@ class Pending:
         return self._result
 
 
+def _prepare(plan: Plan, bound: Bound) -> Launch:
+    """The batch's `Launch`, memoised on bind's signature entry (raises `Unsupported` for the torch backend)."""
+    spec = bound.memo.get("triton")
+    if spec is None:
+        program = program_for(plan, bound)
+        if program is None:
+            raise ir.Unsupported("a plan the Triton generator does not lower")
+        if any(_huge_expanded(bound.tensors[f.name]) for f in program.kernel.fields):
+            raise ir.Unsupported(f"an expanded (zero-stride) view of more than {EXPANDED_WALK_LIMIT} elements")
+        spec = bound.memo["triton"] = launch_for(program, bound)
+    return spec
+
+
 def launch(plan: Plan, bound: Bound) -> Pending:
     """Launch the plan's kernel on the bound batch; return at once (no host sync on CUDA)."""
     if not bound.runnable:
@@ -114,27 +240,24 @@ def launch(plan: Plan, bound: Bound) -> Pending:
         raise ValueError(f"backend='triton' needs CUDA tensors (the batch is on {device}); use backend='torch', "
                          "or set TRITON_INTERPRET=1 to run the kernel on the CPU")
     try:
-        program = program_for(plan, bound)
-        if program is None:
-            raise ir.Unsupported("a plan the Triton generator does not lower")
-        if any(_huge_expanded(bound.tensors[f.name]) for f in program.kernel.fields):
-            raise ir.Unsupported(f"an expanded (zero-stride) view of more than {EXPANDED_WALK_LIMIT} elements")
-        args, grid, batch, wide = arguments(program, bound)
+        spec = _prepare(plan, bound)
     except ir.Unsupported:
         return Pending(bound, result=_torch_backend.run(plan, bound))
-    kernel = program.kernel
-    device = bound.tensors[kernel.fields[0].name].device if kernel.fields else device
-    slot = _pool.acquire(program, kernel.layout.length(batch), device)
-    event = None
-    if grid > 0:
-        with _interpreter_lock if device.type != "cuda" else contextlib.nullcontext():
-            # no fused multiply-add: torch rounds `a * b + c` twice, so the kernel does too
-            program.fn[(grid,)](*args, slot.device, tl.int64 if wide else tl.int32, enable_fp_fusion=False)
-    if device.type == "cuda":
-        slot.host.copy_(slot.device, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-    return Pending(bound, program, slot, event)
+    if spec.fields:
+        device = bound.tensors[spec.fields[0]].device
+    cuda = device.type == "cuda"
+    # the batch's device is the current one for the launch, the buffer and the copy; the stream is its current one
+    with torch.cuda.device(device) if cuda else _interpreter_lock:
+        slot = _pool.acquire(spec, device)
+        event = None
+        if spec.grid[0] > 0:
+            args, kwargs = spec.args(bound.tensors, slot.device)
+            spec.program.fn[spec.grid](*args, **kwargs)
+        if cuda:
+            slot.host.copy_(slot.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+    return Pending(bound, spec.program, slot, event)
 
 
 EXPANDED_WALK_LIMIT = 2**24  # logical elements; the torch backend checks a larger expanded view's stored values
@@ -144,37 +267,6 @@ def _huge_expanded(t: torch.Tensor) -> bool:
     """An expanded view the kernel should not walk element by element: the torch backend reads
     only its stored values, which costs far less than 2**24 logical elements would."""
     return t.numel() > EXPANDED_WALK_LIMIT and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride(), strict=True))
-
-
-def arguments(program: Program, bound: Bound) -> tuple[list[Any], int, int, bool]:
-    """(the kernel's arguments up to the result buffer, programs to launch, batch size, whether
-    indices need int64), in the order of `Kernel.int_args()`, float scalars as their bits."""
-    kernel, tensors, dims = program.kernel, bound.tensors, bound.dims
-    for f, pos, sel in kernel.selections():
-        size = tensors[f].shape[pos]
-        if not -size <= sel < size:  # bind reports this as a violation; never read past the tensor here
-            raise IndexError(f"{f}: index {sel} is out of range for an axis of size {size}")
-    args: list[Any] = [tensors[f.name] for f in kernel.fields]
-    for f in kernel.fields:
-        if not f.contiguous:
-            args.extend(tensors[f.name].stride())
-    args.extend(dims[d][0] for d in kernel.sizes)
-    values = bound.dim_values()
-    args.extend(kernel.scalars[s].value(values) for s in kernel.int_slots)
-    args.extend(struct.unpack("<q", struct.pack("<d", kernel.scalars[s].value(values)))[0] for s in kernel.float_slots)
-    end, counts = 0, []
-    for g, block in zip(kernel.groups, program.blocks, strict=True):
-        numel = math.prod(axis_size(kernel, a, values) for a in g.axes)
-        end += -(-numel // block)
-        args.append(end)
-        counts.append(-(-numel // block) * block)
-    batch = values.get(kernel.batch_dim, 0)
-    counts += [math.prod(axis_size(kernel, a, values) for a in axes) + codegen.BLOCK_RED for axes in program.reductions]
-    counts.append(kernel.layout.length(batch))
-    for f in kernel.fields:
-        t = tensors[f.name]
-        counts.append(sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n))
-    return args, end, batch, any(c >= INT32_LIMIT for c in counts)
 
 
 class _Slot:
@@ -189,17 +281,17 @@ class _Pool:
 
     def __init__(self) -> None:
         self.free: dict[tuple, list[_Slot]] = {}
-        self.zeros: dict[tuple, torch.Tensor] = {}
+        self.zeros: dict[int, torch.Tensor] = {}
         self.lock = threading.Lock()
 
-    def acquire(self, program: Program, n: int, device: torch.device) -> _Slot:
-        key = (id(program), n, str(device))
+    def acquire(self, spec: Launch, device: torch.device) -> _Slot:
+        key = (spec.length, device)
         with self.lock:
             free = self.free.get(key)
             if free:
                 return free.pop()
-        buf = torch.zeros(n, dtype=torch.int64, device=device)
-        host = torch.empty(n, dtype=torch.int64, pin_memory=True) if device.type == "cuda" else buf
+        buf = torch.zeros(spec.length, dtype=torch.int64, device=device)
+        host = torch.empty(spec.length, dtype=torch.int64, pin_memory=True) if device.type == "cuda" else buf
         return _Slot(buf, host, key)
 
     def release(self, slot: _Slot, dirty: bool) -> None:

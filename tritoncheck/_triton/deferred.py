@@ -54,14 +54,18 @@ class _Entry:
         return self.group is not None or self.event is None or self.event.query()
 
 
-def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None) -> Any:
-    """Check this batch (its verdict is queued), then raise for the earliest bad earlier batch."""
+def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None, strict: bool = False) -> Any:
+    """Check this batch (its verdict is queued), then raise for the earliest bad earlier batch.
+
+    `strict` counts warnings as errors in this batch's verdict (`Report.strict`), as `check` does.
+    """
     from .. import _api
 
     plan, bound, chosen = _api.prepare(batch, spec, backend)
 
     def report(data: list, ran: str = chosen) -> Report:
-        return Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
+        out = Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
+        return out.strict() if strict else out
 
     done, finish, event = None, None, None
     if chosen == "triton":
