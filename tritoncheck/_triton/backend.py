@@ -80,12 +80,14 @@ def program_for(plan: Plan, bound: Bound) -> Program | None:
 @dataclass(frozen=True)
 class GroupLaunch:
     """One group's share of a launch: `programs` programs, each walking at most `tiles` loop steps
-    of `tile_elements` elements (one tile for an element-wise group); `split` and `scratch` as the
-    group takes them (2**split programs per row block; its scratch slots' offset)."""
+    of `tile_elements` elements (one tile for an element-wise group), whose loads read `tile_bytes`;
+    `split`, `parts` and `scratch` as the group takes them (2**split programs per row block, `parts`
+    of them with something to reduce; its scratch slots' offset in the result buffer)."""
 
     programs: int
     tiles: int
     tile_elements: int
+    tile_bytes: int
     full: int = 0  # element-wise: programs whose tile is wholly in range
     split: int = 0
     parts: int = 1  # programs of a row block with something to reduce (the rest of the 2**split do nothing)
@@ -105,7 +107,7 @@ def geometry(program: Program, dims: dict[str, int]) -> list[GroupLaunch]:
     for p in program.groups:
         numel = math.prod(axis_size(kernel, a, dims) for a in p.axes)
         if not p.reduce:
-            out.append(GroupLaunch(-(-numel // p.block), 1, p.block, full=numel // p.block))
+            out.append(GroupLaunch(-(-numel // p.block), 1, p.block, p.block * p.load_bytes, full=numel // p.block))
             continue
         steps = [-(-math.prod(axis_size(kernel, a, dims) for a in axes) // p.step) for axes in p.reductions]
         split = 0
@@ -114,7 +116,8 @@ def geometry(program: Program, dims: dict[str, int]) -> list[GroupLaunch]:
         slots = numel * (2 + len(p.reductions)) if split else 0
         per = [-(-s // 2**split) for s in steps]
         parts = max((-(-s // n) for s, n in zip(steps, per, strict=True) if n), default=1)
-        out.append(GroupLaunch((-(-numel // p.block)) << split, sum(per), p.block * p.step, split=split,
+        out.append(GroupLaunch((-(-numel // p.block)) << split, sum(per), p.block * p.step,
+                               p.block * p.step * p.load_bytes, split=split,
                                parts=parts, scratch=scratch if split else 0, scratch_slots=slots))
         scratch += slots
     return out

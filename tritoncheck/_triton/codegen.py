@@ -166,6 +166,7 @@ class GroupPlan:
     step: int = 0
     reductions: tuple[tuple[str, ...], ...] = ()  # the reduced axes of each reduction
     splittable: bool = False
+    load_bytes: int = 0  # bytes a tile's loads read per element (a reduction's: its heaviest loop's)
 
     @property
     def aligned(self) -> bool:
@@ -431,14 +432,15 @@ class TritonCodegen:
         """Tile sizes from the bytes the group's loads read per element (`per_thread`)."""
         if not g.reduce:
             sizes = [self.k.field(op.args[0]).dtype.itemsize for op in g.ops if op.name in ("load", "load_prev")]
-            return GroupPlan(g.axes, False, per_thread(sizes) * 32 * WARPS)
+            return GroupPlan(g.axes, False, per_thread(sizes) * 32 * WARPS, load_bytes=sum(sizes))
         reductions = [op for op in g.ops if op.name == "reduction"]
         heaviest = max(([self.k.field(op.args[0]).dtype.itemsize for op in _loads(r.args[2])] for r in reductions),
                        key=sum, default=[])
         elements = per_thread(heaviest) * 32 * WARPS
         rows, step = (1, elements) if not g.axes else (max(1, elements // 128), 128)
         float_sum = any(r.args[0] == "sum" and r.kind in ("f", "d") for r in reductions)
-        return GroupPlan(g.axes, True, rows, step, tuple(tuple(r.args[1]) for r in reductions), not float_sum)
+        return GroupPlan(g.axes, True, rows, step, tuple(tuple(r.args[1]) for r in reductions), not float_sum,
+                         sum(heaviest))
 
     def group(self, g_i: int, g: Group) -> tuple[GroupPlan, IndentedBuffer, list[str]]:
         """The group's function, and the kernel lines that call it."""
