@@ -308,6 +308,7 @@ def ce(target):
 
 def test_scan_records_a_failing_check_and_goes_on(tmp_path, monkeypatch, capsys):
     import tritoncheck._api as api
+    import tritoncheck._data  # noqa: F401  (imported now, it binds the real check, not the patched one below)
 
     real = api.check
 
