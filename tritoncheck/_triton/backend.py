@@ -215,40 +215,49 @@ class Pending:
             if self.event is not None:
                 self.event.synchronize()
             values = self.slot.host.tolist()
-            _pool.release(self.slot, dirty=any(values))
-            self._result = decode(self.program.kernel, values, self.bound)
+            dirty = any(values)
+            _pool.release(self.slot, dirty=dirty)
+            self._result = decode(self.program.kernel, values, self.bound) if dirty else []
         return self._result
 
 
-def _prepare(plan: Plan, bound: Bound) -> Launch:
-    """The batch's `Launch`, memoised on bind's signature entry (raises `Unsupported` for the torch backend)."""
-    spec = bound.memo.get("triton")
-    if spec is None:
-        program = program_for(plan, bound)
-        if program is None:
-            raise ir.Unsupported("a plan the Triton generator does not lower")
-        if any(_huge_expanded(bound.tensors[f.name]) for f in program.kernel.fields):
-            raise ir.Unsupported(f"an expanded (zero-stride) view of more than {EXPANDED_WALK_LIMIT} elements")
-        spec = bound.memo["triton"] = launch_for(program, bound)
-    return spec
+def _prepare(plan: Plan, bound: Bound, device: torch.device) -> Launch | None:
+    """The batch's `Launch`; None where the torch backend checks it instead."""
+    if device.type != "cuda":
+        _require_interpreter(device)  # before generating: a compiled kernel must not be cached for CPU use
+    program = program_for(plan, bound)
+    if program is None or any(_huge_expanded(bound.tensors[f.name]) for f in program.kernel.fields):
+        return None
+    try:
+        return launch_for(program, bound)
+    except ir.Unsupported:  # a host scalar past int64
+        return None
+
+
+def _require_interpreter(device: torch.device) -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"backend='triton' needs CUDA tensors (the batch is on {device}); use backend='torch', "
+                         "or set TRITON_INTERPRET=1 to run the kernel on the CPU")
 
 
 def launch(plan: Plan, bound: Bound) -> Pending:
-    """Launch the plan's kernel on the bound batch; return at once (no host sync on CUDA)."""
+    """Launch the plan's kernel on the bound batch; return at once (no host sync on CUDA).
+
+    What a batch signature launches is memoised on bind's signature entry (`bound.memo`), so a
+    warm call packs pointers, launches, and starts one copy back.
+    """
     if not bound.runnable:
         return Pending(bound, result=[])
-    # Refuse before generating: a kernel JIT-ed without the interpreter must not be cached for CPU use.
-    device = next(iter(bound.tensors.values())).device
-    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"backend='triton' needs CUDA tensors (the batch is on {device}); use backend='torch', "
-                         "or set TRITON_INTERPRET=1 to run the kernel on the CPU")
-    try:
-        spec = _prepare(plan, bound)
-    except ir.Unsupported:
-        return Pending(bound, result=_torch_backend.run(plan, bound))
-    if spec.fields:
-        device = bound.tensors[spec.fields[0]].device
+    memo = bound.memo.get("triton")
+    if memo is None:
+        device = next(iter(bound.tensors.values())).device
+        memo = bound.memo["triton"] = (_prepare(plan, bound, device), device)
+    spec, device = memo
     cuda = device.type == "cuda"
+    if not cuda:
+        _require_interpreter(device)
+    if spec is None:
+        return Pending(bound, result=_torch_backend.run(plan, bound))
     # the batch's device is the current one for the launch, the buffer and the copy; the stream is its current one
     with torch.cuda.device(device) if cuda else _interpreter_lock:
         slot = _pool.acquire(spec, device)
