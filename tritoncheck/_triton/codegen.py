@@ -104,6 +104,7 @@ def _floordiv_f(a, b):
     div = tl.div_rn(tl.where(basic_inf & a_not_inf, a, a - mod), b)
     div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
     floored = tl.floor(div)
+    floored = tl.where((div < 0) & (floored == 0), -1.0, floored)  # tl.floor flushes a denormal to 0 on GPUs
     floored = tl.where(div - floored > 0.5, floored + 1, floored)
     floored = tl.where(div == 0, basic * 0, floored)  # a zero keeps the sign of a / b
     return tl.where(b == 0, basic, floored)
