@@ -117,6 +117,59 @@ def test_kernels_are_cached_per_plan_and_dtypes():
     assert p64 is not p32 and "input: float64" in p64.source and "input: float32" in p32.source
 
 
+def test_programs_are_cached_by_plan_equality_least_recently_used_first(monkeypatch):
+    """The cache key is the plan's value (hash and ==), not its id: an equal plan built again
+    finds the program; the oldest entries go first past MAX_PROGRAMS."""
+    p1, p2 = compile_plan(tc.load_spec("mse")), compile_plan(tc.load_spec("mse"))
+    assert p1 is not p2 and p1 == p2
+    batch32 = {"input": torch.zeros(2, 3), "target": torch.zeros(2, 3)}
+    first = tb.program_for(p1, bind(p1, batch32))
+    assert tb.program_for(p2, bind(p2, batch32)) is first
+    monkeypatch.setattr(tb, "MAX_PROGRAMS", 1)
+    tb.program_for(p1, bind(p1, {k: v.double() for k, v in batch32.items()}))  # evicts the float32 program
+    assert tb.program_for(p1, bind(p1, batch32)) is not first
+
+
+_SPECIALISATION_SCRIPT = r"""
+import json, torch
+import tritoncheck as tc
+from triton.backends.compiler import GPUTarget
+from triton.compiler import make_backend
+from triton.runtime.jit import create_function_from_signature
+from tritoncheck._plan import bind, compile_plan
+from tritoncheck._triton import backend
+
+spec = tc.load_spec("bert-token-classification", vocab_size=50, type_vocab_size=2, max_position_embeddings=512,
+                    num_labels=5)
+plan = compile_plan(spec)
+keys = []
+for b, l in [(1, 13), (7, 21), (32, 509), (3, 16), (5, 512)]:  # dynamic padding, B = 1 included
+    batch = {"input_ids": torch.zeros(b, l, dtype=torch.int64), "attention_mask": torch.ones(b, l, dtype=torch.bool),
+             "labels": torch.zeros(b, l, dtype=torch.int64)}
+    bound = bind(plan, batch)
+    program = backend.program_for(plan, bound)
+    out = torch.zeros(backend.launch_for(program, bound).length, dtype=torch.int64)
+    args, kwargs, _ = backend.launch_args(program, bound, out)
+    binder = create_function_from_signature(program.fn.signature, program.fn.params, make_backend(GPUTarget("cuda", 90, 32)))
+    _, specialization, _ = binder(*args, **kwargs)
+    keys.append(repr(specialization))
+print(json.dumps(keys))
+"""
+
+
+def test_one_compiled_kernel_serves_dynamic_padding(tmp_path):
+    """The JIT's own binder gives batches of different B and L the same specialisation (what it
+    compiles a kernel for): sizes, host scalars and program ranges are not specialised on their
+    values; only ALIGN (rows a multiple of 16 elements, for 128-bit row loads) makes a second one."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITONCHECK_CACHE_DIR"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", _SPECIALISATION_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    keys = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert keys[0] == keys[1] == keys[2] and keys[3] == keys[4] and keys[0] != keys[3]
+
+
 _COMPILE_SCRIPT = r"""
 import json, torch, triton
 import tritoncheck as tc
