@@ -147,7 +147,7 @@ def _mod_f(a, b):
 
 # Names the kernel uses as they are; no identifier derived from a spec may take one.
 _FIXED = frozenset({KERNEL_NAME, "pid", "tile", "offs", "live", "out_ptr", "n_bad", "first", "IDX", "FULL", "split",
-                    "scratch", "row_block", "part", "parts", "settled", "mine", "seen", "last", "open_rows", *_HELPERS})
+                    "scratch", "row_block", "part", "parts", "settled", "mine", "seen", "last", "open_rows", "ALIGN", *_HELPERS})
 
 WARPS = 4  # Triton's default num_warps: 128 threads per program
 MAX_STEPS = 64  # loop steps (tiles) one program of a reduction walks at most: longer rows are split
