@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -80,6 +81,19 @@ def test_a_contiguous_group_streams_one_flat_index():
     _, strided = ctc_program(contiguous=False)
     assert "log_probs_stride0," in strided.source and "tl.load(log_probs_ptr + offs" not in strided.source
     assert not strided.streamed
+
+
+def test_divisor_magic_divides_exactly():
+    """`_divmod`'s magic numbers give n // d for every int32 index n (checked at the edges and at random)."""
+    rng = random.Random(0)
+    divisors = [1, 2, 3, 7, 224, 509, 512, 1000, 2**31 - 1] + [rng.randrange(1, 2**31) for _ in range(300)]
+    for d in divisors:
+        magic, shift = tb.divisor_magic(d)
+        assert -(2**31) <= magic < 2**31 and 0 <= shift <= 31
+        m = magic % 2**32
+        for n in [0, 1, d - 1, d, d + 1, 2**31 - 1, (2**31 - 1) // d * d, *(rng.randrange(2**31) for _ in range(50))]:
+            if 0 <= n < 2**31:
+                assert ((n * m >> 32) + n) >> shift == n // d, (n, d)
 
 
 def test_literals_are_exact_and_typed():

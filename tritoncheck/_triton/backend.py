@@ -187,6 +187,8 @@ def divisor_magic(d: int) -> tuple[int, int]:
     (Granlund and Montgomery's division by an invariant integer; magic as the int32 of its bits,
     so the JIT always sees an i32). d = 0 (an empty dim: nothing is divided) gives d = 1's."""
     d = max(d, 1)
+    if d >= 2**31:  # then indices are int64, and the kernel divides
+        return 0, 0
     shift = (d - 1).bit_length()
     magic = (1 << (32 + shift)) // d - (1 << 32) + 1
     return (magic - (1 << 32) if magic >= 1 << 31 else magic), shift
