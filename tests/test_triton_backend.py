@@ -299,6 +299,53 @@ def test_floor_division_remainder_and_logic_follow_torch(dtype, device):
     assert not assert_same({"x": x, "y": y}, spec, device).ok
 
 
+_FMOD_KERNEL = """
+import triton
+import triton.language as tl
+
+{helper}
+
+@triton.jit
+def fmod_kernel(x_ptr, y_ptr, o_ptr, n):
+    offs = tl.program_id(0) * 1024 + tl.arange(0, 1024)
+    live = offs < n
+    x = tl.load(x_ptr + offs, mask=live, other=1.0)
+    y = tl.load(y_ptr + offs, mask=live, other=1.0)
+    tl.store(o_ptr + offs, _fmod_f(x, y), mask=live)
+"""
+
+
+def test_float32_fmod_is_exact(tmp_path, device):
+    """The kernel's float32 fmod (behind `%` and `//`) is C's fmod to the bit, however large the
+    quotient (Triton's own `%` is a - trunc(a / b) * b, wrong when a / b rounds across an integer
+    or overflows); checked against numpy's fmod over random bit patterns and edge cases."""
+    import importlib.util
+
+    import numpy as np
+    from tritoncheck._triton import codegen
+
+    path = tmp_path / "fmod_kernel.py"
+    path.write_text(_FMOD_KERNEL.format(helper=codegen._HELPERS["_fmod_f"]))
+    spec = importlib.util.spec_from_file_location("fmod_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-(2**31), 2**31 - 1, (4000,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    y = torch.randint(-(2**31), 2**31 - 1, (4000,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    edges = [(2.9999998, 1.0), (16777217.0, 0.1), (1e30, 3.3), (-1e30, 0.1), (3.0, 0.1), (-0.0, 2.0), (0.0, -3.0),
+             (float("inf"), 2.0), (5.0, float("inf")), (7.0, 0.0), (1e-40, 3e-41), (-1e-40, 7e-45), (float("nan"), 1.0)]
+    x = torch.cat([x, torch.tensor([a for a, _ in edges])])
+    y = torch.cat([y, torch.tensor([b for _, b in edges])])
+    out = torch.empty_like(x)
+    xd, yd, od = x.to(device), y.to(device), out.to(device)
+    module.fmod_kernel[(-(-len(x) // 1024),)](xd, yd, od, len(x))
+    with np.errstate(all="ignore"):
+        want = torch.from_numpy(np.fmod(x.numpy(), y.numpy()))
+    got = od.cpu()
+    same = (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
+    assert bool(same.all()), (x[~same][:5], y[~same][:5], got[~same][:5], want[~same][:5])
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_nan_and_fractional_bounds_follow_torch(dtype, device):
     fields = {"x": {"dtype": "float", "shape": ["B", "L"], "min": -0.1, "max": 0.3, "allow": [-1.5]},

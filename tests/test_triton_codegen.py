@@ -140,7 +140,10 @@ def test_programs_are_cached_by_plan_equality_least_recently_used_first(monkeypa
     first = tb.program_for(p1, bind(p1, batch32))
     assert tb.program_for(p2, bind(p2, batch32)) is first
     monkeypatch.setattr(tb, "MAX_PROGRAMS", 1)
-    tb.program_for(p1, bind(p1, {k: v.double() for k, v in batch32.items()}))  # evicts the float32 program
+    other = tc.BatchSpec.model_validate({"name": "lru", "fields": {"x": {"dtype": "float32", "shape": ["B"]}},
+                                         "rules": ["x != 123.456"]})
+    p3 = compile_plan(other)
+    tb.program_for(p3, bind(p3, {"x": torch.zeros(3)}))  # a new entry: the older ones go
     assert tb.program_for(p1, bind(p1, batch32)) is not first
 
 

@@ -64,3 +64,18 @@ def test_the_kernel_runs_on_the_batchs_device():
         report = tc.check(batch, spec, backend="triton")
         assert report.backend == "triton" and [v.code for v in report.violations] == ["below_min"]
         assert report.violations == tc.check(batch, spec, backend="torch").violations
+
+
+def test_float_remainder_and_floor_division_follow_torch_on_the_device():
+    """torch on CUDA computes float32 `%` with an exact fmod; the kernel's must agree where Triton's
+    own `%` (a - trunc(a / b) * b) does not: quotients rounded up across an integer, past 2**24,
+    overflowing, and denormals (which tl.floor flushes to zero)."""
+    fields = {"x": {"dtype": "float32", "shape": ["B"]}, "y": {"dtype": "float32", "shape": ["B"]}}
+    spec = tc.BatchSpec.model_validate({"name": "div", "fields": fields,
+                                        "rules": ["x % y < 0.25 * y", "x // y != 3", "x // y >= -1e38"]})
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(4096, generator=g) * 1e30, torch.tensor([2.9999998, 16777217.0, 1e30, -1e-40, 3.0])])
+    y = torch.cat([torch.randn(4096, generator=g) * 1e-3, torch.tensor([1.0, 0.1, 3.3, 7e-45, 0.1])])
+    batch = {"x": x.cuda(), "y": y.cuda()}
+    got, want = tc.check(batch, spec, backend="triton"), tc.check(batch, spec, backend="torch")
+    assert got.backend == "triton" and got.violations == want.violations

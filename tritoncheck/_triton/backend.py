@@ -72,7 +72,7 @@ def program_for(plan: Plan, bound: Bound) -> Program | None:
         except ir.Unsupported:
             program = None
         _programs[key] = program
-        if len(_programs) > MAX_PROGRAMS:
+        while len(_programs) > MAX_PROGRAMS:
             _programs.popitem(last=False)
         return program
 

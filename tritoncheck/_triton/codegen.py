@@ -74,6 +74,24 @@ _NATIVE = {torch.int64: "i", torch.float32: "f", torch.float64: "d"}
 _FLOAT_MAX = {"f": repr(torch.finfo(torch.float32).max), "d": repr(torch.finfo(torch.float64).max)}
 
 _HELPERS = {
+    "_fmod_f": '''
+@triton.jit
+def _fmod_f(a, b):
+    # C's fmod for float32, exact as torch computes it (a float `%` compiles to a - trunc(a / b) * b,
+    # wrong when a / b rounds across an integer). In float64, a float32 ratio (at most 2**277) is
+    # reduced 28 bits a step: s = |b| * 2**k, t = floor(r / s) < 2**29, and t * s and r - t * s are exact.
+    r = tl.abs(a.to(tl.float64))
+    d = tl.abs(b.to(tl.float64))
+    for _ in tl.static_range(11):
+        e = (((r / d).to(tl.int64, bitcast=True) >> 52) & 2047) - 1023  # the ratio's exponent
+        s = d * ((tl.maximum(e - 28, 0) + 1023) << 52).to(tl.float64, bitcast=True)
+        rest = r - tl.floor(r / s) * s
+        r = tl.where(r >= d, tl.where(rest < 0, rest + s, rest), r)  # the quotient rounded up: one s back
+    r = tl.where(a.to(tl.int32, bitcast=True) < 0, -r, r).to(tl.float32)  # the sign of a, -0.0 included
+    r = tl.where(d - d != 0, a, r)  # b = +-inf: a
+    nan = tl.full(r.shape, 2143289344, tl.int32).to(tl.float32, bitcast=True)
+    return tl.where((d == 0) | (a - a != 0) | (b != b), nan, r)  # b = 0, a = +-inf or NaN, b NaN
+''',
     "_floordiv_i": '''
 @triton.jit
 def _floordiv_i(a, b):
@@ -98,7 +116,7 @@ def _floordiv_f(a, b):
     # torch's floor division for float32 (ATen's div_floor_floating; % on floats is fmod).
     # tl.div_rn: a float32 `/` compiles to an approximate division on NVIDIA GPUs
     basic = tl.div_rn(a, b)
-    mod = a % b
+    mod = _fmod_f(a, b)
     basic_inf = (basic == basic) & (basic - basic != 0)  # +-inf: inf - inf is NaN
     a_not_inf = (a != a) | (a - a == 0)
     div = tl.div_rn(tl.where(basic_inf & a_not_inf, a, a - mod), b)
@@ -139,7 +157,14 @@ def _divmod(n, d, magic, shift, IDX: tl.constexpr):
     "_mod_f": '''
 @triton.jit
 def _mod_f(a, b):
-    # torch.remainder for floats: fmod, moved into the divisor's sign
+    # torch.remainder for float32: fmod, moved into the divisor's sign
+    mod = _fmod_f(a, b)
+    return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+''',
+    "_mod_d": '''
+@triton.jit
+def _mod_d(a, b):
+    # _mod_f for float64 (its % is fmod but for quotients rounded across an integer)
     mod = a % b
     return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 ''',
@@ -747,8 +772,10 @@ class TritonCodegen:
         return self.let(op, f"{a} * {b}")
 
     def _helper(self, op: Op, name: str, a: str, b: str) -> str:
-        name += "_" + ("f" if name == "_mod" and op.kind == "d" else op.kind)
+        name += "_" + op.kind
         self.helpers.add(name)
+        if name in ("_mod_f", "_floordiv_f"):
+            self.helpers.add("_fmod_f")
         return self.let(op, f"{name}({a}, {b})")
 
     def floordiv(self, op: Op, a: str, b: str) -> str:
