@@ -147,6 +147,25 @@ def test_programs_are_cached_by_plan_equality_least_recently_used_first(monkeypa
     assert tb.program_for(p1, bind(p1, batch32)) is not first
 
 
+def test_plans_equal_only_by_value_get_their_own_programs():
+    """0.0 == -0.0, so plans differing only there are ==, but `x // Z` with Z = -0.0 is -inf where
+    with Z = 0.0 it is inf, and a report quotes a value set as written: the program cache tells
+    them apart (a differential fuzz finding: the report showed the other plan's `-0.0`)."""
+    def spec(zero: float) -> tc.BatchSpec:
+        return tc.BatchSpec.model_validate({"name": "zero", "params": {"Z": zero}, "rules": ["x // Z > 0"],
+                                            "fields": {"x": {"dtype": "float32", "shape": ["B"], "values": [zero, 2.0]}}})
+
+    assert compile_plan(spec(0.0)) == compile_plan(spec(-0.0))
+    batch = {"x": torch.tensor([1.0, 2.0, 5.0])}
+    reports = []
+    for zero in (0.0, -0.0):
+        got, want = tc.check(batch, spec(zero), backend="triton"), tc.check(batch, spec(zero), backend="torch")
+        assert got.backend == "triton" and got.violations == want.violations
+        reports.append(got)
+    assert [v.rule for v in reports[0].violations] == ["x in [0.0, 2.0]"]  # 1 // 0.0 is inf > 0
+    assert [v.rule for v in reports[1].violations] == ["x in [-0.0, 2.0]", "x // Z > 0"]
+
+
 _SPECIALISATION_SCRIPT = r"""
 import json, torch
 import tritoncheck as tc

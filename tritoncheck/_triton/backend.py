@@ -3,7 +3,7 @@
 `launch` finds the batch's *launch* -- the program for its signature and every argument but the
 tensors' pointers -- in `bound.memo` (shared by every batch of the signature `bind` has seen), so
 a warm call packs pointers and launches. A new signature looks the program up in an LRU cache
-keyed by the plan (its hash and equality), the runnable checks and each field's dtype and
+keyed by the plan's text (`plan_text`), the runnable checks and each field's dtype and
 contiguity: batches that differ only in their sizes (dynamic padding) share one program, and the
 kernel takes sizes, host scalars and program ranges as runtime arguments the JIT does not
 specialise on, so they share one compiled kernel too. The launch runs on the batch's device and
@@ -44,12 +44,29 @@ INT32_LIMIT = 2**31 - 1
 MAX_PROGRAMS = 64  # generated programs kept (least recently used dropped first)
 _lock = threading.Lock()
 _interpreter_lock = threading.Lock()  # Triton's CPU interpreter patches global state: one launch at a time
-_programs: OrderedDict[tuple, Program | None] = OrderedDict()  # (plan, checks, field signature) -> program
+_programs: OrderedDict[tuple, Program | None] = OrderedDict()  # (plan text, checks, field signature) -> program
+_plan_texts: OrderedDict[int, tuple[Plan, str]] = OrderedDict()  # id(plan) -> (plan, its text), the same bound
 
 
 def run(plan: Plan, bound: Bound) -> list[Violation]:
     """Every runnable data check of `plan`, as violations (blocks until the verdict is read)."""
     return launch(plan, bound).result()
+
+
+def plan_text(plan: Plan) -> str:
+    """The plan as text (its repr), the program cache's key: equal plans share programs, but not
+    plans that are only `==` (0.0 == -0.0 and 1 == 1.0 == True, yet `x // -0.0` is not `x // 0.0`,
+    and a report quotes the rule as written). Memoised per plan object."""
+    with _lock:
+        hit = _plan_texts.get(id(plan))
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+    text = repr(plan)
+    with _lock:
+        _plan_texts[id(plan)] = (plan, text)
+        while len(_plan_texts) > MAX_PROGRAMS:
+            _plan_texts.popitem(last=False)
+    return text
 
 
 def program_for(plan: Plan, bound: Bound) -> Program | None:
@@ -60,7 +77,7 @@ def program_for(plan: Plan, bound: Bound) -> Program | None:
     fields = tuple(sorted({f for c in checks for f in referenced_fields(c)}))
     tensors = bound.tensors
     sig = tuple((tensors[f].dtype, tensors[f].is_contiguous()) for f in fields)
-    key = (plan, tuple(position[id(c)] for c in checks), fields, sig)
+    key = (plan_text(plan), tuple(position[id(c)] for c in checks), fields, sig)
     with _lock:  # lowering, generation and import happen once per key, even with many threads
         if key in _programs:
             _programs.move_to_end(key)
