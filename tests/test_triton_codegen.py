@@ -131,8 +131,8 @@ def test_kernels_are_cached_per_plan_and_dtypes():
     assert p64 is not p32 and "input: float64" in p64.source and "input: float32" in p32.source
 
 
-def test_programs_are_cached_by_plan_equality_least_recently_used_first(monkeypatch):
-    """The cache key is the plan's value (hash and ==), not its id: an equal plan built again
+def test_programs_are_cached_by_plan_text_least_recently_used_first(monkeypatch):
+    """The cache key is the plan's text, not its id: an equal plan built again
     finds the program; the oldest entries go first past MAX_PROGRAMS."""
     p1, p2 = compile_plan(tc.load_spec("mse")), compile_plan(tc.load_spec("mse"))
     assert p1 is not p2 and p1 == p2
