@@ -148,3 +148,17 @@ def test_nan_is_left_to_the_finite_check_and_inf_breaks_a_bound():
     assert found(tc.check({"x": torch.tensor([0.0, float("inf")])}, s)) == [("x[1]", "above_max", 1, (1,), float("inf"))]
     s = spec({"x": {"dtype": "float", "shape": ["B"], "min": -1, "max": 1, "finite": True}})
     assert tc.check({"x": torch.tensor([0.0, float("nan")])}, s).codes == {"non_finite"}
+
+
+def test_a_selected_value_does_not_promote_a_dimensioned_operand(backend):
+    """`program_id - arange[0]`: the 0-d float64 selection leaves the float32 field's type, as in torch
+    (long-fuzz finding: the reference computed it in float64, the compiled backends in float32)."""
+    from tritoncheck._spec import spec_from_dict
+
+    spec = spec_from_dict({"name": "t", "batch_dim": "T", "fields": {
+        "program_id": {"dtype": "float32", "shape": ["T"]}, "arange": {"dtype": "float64", "shape": ["L"]}},
+        "rules": ["(program_id - arange[0]) == 5"]}, "t.yaml")
+    a = torch.tensor([2.910159111022949, 2.123459577560425], dtype=torch.float32)
+    b = torch.tensor([970.0530018065531, 707.819864399788], dtype=torch.float64)
+    report = tc.check({"program_id": a, "arange": b}, spec, backend=backend)
+    assert [v.value for v in report.violations] == [(a - b[0])[0].item()]  # torch's own float32 difference

@@ -231,10 +231,13 @@ class Context:
             if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
                 return evaluate_scalar(Binary(expr.op, Const(a), Const(b)), {}), ()
             axes = a_axes + tuple(x for x in b_axes if x not in a_axes)
+            # torch's type for the op, taken before aligning: a 0-d operand (`arange[0]`) does not
+            # promote a dimensioned one, but once aligned (a size-1 axis) it would
+            dtype = torch.result_type(a, b)
             if isinstance(a, torch.Tensor):
-                a = _align(a, a_axes, axes, None)
+                a = _align(a, a_axes, axes, None).to(dtype)
             if isinstance(b, torch.Tensor):
-                b = _align(b, b_axes, axes, None)
+                b = _align(b, b_axes, axes, None).to(dtype)
             return binary(expr.op, a, b), axes
         if isinstance(expr, Reduce):
             x, axes = self._eval(expr.x)
