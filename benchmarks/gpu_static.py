@@ -117,84 +117,30 @@ def signature_text(batch: dict[str, torch.Tensor]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# What the backend would launch. Thin adapters over today's backend (asked of the Triton backend's
-# owner as public functions: see the request in the report); replace them when those land.
+# What the backend would launch: its own public functions (`launch_for`, `launch_args`,
+# `geometry`, `Program.streamed`), so the report cannot drift from the launch.
 
 
 def launch_args(program: Any, bound: Any) -> tuple[list[Any], dict[str, Any]]:
     """The positional arguments and keyword options `backend.launch` passes to `program.fn[grid]`."""
-    import triton.language as tl
-
     from tritoncheck._triton import backend
 
-    args, _, batch, wide = backend.arguments(program, bound)
-    out = torch.zeros(program.kernel.layout.length(batch), dtype=torch.int64)
-    return [*args, out, tl.int64 if wide else tl.int32], {"enable_fp_fusion": False}
+    out = torch.zeros(backend.launch_for(program, bound).length, dtype=torch.int64)
+    args, kwargs, _ = backend.launch_args(program, bound, out)
+    return args, kwargs
 
 
-@dataclass
-class GroupLaunch:
-    programs: int  # programs the group's range of the grid holds
-    tiles: int  # loop steps (tiles) of its busiest program
-    tile_bytes: int  # bytes one tile loads
-
-
-def geometry(program: Any, dims: dict[str, int]) -> list[GroupLaunch]:
+def geometry(program: Any, dims: dict[str, int]) -> list[Any]:
     """Per group of the kernel, for these dim sizes: programs, tiles per program, bytes per tile."""
-    from tritoncheck._kernel.decode import axis_size
-    from tritoncheck._triton import codegen
+    from tritoncheck._triton import backend
 
-    kernel, out = program.kernel, []
-    for g, block in zip(kernel.groups, program.blocks, strict=True):
-        numel = math.prod(axis_size(kernel, a, dims) for a in g.axes)
-        reductions = [op for op in g.ops if op.name == "reduction"]
-        if reductions:
-            tiles = sum(-(-math.prod(axis_size(kernel, a, dims) for a in op.args[1]) // codegen.BLOCK_RED)
-                        for op in reductions)
-            loads = [op for r in reductions for op in _loads(r.args[2])]
-            elements = block * codegen.BLOCK_RED
-        else:
-            tiles, loads, elements = 1, list(_loads(g.ops)), block
-        tile_bytes = elements * sum(kernel.field(op.args[0]).dtype.itemsize for op in loads)
-        out.append(GroupLaunch(-(-numel // block), tiles, tile_bytes))
-    return out
-
-
-def _loads(ops: tuple) -> Iterator[Any]:
-    for op in ops:
-        if op.name in ("load", "load_prev"):
-            yield op
-        elif op.name == "reduction":
-            yield from _loads(op.args[2])
+    return backend.geometry(program, dims)
 
 
 def streamed_lines(program: Any) -> dict[int, str]:
     """Source line (1-based) -> field, for every load that streams a whole contiguous field over
-    exactly the iteration space it sits in (see the module docstring)."""
-    from tritoncheck._triton import codegen
-
-    cg = codegen.TritonCodegen(program.kernel)
-    if cg.run().source != program.source:
-        raise RuntimeError("regenerating the kernel gave different source: cannot map lines to loads")
-    kernel, streamed = program.kernel, {}
-
-    def visit(ops: tuple, axes: tuple[str, ...]) -> None:
-        for op in ops:
-            if op.name == "reduction":
-                visit(op.args[2], axes + tuple(op.args[1]))
-            elif op.name == "load":
-                f = kernel.field(op.args[0])
-                if f.contiguous and all(s is None for s in op.args[1]) and set(f.axes) == set(axes):
-                    streamed[cg.names[op.id]] = f.name
-
-    for g in kernel.groups:
-        visit(g.ops, g.axes)
-    lines = {}
-    for i, line in enumerate(program.source.splitlines(), 1):
-        name = line.strip().split(" = ", 1)[0]
-        if name in streamed and "tl.load(" in line:
-            lines[i] = streamed[name]
-    return lines
+    exactly the iteration space it sits in (the generator records them: `Program.streamed`)."""
+    return dict(program.streamed)
 
 
 # ------------------------------------------------------------------------------------------------
