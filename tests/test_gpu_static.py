@@ -37,24 +37,13 @@ BOUNDS = {  # figure -> (bound in words, test)
     "max_tiles_per_program_1gb": ("at most 64 tiles per program for 1 GB", lambda v: v <= 64),
 }
 
-# figure -> {spec: its value on today's kernel}, per Triton version (major.minor). Both versions
-# share the serial whole-batch reductions (their tiles, and the one int64 per thread their loop
-# loads) and the index unravelling (integer division); under 3.6 the flat group also loads bool
-# masks 64 bits at a time (8 per thread), and LayoutLMv3's kernel takes 192 registers.
+# figure -> {spec: its value on today's kernel}, per Triton version (major.minor): a failing
+# parametrization is listed here as a strict xfail with its figure (none today).
 FAILING = {
     "3.9": {},  # the kernel of issue 12 meets every bound
-    "3.6": {
-        "registers": {"layoutlmv3-token-classification": 192},
-        "load_bits_min": {"bart-seq2seq": 64, "bert-question-answering": 64, "bert-sequence-classification": 64,
-            "bert-sequence-classification-multi-label": 64, "bert-token-classification": 64, "causal-lm": 64,
-            "cross-entropy": 64, "layoutlmv3-token-classification": 64, "nll": 64,
-            "roberta-sequence-classification": 64, "t5-seq2seq": 64},
-        "int_div_on_valid_path": {"bart-seq2seq": 1, "bert-token-classification": 1, "causal-lm": 1, "ctc": 8,
-            "layoutlmv3-token-classification": 9, "t5-seq2seq": 1},
-        "max_tiles_per_program_1gb": {"bart-seq2seq": 158275, "bert-question-answering": 1310,
-            "bert-token-classification": 254200, "causal-lm": 335544, "cross-entropy": 2044,
-            "layoutlmv3-token-classification": 6756, "nll": 2044, "t5-seq2seq": 158275},
-    },
+    # under 3.6 too, for this check's signature; its fp16/bf16 bce and fp16 ctc kernels take 148-159
+    # registers (benchmarks/results/gpu-static-triton-3.6.0.csv), outside the CI signature
+    "3.6": {},
 }
 
 # beside the built-ins: kernels the report must judge as failing, so a check cannot pass vacuously
