@@ -233,11 +233,12 @@ class Context:
             axes = a_axes + tuple(x for x in b_axes if x not in a_axes)
             # torch's type for the op, taken before aligning: a 0-d operand (`arange[0]`) does not
             # promote a dimensioned one, but once aligned (a size-1 axis) it would
-            dtype = torch.result_type(a, b)
+            # (a Python number, possibly past int64, is left to `binary`)
+            dtype = torch.result_type(a, b) if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else None
             if isinstance(a, torch.Tensor):
-                a = _align(a, a_axes, axes, None).to(dtype)
+                a = _align(a, a_axes, axes, None).to(dtype or a.dtype)
             if isinstance(b, torch.Tensor):
-                b = _align(b, b_axes, axes, None).to(dtype)
+                b = _align(b, b_axes, axes, None).to(dtype or b.dtype)
             return binary(expr.op, a, b), axes
         if isinstance(expr, Reduce):
             x, axes = self._eval(expr.x)
