@@ -149,7 +149,7 @@ def test_over_long_sequences_are_flagged_where_bounded(family):
     has_rule = any(r.code == "sequence_too_long" for r in spec.rules)
     assert has_rule == (long is not None), name
     if long is None:
-        pytest.skip(f"{name} has relative positions: no length bound")
+        return  # relative positions: no length bound, and no rule (asserted above)
     assert "sequence_too_long" in {code for _, code in _codes(long(), spec)}
 
 
