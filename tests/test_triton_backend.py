@@ -9,6 +9,7 @@ corruptions that each target one check.
 from __future__ import annotations
 
 import math
+import re
 import threading
 
 import pytest
@@ -297,6 +298,18 @@ def test_floor_division_remainder_and_logic_follow_torch(dtype, device):
     x = torch.arange(-8, 8, dtype=dtype).reshape(2, 8)
     y = torch.tensor([1, 5], dtype=dtype)
     assert not assert_same({"x": x, "y": y}, spec, device).ok
+
+
+def test_more_checks_than_one_flag_word_holds(device):
+    """A group of 40 checks keeps their bits in two int32 words (31 a word): every check still
+    counts its own violations and first index, the 32nd onwards too."""
+    spec = _custom([f"x != {k}" for k in range(40)], fields={"x": {"dtype": "int64", "shape": ["B", "L"]}})
+    plan = compile_plan(spec)
+    program = tb.program_for(plan, tc._plan.bind(plan, {"x": torch.zeros(2, 3, dtype=torch.int64) - 1}))
+    assert len(re.findall(r"^ +flags\w* = bad_", program.source, re.M)) == 2
+    x = torch.tensor([[0, 30, 31], [39, 5, 31]], device=device)
+    report = assert_same({"x": x}, spec, device)
+    assert len(report.violations) == 5
 
 
 _FMOD_KERNEL = """

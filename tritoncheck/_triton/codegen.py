@@ -177,6 +177,7 @@ _FIXED = frozenset({KERNEL_NAME, "pid", "tile", "offs", "live", "out_ptr", "n_ba
 WARPS = 4  # Triton's default num_warps: 128 threads per program
 MAX_STEPS = 64  # loop steps (tiles) one program of a reduction walks at most: longer rows are split
 BYTES_PER_THREAD = 64  # loads in flight per thread per tile that a group aims for (16 registers)
+FLAG_BITS = 31  # check bits in one int32 word of the valid path (the sign bit left clear: `tl.max(...) > 0`)
 
 
 @dataclass(frozen=True)
@@ -584,32 +585,44 @@ class TritonCodegen:
         return "settled"
 
     def store(self, g: Group, bads: list[str]) -> None:
+        """The violation path. The valid path keeps one int32 word of check bits per element
+        (`FLAG_BITS` checks a word) rather than a bool block per check: the checks' values die at
+        the word, so registers stay those of one word whatever the number of checks (triton 3.6
+        kept every check's block live into this branch: 148-159 registers for fp16 bce)."""
         w = self.buf.writeline
         k = self.k
+        words = []
+        for start in range(0, len(bads), FLAG_BITS):
+            words.append(word := self.ns.create_name("flags"))
+            w(f"{word} = " + " | ".join(f"({bad}.to(tl.int32) << {bit})" if bit else f"{bad}.to(tl.int32)"
+                                        for bit, bad in enumerate(bads[start:start + FLAG_BITS])))
         w("# store: one reduction on a valid batch; only a program that found a violation writes")
-        w(f"if tl.max(({' | '.join(bads)}).to(tl.int32), axis=0) > 0:")
+        w(f"if tl.max({' | '.join(words)}, axis=0) > 0:")
         with self.buf.indent():
             if self.plan.reduce and self.plan.splittable:
                 w("if split > 0:  # a row settled by several programs is written by the first to claim it")
                 with self.buf.indent():
                     w(f"mine = tl.atomic_xchg(out_ptr + scratch + {self.numel(g.axes)} + offs, 1, "
-                      f"mask={' | '.join(bads)}) == 0")
-                    for bad in bads:
-                        w(f"{bad} = {bad} & mine")
+                      f"mask=({' | '.join(words)}) != 0) == 0")
+                    for word in words:
+                        w(f"{word} = tl.where(mine, {word}, 0)")
             b = k.batch_dim
             if any(k.layout.sample_base(c)[1] >= 0 for c, _ in g.checks) and b not in self.idx:
                 self.unravel(self.buf, "offs", g.axes, self.idx)  # the sample index, on this path only
-            for (c, _), bad in zip(g.checks, bads, strict=True):
-                w(f"n_bad = tl.sum({bad}.to(tl.int32), axis=0)")
+            for i, (c, _) in enumerate(g.checks):
+                hit = self.ns.create_name(f"hit_{c}")
+                word, bit = words[i // FLAG_BITS], i % FLAG_BITS
+                w(f"{hit} = (({word} >> {bit}) & 1) != 0  # {comment(describe(k.checks[c]))}")
+                w(f"n_bad = tl.sum({hit}.to(tl.int32), axis=0)")
                 w("if n_bad > 0:")
                 with self.buf.indent():
                     base, row = k.layout.sample_base(c)
                     if row >= 0:
                         w(f"tl.atomic_add(out_ptr + ({base} + {row} * {self.size(b)}) + {self.idx[b]}, "
-                          f"{bad}.to(tl.int64), mask={bad})")
+                          f"{hit}.to(tl.int64), mask={hit})")
                     else:
                         w(f"tl.atomic_add(out_ptr + {k.layout.count(c)}, n_bad.to(tl.int64))")
-                    w(f"first = tl.min(tl.where({bad}, offs.to(tl.int64), {BIG}), axis=0)")
+                    w(f"first = tl.min(tl.where({hit}, offs.to(tl.int64), {BIG}), axis=0)")
                     w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
 
     def unravel(self, buf: IndentedBuffer, flat: str, axes: tuple[str, ...], into: dict[str, str]) -> None:
