@@ -328,34 +328,43 @@ def fmod_kernel(x_ptr, y_ptr, o_ptr, n):
 """
 
 
-def test_float32_fmod_is_exact(tmp_path, device):
-    """The kernel's float32 fmod (behind `%` and `//`) is C's fmod to the bit, however large the
-    quotient (Triton's own `%` is a - trunc(a / b) * b, wrong when a / b rounds across an integer
-    or overflows); checked against numpy's fmod over random bit patterns and edge cases."""
+_FMOD_EDGES = [(2.9999998, 1.0), (16777217.0, 0.1), (1e30, 3.3), (-1e30, 0.1), (3.0, 0.1), (-0.0, 2.0), (0.0, -3.0),
+               (float("inf"), 2.0), (5.0, float("inf")), (7.0, 0.0), (1e-40, 3e-41), (-1e-40, 7e-45), (float("nan"), 1.0),
+               (1.0, float("nan")), (-7.5, -2.0)]
+_FMOD_EDGES_64 = [(1e308, 5e-324), (-1.7976931348623157e308, 3e-310), (2.0**53 + 2, 0.1), (1e300, 3.3),
+                  (9007199254740993.0, 3.0), (1e-300, 1e-310), (4.9e-324, 4.9e-324), (1e16, 1e-16)]
+
+
+@pytest.mark.parametrize(("dtype", "bits"), [(torch.float32, torch.int32), (torch.float64, torch.int64)])
+def test_fmod_is_exact(tmp_path, device, dtype, bits):
+    """The kernel's float fmod (behind `%` and `//`) is C's fmod to the bit, however large the
+    quotient (Triton's own `%` is a - trunc(a / b) * b on GPUs, wrong when a / b rounds across an
+    integer or overflows); checked against numpy's fmod over random bit patterns and edge cases."""
     import importlib.util
 
     import numpy as np
     from tritoncheck._triton import codegen
 
+    name = "_fmod_f" if dtype == torch.float32 else "_fmod_d"
     path = tmp_path / "fmod_kernel.py"
-    path.write_text(_FMOD_KERNEL.format(helper=codegen._HELPERS["_fmod_f"]))
+    path.write_text(_FMOD_KERNEL.format(helper=codegen._HELPERS[name]).replace("_fmod_f(x, y)", f"{name}(x, y)"))
     spec = importlib.util.spec_from_file_location("fmod_kernel", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(-(2**31), 2**31 - 1, (4000,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
-    y = torch.randint(-(2**31), 2**31 - 1, (4000,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
-    edges = [(2.9999998, 1.0), (16777217.0, 0.1), (1e30, 3.3), (-1e30, 0.1), (3.0, 0.1), (-0.0, 2.0), (0.0, -3.0),
-             (float("inf"), 2.0), (5.0, float("inf")), (7.0, 0.0), (1e-40, 3e-41), (-1e-40, 7e-45), (float("nan"), 1.0)]
-    x = torch.cat([x, torch.tensor([a for a, _ in edges])])
-    y = torch.cat([y, torch.tensor([b for _, b in edges])])
+    info = torch.iinfo(bits)
+    x, y = (torch.randint(info.min, info.max, (4000,), generator=g, dtype=torch.int64).to(bits).view(dtype)
+            for _ in range(2))
+    edges = _FMOD_EDGES + (_FMOD_EDGES_64 if dtype == torch.float64 else [])
+    x = torch.cat([x, torch.tensor([a for a, _ in edges], dtype=dtype)])
+    y = torch.cat([y, torch.tensor([b for _, b in edges], dtype=dtype)])
     out = torch.empty_like(x)
     xd, yd, od = x.to(device), y.to(device), out.to(device)
     module.fmod_kernel[(-(-len(x) // 1024),)](xd, yd, od, len(x))
     with np.errstate(all="ignore"):
         want = torch.from_numpy(np.fmod(x.numpy(), y.numpy()))
     got = od.cpu()
-    same = (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
+    same = (got.view(bits) == want.view(bits)) | (got.isnan() & want.isnan())
     assert bool(same.all()), (x[~same][:5], y[~same][:5], got[~same][:5], want[~same][:5])
 
 

@@ -92,6 +92,34 @@ def _fmod_f(a, b):
     nan = tl.full(r.shape, 2143289344, tl.int32).to(tl.float32, bitcast=True)
     return tl.where((d == 0) | (a - a != 0) | (b != b), nan, r)  # b = 0, a = +-inf or NaN, b NaN
 ''',
+    "_fmod_d": '''
+@triton.jit
+def _fmod_d(a, b):
+    # C's fmod for float64, exact (Triton's float64 % is a - trunc(a / b) * b on GPUs). |a| is
+    # reduced by s = |b| * 2**k, k >= 0 so that t = floor(r / s) < 2**52: r - t * s lies in (-s, s)
+    # on a multiple of s's last bit, so one fma gives it exactly. A step takes 50 bits of the
+    # quotient; the loop runs while any element of the block has r >= |b| (at most 43 steps).
+    r = tl.abs(a)
+    d = tl.abs(b)
+    go = (r >= d) & (d > 0) & (r - r == 0) & (d - d == 0)
+    tiny = 2.2250738585072014e-308  # the smallest normal float64: below it, scale by 2**64 to read the exponent
+    ds = tl.where(d < tiny, d * 18446744073709551616.0, d)
+    ed = ((ds.to(tl.int64, bitcast=True) >> 52) & 2047) - tl.where(d < tiny, 64, 0)
+    while tl.max(go.to(tl.int32)) > 0:  # over every axis of the block
+        rs = tl.where(r < tiny, r * 18446744073709551616.0, r)
+        er = ((rs.to(tl.int64, bitcast=True) >> 52) & 2047) - tl.where(r < tiny, 64, 0)
+        k = tl.maximum(er - ed - 50, 0)
+        s = d * ((tl.minimum(k, 1000) + 1023) << 52).to(tl.float64, bitcast=True)
+        s = s * ((tl.minimum(tl.maximum(k - 1000, 0), 1000) + 1023) << 52).to(tl.float64, bitcast=True)
+        s = s * ((tl.maximum(k - 2000, 0) + 1023) << 52).to(tl.float64, bitcast=True)
+        rest = tl.fma(-tl.floor(r / s), s, r)
+        r = tl.where(go, tl.where(rest < 0, rest + s, rest), r)  # the quotient rounded up: one s back
+        go = go & (r >= d)
+    r = tl.where(a.to(tl.int64, bitcast=True) < 0, -r, r)  # the sign of a, -0.0 included
+    r = tl.where(d - d != 0, a, r)  # b = +-inf: a
+    nan = tl.full(r.shape, 9221120237041090560, tl.int64).to(tl.float64, bitcast=True)
+    return tl.where((d == 0) | (a - a != 0) | (b != b), nan, r)  # b = 0, a = +-inf or NaN, b NaN
+''',
     "_floordiv_i": '''
 @triton.jit
 def _floordiv_i(a, b):
@@ -132,7 +160,7 @@ def _floordiv_f(a, b):
 def _floordiv_d(a, b):
     # _floordiv_f for float64 (whose `/` rounds to nearest)
     basic = a / b
-    mod = a % b
+    mod = _fmod_d(a, b)
     basic_inf = (basic == basic) & (basic - basic != 0)
     a_not_inf = (a != a) | (a - a == 0)
     div = tl.where(basic_inf & a_not_inf, a, a - mod) / b
@@ -164,8 +192,8 @@ def _mod_f(a, b):
     "_mod_d": '''
 @triton.jit
 def _mod_d(a, b):
-    # _mod_f for float64 (its % is fmod but for quotients rounded across an integer)
-    mod = a % b
+    # _mod_f for float64
+    mod = _fmod_d(a, b)
     return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 ''',
 }
@@ -787,8 +815,8 @@ class TritonCodegen:
     def _helper(self, op: Op, name: str, a: str, b: str) -> str:
         name += "_" + op.kind
         self.helpers.add(name)
-        if name in ("_mod_f", "_floordiv_f"):
-            self.helpers.add("_fmod_f")
+        if name in ("_mod_f", "_floordiv_f", "_mod_d", "_floordiv_d"):
+            self.helpers.add("_fmod_" + op.kind)
         return self.let(op, f"{name}({a}, {b})")
 
     def floordiv(self, op: Op, a: str, b: str) -> str:
