@@ -281,11 +281,13 @@ def _pow2_floor(n: int) -> int:
 def per_thread(itemsizes: list[int]) -> int:
     """Elements per thread for a tile whose loads have these item sizes: about BYTES_PER_THREAD
     bytes in flight, at least one 128-bit load of the widest field, and up to one 128-bit load of
-    the narrowest (a 1-byte mask wants 16 elements a thread) where the registers allow."""
+    the narrowest (a 1-byte mask wants 16 elements a thread) or 32 bytes (a lone fp16 field: 16
+    elements, as 16 KB in flight per SM needs at the occupancy its registers allow) if more."""
     if not itemsizes:
         return 8
     want = _pow2_floor(max(1, BYTES_PER_THREAD // sum(itemsizes)))
-    return max(16 // max(itemsizes), min(want, max(16 // min(itemsizes), 8)))
+    most = _pow2_floor(max(16 // min(itemsizes), min(16, 32 // sum(itemsizes)), 8))
+    return max(16 // max(itemsizes), min(want, most))
 
 
 @dataclass
@@ -650,7 +652,8 @@ class TritonCodegen:
                           f"{hit}.to(tl.int64), mask={hit})")
                     else:
                         w(f"tl.atomic_add(out_ptr + {k.layout.count(c)}, n_bad.to(tl.int64))")
-                    w(f"first = tl.min(tl.where({hit}, offs.to(tl.int64), {BIG}), axis=0)")
+                    # the minimum in IDX (offs < the element count), widened once: half the registers of an int64 block
+                    w(f"first = tl.min(tl.where({hit}, offs, {self.numel(g.axes)}), axis=0).to(tl.int64)")
                     w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
 
     def unravel(self, buf: IndentedBuffer, flat: str, axes: tuple[str, ...], into: dict[str, str]) -> None:
