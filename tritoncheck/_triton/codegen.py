@@ -652,8 +652,7 @@ class TritonCodegen:
                           f"{hit}.to(tl.int64), mask={hit})")
                     else:
                         w(f"tl.atomic_add(out_ptr + {k.layout.count(c)}, n_bad.to(tl.int64))")
-                    # the minimum in IDX (offs < the element count), widened once: half the registers of an int64 block
-                    w(f"first = tl.min(tl.where({hit}, offs, {self.numel(g.axes)}), axis=0).to(tl.int64)")
+                    w(f"first = tl.min(tl.where({hit}, offs.to(tl.int64), {BIG}), axis=0)")
                     w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
 
     def unravel(self, buf: IndentedBuffer, flat: str, axes: tuple[str, ...], into: dict[str, str]) -> None:
