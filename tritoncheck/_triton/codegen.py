@@ -281,13 +281,13 @@ def _pow2_floor(n: int) -> int:
 def per_thread(itemsizes: list[int]) -> int:
     """Elements per thread for a tile whose loads have these item sizes: about BYTES_PER_THREAD
     bytes in flight, at least one 128-bit load of the widest field, and up to one 128-bit load of
-    the narrowest (a 1-byte mask wants 16 elements a thread) or 32 bytes (a lone fp16 field: 16
-    elements, as 16 KB in flight per SM needs at the occupancy its registers allow) if more."""
+    the narrowest (a 1-byte mask wants 16 elements a thread) where the registers allow. (16
+    elements for a lone fp16 field would put 16 KB in flight per SM, but under triton 3.6 ptxas
+    then spills a few bytes in some kernels: nll's.)"""
     if not itemsizes:
         return 8
     want = _pow2_floor(max(1, BYTES_PER_THREAD // sum(itemsizes)))
-    most = _pow2_floor(max(16 // min(itemsizes), min(16, 32 // sum(itemsizes)), 8))
-    return max(16 // max(itemsizes), min(want, most))
+    return max(16 // max(itemsizes), min(want, max(16 // min(itemsizes), 8)))
 
 
 @dataclass
