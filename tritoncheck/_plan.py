@@ -520,14 +520,15 @@ def _bind(plan: Plan, batch: Any) -> Bound:
     dim_values.update((presence_dim(fp.name), batch.get(fp.name) is not None) for fp in plan.fields)
     skipped: list[str] = []
     for c in plan.dim_checks:
-        needed = expr_dims(c.expr) | (expr_dims(c.where) if c.where is not None else set())
-        if not needed <= dim_values.keys():
-            skipped.append(c.text)
+        applies = True if c.where is None else holds(c.where, dim_values)
+        if applies is False:
             continue
-        if c.where is not None and not bool(evaluate_scalar(c.where, dim_values)):
+        if applies is None or not expr_dims(c.expr) <= dim_values.keys():
+            skipped.append(c.text)
             continue
         if not bool(evaluate_scalar(c.expr, dim_values)):
             value = evaluate_scalar(c.subject, dim_values)
+            needed = (expr_dims(c.expr) | expr_dims(c.where)) & dim_values.keys()
             ctx = ", ".join(f"{k}={dim_values[k]}" + (f" (from {dims[k][1]})" if k in dims else "") for k in sorted(needed))
             # report on a field the batch holds: T may be bound by labels when decoder_input_ids is absent
             sizes = sorted(needed & dims.keys())
@@ -542,9 +543,12 @@ def _bind(plan: Plan, batch: Any) -> Bound:
     needs = plan.needs or tuple(_check_needs(c, {f.name: f for f in plan.fields}) for c in plan.checks)
     short: dict[tuple[str, int], IndexNeed] = {}  # per (field, axis): the largest index past its size
     for c, (fields_needed, dims_needed, index_needs) in zip(plan.checks, needs, strict=True):
-        if isinstance(c, RuleCheck) and c.when is not None and expr_dims(c.when) <= dim_values.keys() \
-                and not evaluate_scalar(c.when, dim_values):
-            continue  # the rule does not apply to this batch (`where not present(position_ids)`)
+        if isinstance(c, RuleCheck) and c.when is not None:
+            applies = holds(c.when, dim_values)
+            if not applies:  # the rule does not apply to this batch (`where not present(position_ids)`)
+                if applies is None:  # or cannot tell: it needs a dim the batch does not bind
+                    skipped.append(describe(c))
+                continue
         if fields_needed & bad_fields or not dims_needed <= dim_values.keys():
             absent_optional = all(plan.field(f).optional and f not in batch for f in fields_needed & bad_fields)
             if not absent_optional or not fields_needed & bad_fields:
@@ -654,6 +658,26 @@ def _rank_hint(fp: FieldPlan, t: torch.Tensor) -> str | None:
     if t.dim() + 1 == len(fp.shape):
         return "one axis is missing, e.g. (N,) where (N, 1) or (B, C, L) is expected: unsqueeze or reshape"
     return None
+
+
+def holds(cond: Expr, dims: Mapping[str, Any]) -> bool | None:
+    """The truth of a condition over dims and presence, or None when it needs a dim `dims` lacks.
+
+    `&` and `|` decide from one side when that side decides (`present(labels) & (T > 2)` is False
+    without labels, though T is then unbound), as the rule reads.
+    """
+    if isinstance(cond, Binary) and cond.op in ("&", "|"):
+        a, b = holds(cond.a, dims), holds(cond.b, dims)
+        decisive = cond.op == "|"  # True decides `|`, False decides `&`
+        if a is decisive or b is decisive:
+            return decisive
+        return None if a is None or b is None else not decisive
+    if isinstance(cond, Unary) and cond.op == "not":
+        x = holds(cond.x, dims)
+        return None if x is None else not x
+    if not expr_dims(cond) <= dims.keys():
+        return None
+    return bool(evaluate_scalar(cond, dims))
 
 
 def evaluate_scalar(expr: Expr, dims: Mapping[str, int]) -> Any:

@@ -57,8 +57,8 @@ from ._cli_commands import (
     spec_from_args,
     write_json,
 )
-from ._spec import closest
 from ._report import fitted_table, printable
+from ._spec import closest
 
 BATCH_SUFFIXES = (".pt", ".pth", ".safetensors", ".npz")
 TABLE_SUFFIXES = (".parquet", ".arrow", ".feather")  # Arrow: the IPC file (Feather v2) or stream format
@@ -729,7 +729,7 @@ class _Ragged:
         """Per member: does a rule over dims (`L >= min_length`) fail at the row's own sizes?"""
         import torch
 
-        from ._plan import evaluate_scalar
+        from ._plan import evaluate_scalar, holds
 
         names = sorted(self.free & self.sizes.keys())
         if not self.plan.dim_checks or not names:
@@ -739,13 +739,13 @@ class _Ragged:
         fails = []
         for combo in combos.tolist():
             values = {d: size for d, (size, _) in dims.items()} | dict(zip(names, combo, strict=True))
-            fails.append(any(_fails(c, values, evaluate_scalar) for c in self.plan.dim_checks))
+            fails.append(any(_fails(c, values, evaluate_scalar, holds) for c in self.plan.dim_checks))
         return torch.tensor(fails).index_select(0, inverse)
 
 
-def _fails(c: Any, values: dict[str, int], evaluate: Callable[..., Any]) -> bool:
+def _fails(c: Any, values: dict[str, int], evaluate: Callable[..., Any], holds: Callable[..., Any]) -> bool:
     try:
-        return bool((c.where is None or evaluate(c.where, values)) and not evaluate(c.expr, values))
+        return bool((c.where is None or holds(c.where, values)) and not evaluate(c.expr, values))
     except KeyError:  # a dim this chunk does not bind: the padded check skipped the rule as well
         return False
 

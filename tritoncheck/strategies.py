@@ -49,6 +49,7 @@ from ._plan import (
     compile_plan,
     evaluate_scalar,
     expr_dims,
+    holds,
     kind_of,
     presence_dim,
     presence_field,
@@ -500,9 +501,9 @@ def _presence_holds(plan: Plan, dims: dict[str, int], present: list[FieldPlan], 
         if c is breaking:
             continue
         host = dims | {presence_dim(fp.name): fp.name in names for fp in plan.fields}  # what bind sees
-        if not expr_dims(c.expr) | expr_dims(c.where) <= host.keys():
-            continue
-        if (c.where is None or evaluate_scalar(c.where, host)) and not evaluate_scalar(c.expr, host):
+        if (c.where is not None and not holds(c.where, host)) or not expr_dims(c.expr) <= host.keys():
+            continue  # (as bind: a rule whose `where` fails or needs an unbound dim is not checked)
+        if not evaluate_scalar(c.expr, host):
             named = {fp.name for fp in plan.fields if presence_dim(fp.name) in expr_dims(c.expr)} - names
             host.update((presence_dim(n), True) for n in named)
             if not named or not evaluate_scalar(c.expr, host):
@@ -566,17 +567,14 @@ def _applies(target: Any, ctx: _Draw) -> bool:
     if when is None:
         return True
     host = ctx.dims | {presence_dim(fp.name): fp.name in ctx.batch for fp in ctx.plan.fields}
-    return not expr_dims(when) <= host.keys() or bool(evaluate_scalar(when, host))
+    return holds(when, host) is True  # (bind skips a rule whose `when` needs a dim the batch lacks)
 
 
 def _absent_for(c: DimCheck, dims: dict[str, int]) -> set[str]:
     """The optional fields a rule's `where` needs left out (`L <= 512 where not present(pixel_values)`)."""
     named = {f for n in expr_dims(c.where) if (f := presence_field(n)) is not None}
     host = dims | {presence_dim(n): False for n in named}
-    try:
-        return named if named and evaluate_scalar(c.where, host) else set()
-    except KeyError:
-        return set()
+    return named if named and holds(c.where, host) else set()
 
 
 def _mutate_dim_bound(c: DimCheck, ctx: _Draw, rng: random.Random):

@@ -1,0 +1,55 @@
+"""Regression tests for findings of a review of severity, bind's signature cache, present(), '1?' and
+the strategies. Every compiled backend's report is compared with the torch backend's."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from report_compare import comparable
+
+import tritoncheck as tc
+from tritoncheck._spec import spec_from_dict
+
+PRESENCE = {
+    "name": "presence",
+    "fields": {
+        "input_ids": {"dtype": "int64", "shape": ["B", "L"]},
+        "labels": {"dtype": "int64", "shape": ["B", "T"], "optional": True},
+    },
+    "rules": [
+        # applies only with labels of more than 2 steps: without labels, T is unbound, yet the
+        # rule clearly does not apply
+        {"rule": "input_ids >= 1 where present(labels) & (T > 2)", "code": "starts_at_one"},
+        # without labels the `where` holds whatever T is: the bound applies
+        {"rule": "L <= 2 where (not present(labels)) | (T > 2)", "code": "sequence_too_long"},
+        # a size bound over an absent field's dim that does not apply: nothing to skip
+        {"rule": "T <= 5 where present(labels)", "code": "dim_bound"},
+    ],
+}
+
+
+def ids(*shape):
+    return torch.zeros(*shape, dtype=torch.int64)
+
+
+def reference(batch, spec):
+    return comparable(tc.check(batch, spec, backend="torch").to_dict())
+
+
+def test_a_where_decided_by_presence_alone_needs_no_other_dim(backend):
+    spec = spec_from_dict(PRESENCE, "presence.yaml")
+    report = tc.check({"input_ids": ids(2, 3)}, spec, backend=backend)
+    assert [(v.field, v.code, v.value) for v in report.violations] == [("input_ids", "sequence_too_long", 3)]
+    assert report.skipped == ()
+    assert comparable(report.to_dict()) | {"backend": None} == reference({"input_ids": ids(2, 3)}, spec) | {"backend": None}
+    # with labels of 4 steps both rules over data apply, and fail
+    report = tc.check({"input_ids": ids(2, 2), "labels": ids(2, 4)}, spec, backend=backend)
+    assert [v.code for v in report.violations] == ["starts_at_one"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(b=tc.strategies.valid_batches(spec_from_dict(PRESENCE, "presence.yaml")))
+def test_valid_batches_of_a_presence_where_pass(b):
+    spec = spec_from_dict(PRESENCE, "presence.yaml")
+    for backend in ("torch", "c", "triton"):
+        assert not tc.check(b, spec, backend=backend).violations, backend
