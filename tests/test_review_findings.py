@@ -3,6 +3,9 @@ the strategies. Every compiled backend's report is compared with the torch backe
 
 from __future__ import annotations
 
+import types
+
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from report_compare import comparable
@@ -53,3 +56,55 @@ def test_valid_batches_of_a_presence_where_pass(b):
     spec = spec_from_dict(PRESENCE, "presence.yaml")
     for backend in ("torch", "c", "triton"):
         assert not tc.check(b, spec, backend=backend).violations, backend
+
+
+WARNED = {
+    "name": "toy-warned",
+    "fields": {"features": {"dtype": "float32", "shape": ["B", 3], "max": 10, "severity": {"above_max": "warning"}},
+               "target": {"dtype": "int64", "shape": ["B"], "min": 0, "max": 3}},
+}
+
+
+def warned_batch(features=(0.0, 0.0, 0.0, 0.0), targets=(0, 1, 2, 3)):
+    return {"features": torch.tensor(features).repeat(3, 1).T.contiguous(), "target": torch.tensor(targets)}
+
+
+def test_lightning_names_only_samples_with_errors_as_bad():
+    pytest.importorskip("lightning")
+    from tritoncheck.integrations.lightning import TritoncheckCallback
+
+    callback = TritoncheckCallback(spec_from_dict(WARNED, "w.yaml"))
+    batch = warned_batch(features=(50.0, 0.0, 0.0, 0.0), targets=(0, 1, 9, 3))  # sample 0 warns, sample 2 errs
+    batch["idx"] = torch.tensor([10, 11, 12, 13])
+    callback.index = "idx"
+    with pytest.raises(tc.BatchValidationError) as info:
+        callback.on_validation_batch_start(types.SimpleNamespace(sanity_checking=False), None, batch, 0)
+    assert info.value.__notes__ == ["in Lightning validate batch_idx 0; dataset indices of the bad samples: 12 (sample 2)"]
+
+
+def test_lightning_logs_warnings_and_strict_raises_for_them(caplog):
+    pytest.importorskip("lightning")
+    from tritoncheck.integrations.lightning import TritoncheckCallback
+
+    spec = spec_from_dict(WARNED, "w.yaml")
+    trainer = types.SimpleNamespace(sanity_checking=False)
+    batch = warned_batch(features=(50.0, 0.0, 0.0, 0.0))
+    with caplog.at_level("WARNING", logger="tritoncheck"):
+        TritoncheckCallback(spec).on_train_batch_start(trainer, None, batch, 0)
+    assert "warning: features" in caplog.text
+    with pytest.raises(tc.BatchValidationError, match="features"):
+        TritoncheckCallback(spec, strict=True).on_train_batch_start(trainer, None, batch, 0)
+
+
+def test_hf_collator_takes_strict():
+    pytest.importorskip("transformers")
+    from tritoncheck.integrations.hf import ValidatingDataCollator
+
+    spec = spec_from_dict(WARNED, "w.yaml")
+    rows = [{"features": torch.tensor([50.0, 0.0, 0.0]), "target": torch.tensor(1)},
+            {"features": torch.zeros(3), "target": torch.tensor(2)}]
+    collate = ValidatingDataCollator(lambda samples: torch.utils.data.default_collate(samples), spec)
+    assert collate(rows)["target"].tolist() == [1, 2]  # a warning passes
+    strict = ValidatingDataCollator(lambda samples: torch.utils.data.default_collate(samples), spec, strict=True)
+    with pytest.raises(tc.BatchValidationError, match="features"):
+        strict(rows)

@@ -32,7 +32,7 @@ class ValidatingDataCollator(ValidatingCollate):
         on_error: "raise" (default), "skip" or "quarantine", as for `tc.ValidatingCollate`.
             The Trainer cannot take an empty step, so a batch whose every sample is bad raises
             `BatchValidationError` in every mode.
-        quarantine_dir, log_dir, backend: as for `tc.ValidatingCollate`.
+        quarantine_dir, log_dir, backend, strict: as for `tc.ValidatingCollate`.
     """
 
     def __init__(
@@ -44,12 +44,13 @@ class ValidatingDataCollator(ValidatingCollate):
         *,
         log_dir: Any = None,
         backend: Any = "torch",
+        strict: bool = False,
     ):
         if data_collator is None:
             from transformers import default_data_collator
 
             data_collator = default_data_collator
-        super().__init__(spec, data_collator, on_error, quarantine_dir, log_dir=log_dir, backend=backend)
+        super().__init__(spec, data_collator, on_error, quarantine_dir, log_dir=log_dir, backend=backend, strict=strict)
 
     def _all_bad(self, report: Report, indices: list[int | None]) -> Any:
         # every sample is recorded already; the Trainer cannot take an empty step, so stop here

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any, Literal
 
-from .._api import Backend, agree, check, disabled
+from .._api import Backend, agree, check, disabled, log_warnings
 from .._data import split_bad
 from .._plan import compile_plan
 from .._report import BatchValidationError, Report
@@ -52,6 +52,8 @@ class TritoncheckCallback(Callback):
             sample left raises, and so does a tuple batch, which cannot be changed in place.
         backend: "auto" (Triton for CUDA tensors, torch otherwise), "torch" or "triton".
         sync: under torch.distributed, agree the verdict across ranks so that all raise together.
+        strict: count warnings (data bugs the model runs through) as errors; otherwise a batch with
+            only warnings goes through and each (spec, field, code) is logged once, as `tc.validate` does.
 
     In skip mode, entries the spec names lose the bad samples along its batch dim; other entries
     (the index, a list of texts) along their first dim when it has the batch's size, as a
@@ -60,7 +62,7 @@ class TritoncheckCallback(Callback):
 
     def __init__(self, spec: BatchSpec, *, fields: Sequence[str] | None = None, index: str | None = None,
                  stages: Sequence[Stage] = ("train", "validate", "test"), on_error: Literal["raise", "skip"] = "raise",
-                 backend: Backend = "auto", sync: bool = True):
+                 backend: Backend = "auto", sync: bool = True, strict: bool = False):
         if not isinstance(spec, BatchSpec):
             raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
         if on_error not in ("raise", "skip"):
@@ -76,6 +78,7 @@ class TritoncheckCallback(Callback):
         self.on_error = on_error
         self.backend = backend
         self.sync = sync
+        self.strict = strict
         self._records: list[dict[str, Any]] = []
 
     def records(self) -> list[dict[str, Any]]:
@@ -102,7 +105,7 @@ class TritoncheckCallback(Callback):
             return
         entries = self._entries(batch)
         checked = {k: v for k, v in entries.items() if k != self.index} if isinstance(entries, dict) else entries
-        report = check(checked, self.spec, backend=self.backend)
+        report = check(checked, self.spec, backend=self.backend, strict=self.strict)
         where = {"stage": "sanity_check" if getattr(trainer, "sanity_checking", False) else stage,
                  "batch_idx": batch_idx, "dataloader_idx": dataloader_idx}
         indices = None
@@ -115,6 +118,8 @@ class TritoncheckCallback(Callback):
             report = agree(report, True)
         if not report.ok:
             raise _named(BatchValidationError(report), report, indices, where, why)
+        if report.warnings:
+            log_warnings(report)
 
     def _entries(self, batch: Any) -> Any:
         """The batch as a dict of name to value (a copy), or as it is when it cannot be one."""
@@ -150,7 +155,7 @@ class TritoncheckCallback(Callback):
 
         def check_subset(keep: list[int]) -> tuple[Report, Any]:
             subset = {k: _take(v, axes.get(k), keep) for k, v in checked.items()}
-            return check(subset, self.spec, backend=self.backend), None
+            return check(subset, self.spec, backend=self.backend, strict=self.strict), None
 
         good, bad, _ = split_bad(n, check_subset, report, checked, plan)
         if not good:
@@ -216,7 +221,7 @@ def _named(exc: BatchValidationError, report: Report, indices: list | None, wher
     text = f"in Lightning {where['stage']} batch_idx {where['batch_idx']}"
     if where["dataloader_idx"]:
         text += f" of dataloader {where['dataloader_idx']}"
-    positions = sorted({p for v in report.violations for p in v.samples})
+    positions = sorted({p for v in report.errors for p in v.samples})  # a sample with only warnings is not bad
     if indices is not None and positions:
         text += "; dataset indices of the bad samples: " + ", ".join(
             f"{_index_at(indices, p)!r} (sample {p})" for p in positions)
