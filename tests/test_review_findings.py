@@ -108,3 +108,17 @@ def test_hf_collator_takes_strict():
     strict = ValidatingDataCollator(lambda samples: torch.utils.data.default_collate(samples), spec, strict=True)
     with pytest.raises(tc.BatchValidationError, match="features"):
         strict(rows)
+
+
+def test_scan_strict_messages_read_as_errors(tmp_path, capsys):
+    import json
+
+    from tritoncheck.cli import main
+
+    (tmp_path / "warned.yaml").write_text(
+        "name: warned\nfields:\n  input: {dtype: float, shape: [B, C]}\n"
+        "  target: {dtype: int64, shape: [B], min: 0, max: C - 1, severity: {above_max: warning}}\n")
+    torch.save({"input": torch.zeros(2, 3), "target": torch.tensor([0, 7])}, tmp_path / "a.pt")
+    assert main(["scan", str(tmp_path / "warned.yaml"), str(tmp_path / "a.pt"), "--json", "--strict"]) == 1
+    (entry,) = json.loads(capsys.readouterr().out)["violations"]
+    assert entry["severity"] == "error" and entry["message"].startswith("target[1]: ")

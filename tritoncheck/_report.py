@@ -42,6 +42,7 @@ VIOLATION_CODES: tuple[str, ...] = (
     "rank_failed",
 )
 MAX_SAMPLES_SHOWN = 10
+WARNING_PREFIX = "warning: "  # how a warning's message starts (an error's starts with its location)
 _AXIS_CODES = ("shape", "dim_mismatch")  # their `index` is (axis,)
 # C0, DEL and C1 controls (ESC, CSI, OSC, BEL, CR, ...) and the bidi overrides that reorder a line.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -106,7 +107,7 @@ class Violation:
         """One paragraph: where, what rule, how often, and a hint if one fits (control characters escaped)."""
         text = f"{printable(self.location)}: {printable(self.rule)}"
         if not self.is_error:
-            text = f"warning: {text}"
+            text = WARNING_PREFIX + text
         if self.value is not None and self.index is not None:
             text += f" (found {_fmt(self.value)})"
         if self.samples:

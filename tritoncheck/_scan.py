@@ -57,7 +57,7 @@ from ._cli_commands import (
     spec_from_args,
     write_json,
 )
-from ._report import fitted_table, printable
+from ._report import WARNING_PREFIX, fitted_table, printable
 from ._spec import closest
 
 BATCH_SUFFIXES = (".pt", ".pth", ".safetensors", ".npz")
@@ -177,9 +177,10 @@ def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", back
         else:
             for shard in job.shards:
                 result.merge(job.run(shard, advance))
-    if strict:
+    if strict:  # as `Report.strict`: every warning becomes an error, its message too
         for entry in result.entries:
-            entry["severity"] = "error"
+            if entry["severity"] == "warning":
+                entry["severity"], entry["message"] = "error", entry["message"].removeprefix(WARNING_PREFIX)
     return _summary(spec.name, str(data), unit, result, applied, absent)
 
 
