@@ -122,3 +122,15 @@ def test_scan_strict_messages_read_as_errors(tmp_path, capsys):
     assert main(["scan", str(tmp_path / "warned.yaml"), str(tmp_path / "a.pt"), "--json", "--strict"]) == 1
     (entry,) = json.loads(capsys.readouterr().out)["violations"]
     assert entry["severity"] == "error" and entry["message"].startswith("target[1]: ")
+
+
+def test_specs_built_in_a_loop_do_not_pile_up_in_the_caches():
+    from tritoncheck import _plan
+    from tritoncheck._kernel import c_backend
+
+    base = spec_from_dict({"name": "n", "params": {"k": 1}, "fields": {"x": {"dtype": "int64", "shape": ["B"], "max": "k"}}},
+                          "n.yaml")
+    for k in range(_plan.MAX_PLANS + 5):  # a new plan each time (of the same text: one compile)
+        report = tc.check({"x": torch.tensor([0, k + 1])}, base.with_params(k=1), backend="c")
+        assert [v.value for v in report.violations] == [k + 1] if k else not report.violations
+    assert len(_plan._signatures) <= _plan.MAX_PLANS and len(c_backend._entries) <= _plan.MAX_PLANS

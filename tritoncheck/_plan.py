@@ -401,6 +401,7 @@ class Bound:
 
 
 MAX_SIGNATURES = 256  # per plan: dynamic padding makes one signature per distinct length
+MAX_PLANS = 64  # plans whose signatures are kept (oldest dropped first): specs built in a loop must not pile up
 _signatures: dict[int, tuple[Plan, dict[tuple, tuple]]] = {}
 _signatures_lock = threading.Lock()
 
@@ -419,6 +420,8 @@ def bind(plan: Plan, batch: Any) -> Bound:
     if entry is None or entry[0] is not plan:
         with _signatures_lock:
             entry = _signatures[id(plan)] = (plan, {})
+            while len(_signatures) > MAX_PLANS:
+                _signatures.pop(next(iter(_signatures)))
     cache = entry[1]
     hit = cache.get(key)
     if hit is None:

@@ -18,7 +18,7 @@ import ctypes
 import threading
 from typing import Any
 
-from .._plan import Bound, DataCheck, Plan, referenced_fields
+from .._plan import MAX_PLANS, Bound, DataCheck, Plan, referenced_fields
 from .._report import Violation
 from . import build, c, ir
 from .decode import decode
@@ -108,6 +108,8 @@ def _program_by_layout(plan: Plan, bound: Bound) -> Program:
     if entry is None or entry.plan is not plan:
         with _entries_lock:
             entry = _entries[id(plan)] = _PlanEntry(plan)
+            while len(_entries) > MAX_PLANS:  # oldest first: specs built in a loop must not pile up
+                _entries.pop(next(iter(_entries)))
     checks = bound.runnable
     # runnable checks keep the plan's order, so all of them is the common key; else their ids
     ids = () if len(checks) == len(plan.checks) else tuple(map(id, checks))
