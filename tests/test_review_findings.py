@@ -134,3 +134,30 @@ def test_specs_built_in_a_loop_do_not_pile_up_in_the_caches():
         report = tc.check({"x": torch.tensor([0, k + 1])}, base.with_params(k=1), backend="c")
         assert [v.value for v in report.violations] == [k + 1] if k else not report.violations
     assert len(_plan._signatures) <= _plan.MAX_PLANS and len(c_backend._entries) <= _plan.MAX_PLANS
+
+
+# A rule on a selection (`ids[:, 0] == 1`, a CLS token) constrains only that selection: the rest of
+# the field keeps its range, so a token budget over pads (`sum(ids != 0) <= 4`) can still be met.
+SELECTED = spec_from_dict({
+    "name": "selected",
+    "fields": {"ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0, "max": 9}},
+    "rules": [{"rule": "sum(ids != 0, dim=L) <= 4", "code": "budget"}, {"rule": "ids[:, 0] == 1", "code": "cls_first"}],
+}, "selected.yaml")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(b=tc.strategies.valid_batches(SELECTED, L=(1, 12)))
+def test_a_rule_on_a_selection_leaves_the_rest_of_the_field_free(b):
+    for backend in ("torch", "c", "triton"):
+        assert not tc.check(b, SELECTED, backend=backend).violations, backend
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=tc.strategies.malformed_batches(SELECTED, L=(1, 12)))
+def test_malformed_batches_of_a_rule_on_a_selection(case):
+    b, expected = case
+    want = reference(b, SELECTED)
+    assert [(v["field"], v["code"], tuple(v["samples"])) for v in tc.check(b, SELECTED).to_dict()["violations"]] == [
+        (expected.field, expected.code, expected.samples)]
+    for backend in ("c", "triton"):
+        assert comparable(tc.check(b, SELECTED, backend=backend).to_dict()) | {"backend": None} == want | {"backend": None}

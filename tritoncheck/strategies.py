@@ -485,7 +485,9 @@ def _draw_batch(draw, plan: Plan, intervals: dict[str, list[int]], overrides: di
     ctx.domains = _domains(ctx)
     for fp in present:
         ctx.batch[fp.name] = _fill(ctx.domains[fp.name], dtypes[fp.name], ctx.shape(fp), g, edge, sentinel)
-    for c in plan.checks:  # each kind's repair, in plan order (rule shapes, a monotonic field's sort)
+    # each kind's repair (rule shapes, a monotonic field's sort), in plan order but a rule on a selection
+    # first (`ids[:, 0] == cls`): a token budget then pads past the pinned token, not over it
+    for c in sorted(plan.checks, key=lambda c: not _pins_selection(c)):
         repair = kind_of(c).repair
         if repair is not None and referenced_fields(c) <= ctx.batch.keys():
             repair(c, ctx)
@@ -612,7 +614,25 @@ def _breaking_values(op: str, k: float) -> list[float]:
 
 def _field_cmp_constrain(c: RuleCheck, m, ctx: _Draw) -> None:
     ref, op, k = m
-    ctx.domains[ref.field].narrow(op, ctx.scalar(k))
+    if _full_ref(ref):  # a selection (`ids[:, 0] == cls`) is set by the repair: the rest keeps its range
+        ctx.domains[ref.field].narrow(op, ctx.scalar(k))
+
+
+def _pins_selection(c: Any) -> bool:
+    """A rule `field[index] <op> scalar` on a selection of its field (set by `_field_cmp_repair`)."""
+    m = _as_field_cmp(c.expr) if isinstance(c, RuleCheck) else None
+    return m is not None and not _full_ref(m[0])
+
+
+def _field_cmp_repair(c: RuleCheck, m, ctx: _Draw) -> None:
+    ref, op, k = m
+    if _full_ref(ref):
+        return
+    kv, view = ctx.scalar(k), ctx.view(ref)
+    v = pick(ctx.domains[ref.field], view.dtype, lambda x: _cmp_holds(op, x, kv))
+    if v is None:
+        raise _Infeasible(f"no value of {ref.field} satisfies {c.text!r}")
+    view[~_torch_backend.binary(op, view, kv)] = v
 
 
 def _field_cmp_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
@@ -807,7 +827,8 @@ def _pair_mutate(c: RuleCheck, m, ctx: _Draw, rng: random.Random):
 
 
 RULE_SHAPES: tuple[RuleShape, ...] = (
-    RuleShape("field_cmp_scalar", lambda c: _as_field_cmp(c.expr), _field_cmp_constrain, None, _field_cmp_mutate),
+    RuleShape("field_cmp_scalar", lambda c: _as_field_cmp(c.expr), _field_cmp_constrain, _field_cmp_repair,
+              _field_cmp_mutate),
     RuleShape("any_along", lambda c: _as_any(c.expr) if c.where is None else None, None, _any_repair, _any_mutate),
     RuleShape("count_bound", lambda c: _as_count_bound(c.expr) if c.where is None else None, None, _count_repair,
               _count_mutate),
