@@ -161,3 +161,14 @@ def test_malformed_batches_of_a_rule_on_a_selection(case):
         (expected.field, expected.code, expected.samples)]
     for backend in ("c", "triton"):
         assert comparable(tc.check(b, SELECTED, backend=backend).to_dict()) | {"backend": None} == want | {"backend": None}
+
+
+def test_scan_narrows_a_batch_whose_unit_tail_field_has_its_size_1_axis():
+    from tritoncheck._scan import scan_batch
+
+    spec = spec_from_dict({"name": "cls", "fields": {
+        "input_ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0},
+        "labels": {"dtype": "int64", "shape": ["B", "1?"], "min": 0, "max": 2}}}, "cls.yaml")
+    for labels in (torch.tensor([0, 5, 1, 7]), torch.tensor([[0], [5], [1], [7]])):
+        found, size, _ = scan_batch({"input_ids": ids(4, 3), "labels": labels}, spec, "torch")
+        assert [(p, v.code, v.value) for p, v in found] == [(1, "above_max", 5), (3, "above_max", 7)], labels.shape

@@ -295,7 +295,8 @@ def _take(batch: Mapping, plan: Any, positions: list[int]) -> dict[str, Any]:
     for name, value in batch.items():
         fp = known.get(name)
         tensor = as_tensor(value)[0] if fp is not None and value is not None else None
-        if tensor is not None and tensor.ndim == len(fp.axes) and plan.batch_dim in fp.axes:
+        # (a field whose shape ends in '1?' may come with its size-1 axis: labels [B, 1] for [B])
+        if tensor is not None and tensor.ndim - len(fp.axes) in (0, fp.unit_tail) and plan.batch_dim in fp.axes:
             out[name] = tensor.index_select(fp.axes.index(plan.batch_dim), index.to(tensor.device))
         else:
             out[name] = value
