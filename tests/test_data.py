@@ -308,3 +308,14 @@ def test_the_skip_log_says_why_each_sample_was_dropped(tmp_path, caplog):
         collate(bad_pair(0, 7))
     (summary,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert "skipped: sample 1 = dataset index 7 (above_max input_ids)" in summary and str(tmp_path) in summary
+
+
+def test_raise_names_only_samples_with_errors_as_bad():
+    """A sample with only a warning is not named among the bad samples of a raised batch."""
+    spec = tc._spec.spec_from_dict({"name": "warn-and-error", "fields": {"x": {
+        "dtype": "int64", "shape": ["B"], "min": 0, "max": 3, "severity": {"above_max": "warning"}}}}, "w.yaml")
+    samples = [{"x": torch.tensor(v)} for v in (0, 7, 0, -1)]
+    loader = DataLoader(tc.IndexedDataset(samples), batch_size=4, collate_fn=tc.ValidatingCollate(spec))
+    with pytest.raises(tc.BatchValidationError) as info:
+        next(iter(loader))
+    assert "dataset indices of the bad samples: 3 (sample 3)" in info.value.__notes__

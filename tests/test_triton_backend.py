@@ -8,6 +8,7 @@ corruptions that each target one check.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
@@ -542,6 +543,18 @@ def test_deferred_validate_raises_at_next_call_or_wait(device):
     with pytest.raises(tc.BatchValidationError):
         tc.wait()
     tc.wait()  # nothing pending any more
+
+
+def test_deferred_validate_logs_a_passing_batchs_warnings(device, caplog):
+    """Deferred validation logs the warnings of a batch that passes, as validate does (the first of
+    each field and code at WARNING, repeats at DEBUG)."""
+    spec = tc._spec.spec_from_dict({"name": "deferred-warning", "fields": {"x": {
+        "dtype": "int64", "shape": ["B"], "max": 3, "severity": {"above_max": "warning"}}}}, "w.yaml")
+    batch = {"x": torch.tensor([0, 7], device=device)}
+    with caplog.at_level(logging.DEBUG, logger="tritoncheck"):
+        assert tc.validate(batch, spec, backend="triton", deferred=True) is batch
+        tc.wait()
+    assert any("x[1]" in r.getMessage() and "deferred-warning" in r.getMessage() for r in caplog.records)
 
 
 def test_deferred_strict_counts_warnings(device):

@@ -406,7 +406,7 @@ def _with_indices(exc: BatchValidationError, report: Report, indices: Sequence[i
     """Attach the dataset indices of the batch (when known) and name the bad ones in a note."""
     exc.dataset_indices = tuple(indices)  # type: ignore[attr-defined]
     if any(i is not None for i in indices):
-        positions = sorted({p for v in report.violations for p in v.samples if p < len(indices)})
+        positions = sorted({p for v in report.errors for p in v.samples if p < len(indices)})  # warnings do not make a sample bad
         if positions:
             named = ", ".join(f"{indices[p]} (sample {p})" for p in positions)
             _note(exc, f"dataset indices of the bad samples: {named}")

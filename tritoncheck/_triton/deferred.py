@@ -104,6 +104,11 @@ def _raise_earliest(entries: list[_Entry], *, block: bool) -> None:
             _settle(entry)
     settled = [e for e in entries if e.settled()]
     bad = [e for e in settled if not e.report.ok]
+    from .. import _api
+
+    for e in settled:
+        if e.report.ok:
+            _api.log_warnings(e.report)  # as a synchronous validate logs a passing batch's warnings
     for e in settled:
         if e.report.ok or e is bad[0]:
             _queue.remove(e)
