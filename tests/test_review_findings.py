@@ -170,5 +170,33 @@ def test_scan_narrows_a_batch_whose_unit_tail_field_has_its_size_1_axis():
         "input_ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0},
         "labels": {"dtype": "int64", "shape": ["B", "1?"], "min": 0, "max": 2}}}, "cls.yaml")
     for labels in (torch.tensor([0, 5, 1, 7]), torch.tensor([[0], [5], [1], [7]])):
-        found, size, _ = scan_batch({"input_ids": ids(4, 3), "labels": labels}, spec, "torch")
+        found, _, _ = scan_batch({"input_ids": ids(4, 3), "labels": labels}, spec, "torch")
         assert [(p, v.code, v.value) for p, v in found] == [(1, "above_max", 5), (3, "above_max", 7)], labels.shape
+
+
+UNIT = spec_from_dict({"name": "cls", "fields": {
+    "input_ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0},
+    "labels": {"dtype": "int64", "shape": ["B", "1?"], "min": 0, "max": 2, "severity": {"below_min": "warning"}}},
+    "rules": [{"rule": "labels != 1", "code": "no_ones"}]}, "cls.yaml")
+
+
+def test_malformed_batches_come_with_the_size_1_axis_too():
+    from hypothesis import find
+
+    b, expected = find(tc.strategies.malformed_batches(UNIT, codes=["above_max"]), lambda c: c[0]["labels"].dim() == 2,
+                       settings=settings(database=None, max_examples=200))
+    for backend in ("torch", "c", "triton"):
+        found = [(v.field, v.code, v.samples) for v in tc.check(b, UNIT, backend=backend).violations]
+        assert found == [(expected.field, "above_max", expected.samples)], backend
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=tc.strategies.malformed_batches(UNIT))
+def test_malformed_unit_tail_batches_agree_on_every_backend(case):
+    b, expected = case
+    report = tc.check(b, UNIT)
+    assert [(v.field, v.code, v.samples) for v in (report.errors or report.violations)] == [
+        (expected.field, expected.code, expected.samples)], expected.mutation
+    for backend in ("c", "triton"):
+        got = comparable(tc.check(b, UNIT, backend=backend).to_dict())
+        assert got | {"backend": None} == comparable(report.to_dict()) | {"backend": None}, backend

@@ -984,12 +984,19 @@ def valid_batches(spec: BatchSpec, *, require: Iterable[str] = (),
     @st.composite
     def build(draw):
         batch = _valid(draw, spec, plan, intervals, force_present=required).batch
-        for fp in plan.fields:  # a field whose shape ends in '1?' comes both ways: [B] and [B, 1]
-            if fp.unit_tail and fp.name in batch and draw(st.booleans(), label=f"{fp.name} with its size-1 axis"):
-                batch[fp.name] = batch[fp.name].unsqueeze(-1)
+        _unit_tails(draw, plan, batch)
         return batch
 
     return build()
+
+
+def _unit_tails(draw: Any, plan: Plan, batch: dict[str, torch.Tensor], keep: str | None = None) -> None:
+    """A field whose shape ends in '1?' comes both ways: [B] and [B, 1] (but `keep`, whose metadata a mutation broke)."""
+    for fp in plan.fields:
+        t = batch.get(fp.name)
+        if fp.unit_tail and fp.name != keep and t is not None and t.dim() == len(fp.shape) \
+                and draw(st.booleans(), label=f"{fp.name} with its size-1 axis"):
+            batch[fp.name] = t.unsqueeze(-1)
 
 
 def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
@@ -1026,6 +1033,7 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
             out = mutate(target, ctx, rng)
             if out is not None and (wanted is None or out[2] in wanted):
                 what, name, code, samples = out
+                _unit_tails(draw, plan, ctx.batch, keep=target.name if isinstance(target, FieldPlan) else None)
                 return ctx.batch, Expected(name, code, samples, what)
             ctx.batch = snapshot
         from hypothesis import reject
