@@ -200,3 +200,52 @@ def test_malformed_unit_tail_batches_agree_on_every_backend(case):
     for backend in ("c", "triton"):
         got = comparable(tc.check(b, UNIT, backend=backend).to_dict())
         assert got | {"backend": None} == comparable(report.to_dict()) | {"backend": None}, backend
+
+
+# bind caches its verdict per batch signature (and the compiled program on it): two batches that
+# differ in one respect only must not share an entry. Batch B is checked right after batch A on
+# the same spec, and its report compared with an uncached reference (a mapping that is not a
+# dict is never cached) on a fresh spec.
+CACHED = {
+    "name": "cached",
+    "fields": {
+        "ids": {"dtype": ["int64", "int32"], "shape": ["B", "L"], "min": 0, "max": 9},
+        "mask": {"dtype": ["int64", "bool"], "shape": ["B", "L"], "values": [0, 1], "optional": True},
+        "labels": {"dtype": "int64", "shape": ["B", "1?"], "min": 0, "max": 2},
+    },
+    "rules": [{"rule": "ids[:, 2] >= 1", "code": "third"},
+              {"rule": "any(mask != 0, dim=L)", "code": "no_attended_position"},
+              {"rule": "sum(ids != 0, dim=L) <= 2 where not present(mask)", "code": "budget"}],
+}
+
+
+def _cached_pair(kind):
+    ids_ = torch.tensor([[1, 0, 5, 7], [3, 4, 0, 2]])
+    labels = torch.tensor([0, 5])
+    a = {"ids": ids_, "labels": labels}
+    if kind == "dtype":
+        return a, {"ids": ids_.int(), "labels": labels}
+    if kind == "strides":
+        wide = torch.tensor([[1, 9, 0, 9, 5, 9, 7, 9], [3, 9, 4, 9, 0, 9, 2, 9]])
+        return a, {"ids": wide[:, ::2], "labels": labels}
+    if kind == "presence":
+        return a, {"ids": ids_, "mask": torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]]), "labels": labels}
+    if kind == "unit_tail":
+        return a, {"ids": ids_, "labels": labels[:, None]}
+    if kind == "unit_tail_strided":
+        return {"ids": ids_, "labels": labels[:, None]}, {"ids": ids_, "labels": torch.stack([labels, labels], 1)[:, :1]}
+    if kind == "index_past_end":  # L = 2: ids[:, 2] is past the end
+        return a, {"ids": ids_[:, :2].contiguous(), "labels": labels}
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["dtype", "strides", "presence", "unit_tail", "unit_tail_strided", "index_past_end"])
+def test_a_batch_differing_in_one_respect_binds_afresh(kind, backend):
+    from types import MappingProxyType
+
+    a, b = _cached_pair(kind)
+    spec = spec_from_dict(CACHED, "cached.yaml")
+    tc.check(a, spec, backend=backend)
+    got = comparable(tc.check(b, spec, backend=backend).to_dict()) | {"backend": None}
+    want = comparable(tc.check(MappingProxyType(b), spec_from_dict(CACHED, "cached.yaml"), backend="torch").to_dict())
+    assert got == want | {"backend": None}
