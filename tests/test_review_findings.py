@@ -249,3 +249,18 @@ def test_a_batch_differing_in_one_respect_binds_afresh(kind, backend):
     got = comparable(tc.check(b, spec, backend=backend).to_dict()) | {"backend": None}
     want = comparable(tc.check(MappingProxyType(b), spec_from_dict(CACHED, "cached.yaml"), backend="torch").to_dict())
     assert got == want | {"backend": None}
+
+
+@pytest.mark.parametrize("where", ["", " where present(attention_mask)"])
+def test_scan_finds_a_ragged_row_too_short_for_a_size_rule_with_a_presence_where(tmp_path, where):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    spec = spec_from_dict({"name": "r", "fields": {
+        "input_ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0},
+        "attention_mask": {"dtype": "int64", "shape": ["B", "L"], "optional": True}},
+        "rules": [{"rule": "L >= 3" + where, "code": "too_short"}]}, "r.yaml")
+    rows = [[1, 2, 3, 4, 5], [1, 2], [1, 2, 3, 4]]  # row 1 alone has L = 2; the padded chunk has L = 5
+    pq.write_table(pa.table({"input_ids": rows, "attention_mask": [[1] * len(r) for r in rows]}), tmp_path / "x.parquet")
+    report = tc.scan(spec, tmp_path / "x.parquet", backend="torch")
+    assert [(e["sample"], e["code"]) for e in report["violations"]] == [(1, "too_short")]

@@ -731,7 +731,7 @@ class _Ragged:
         """Per member: does a rule over dims (`L >= min_length`) fail at the row's own sizes?"""
         import torch
 
-        from ._plan import evaluate_scalar, holds
+        from ._plan import evaluate_scalar, holds, presence_dim
 
         names = sorted(self.free & self.sizes.keys())
         if not self.plan.dim_checks or not names:
@@ -739,8 +739,9 @@ class _Ragged:
         own = torch.stack([self.sizes[d][:, 0].index_select(0, members) for d in names], dim=1)
         combos, inverse = torch.unique(own, dim=0, return_inverse=True)
         fails = []
+        present = {presence_dim(f.name): f.name in self.columns for f in self.plan.fields}  # as bind sets them
         for combo in combos.tolist():
-            values = {d: size for d, (size, _) in dims.items()} | dict(zip(names, combo, strict=True))
+            values = {d: size for d, (size, _) in dims.items()} | present | dict(zip(names, combo, strict=True))
             fails.append(any(_fails(c, values, evaluate_scalar, holds) for c in self.plan.dim_checks))
         return torch.tensor(fails).index_select(0, inverse)
 
