@@ -264,3 +264,17 @@ def test_scan_finds_a_ragged_row_too_short_for_a_size_rule_with_a_presence_where
     pq.write_table(pa.table({"input_ids": rows, "attention_mask": [[1] * len(r) for r in rows]}), tmp_path / "x.parquet")
     report = tc.scan(spec, tmp_path / "x.parquet", backend="torch")
     assert [(e["sample"], e["code"]) for e in report["violations"]] == [(1, "too_short")]
+
+
+def test_scan_pads_no_row_into_a_rule_whose_presence_where_reads_a_size(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    spec = spec_from_dict({"name": "r", "fields": {
+        "input_ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0},
+        "labels": {"dtype": "int64", "shape": ["B", "T"], "optional": True}},
+        "rules": [{"rule": "input_ids >= 1 where present(labels) & (T > 2)", "code": "starts"}]}, "r.yaml")
+    # row 1 alone has T = 2, where the rule does not apply; padded beside row 0 it would have T = 4
+    pq.write_table(pa.table({"input_ids": [[0, 2, 3], [0, 2, 3]], "labels": [[1, 2, 3, 4], [1, 2]]}), tmp_path / "y.parquet")
+    report = tc.scan(spec, tmp_path / "y.parquet", backend="torch")
+    assert [(e["sample"], e["code"]) for e in report["violations"]] == [(0, "starts")]

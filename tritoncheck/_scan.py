@@ -698,7 +698,7 @@ class _Ragged:
 
         from ._api import check
         from ._data import relocate
-        from ._plan import bind
+        from ._plan import bind, expr_dims
 
         plan = self.plan
         suspect = torch.zeros(self.n, dtype=torch.bool)
@@ -707,6 +707,8 @@ class _Ragged:
             if d not in self.free:
                 suspect |= sizes[:, 0] != sizes.max()  # shorter along a fixed axis (bbox's 4)
         read = {d for _, dims, needs in plan.needs for d in (*dims, *(n.dim for n in needs))}
+        # and the sizes that decide whether a rule applies (`... where present(labels) & (T > 2)`)
+        read |= {d for c in plan.checks if getattr(c, "when", None) is not None for d in expr_dims(c.when)}
         read = sorted(read & self.sizes.keys())
         # rows of equal length in every dim a data check reads, so that padding changes none of them
         keys = torch.stack([self.sizes[d][:, 0] for d in read], dim=1) if read else torch.zeros(self.n, 1)
