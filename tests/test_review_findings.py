@@ -278,3 +278,39 @@ def test_scan_pads_no_row_into_a_rule_whose_presence_where_reads_a_size(tmp_path
     pq.write_table(pa.table({"input_ids": [[0, 2, 3], [0, 2, 3]], "labels": [[1, 2, 3, 4], [1, 2]]}), tmp_path / "y.parquet")
     report = tc.scan(spec, tmp_path / "y.parquet", backend="torch")
     assert [(e["sample"], e["code"]) for e in report["violations"]] == [(0, "starts")]
+
+
+def test_threads_missing_bind_cache_together_do_not_break_it(monkeypatch):
+    """Threads binding new signatures of one plan at once, with the per-plan cache full, evict and
+    insert under one lock (the unlocked eviction raised 'dictionary changed size during iteration'
+    in about half the runs of this test)."""
+    import sys
+    import threading
+
+    from tritoncheck import _plan
+
+    monkeypatch.setattr(_plan, "MAX_SIGNATURES", 2)
+    spec = tc.BatchSpec.model_validate({"name": "race", "fields": {"x": {"dtype": "int64", "shape": ["B", "L"], "max": 5}}})
+    plan = _plan.compile_plan(spec)
+    errors: list[str] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(1500):
+                length = 1 + (i * 7 + t) % 40
+                bound = _plan.bind(plan, {"x": torch.zeros(2, length, dtype=torch.int64)})
+                assert bound.dim_values()["L"] == length
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

@@ -426,12 +426,13 @@ def bind(plan: Plan, batch: Any) -> Bound:
     hit = cache.get(key)
     if hit is None:
         bound = _bind(plan, batch)
-        if len(cache) >= MAX_SIGNATURES:
-            cache.pop(next(iter(cache)), None)  # oldest first
         unit = tuple(fp.name for fp in plan.fields if fp.unit_tail and fp.name in bound.tensors
                      and bound.tensors[fp.name].dim() < batch[fp.name].dim())
-        cache[key] = (tuple(bound.tensors), unit, bound.dims, tuple(bound.violations), tuple(bound.skipped),
-                      tuple(bound.runnable), bound.memo)
+        with _signatures_lock:  # threads that miss together must not evict while another inserts
+            if len(cache) >= MAX_SIGNATURES:
+                cache.pop(next(iter(cache)), None)  # oldest first
+            cache[key] = (tuple(bound.tensors), unit, bound.dims, tuple(bound.violations), tuple(bound.skipped),
+                          tuple(bound.runnable), bound.memo)
         return bound
     names, unit, dims, violations, skipped, runnable, memo = hit
     tensors = {n: batch[n] for n in names}
