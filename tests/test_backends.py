@@ -138,3 +138,22 @@ def test_a_triton_fallback_is_named_in_the_report():
     assert report.ok and report.backend == "torch"
     small = {"input": torch.zeros(4, 3, device=device), "target": torch.tensor([1, 0, 2, 1], device=device)}
     assert tc.check(small, spec, backend="triton").backend == "triton"
+
+
+@pytest.mark.parametrize("chosen", ["c", "triton"])
+def test_a_reduction_over_the_checks_own_axis_goes_to_the_torch_backend(chosen, device, fresh_warnings):
+    """`m <= sum(m, dim=L)` runs over [B, L] and sums over L: a kernel would redo the sum for every
+    element (work growing with L squared), so the compiled backends hand it to the torch backend,
+    with the same verdicts; a sum over L in a check over [B] stays compiled."""
+    pytest.importorskip("triton")
+    fields = {"m": {"dtype": "int64", "shape": ["B", "L"]}, "n": {"dtype": "int64", "shape": ["B"]}}
+    quadratic = tc.BatchSpec.model_validate({"name": "q", "fields": fields, "rules": ["m * 4 <= sum(m, dim=L)"]})
+    linear = tc.BatchSpec.model_validate({"name": "l", "fields": fields, "rules": ["n <= sum(m, dim=L)"]})
+    batch = {"m": torch.tensor([[1, 1, 1, 1], [0, 9, 0, 0]], device=device), "n": torch.tensor([4, 5], device=device)}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        report = tc.check(batch, quadratic, backend=chosen)
+    assert report.backend == "torch"  # the report says who checked it; the C backend warns too (once)
+    assert chosen == "triton" or any("square of its length" in str(w.message) for w in seen)
+    assert not report.ok and report.violations == tc.check(batch, quadratic, backend="torch").violations
+    assert tc.check(batch, linear, backend=chosen).backend == chosen

@@ -428,6 +428,7 @@ class _Lowering:
         self.scalars: list[HostScalar] = []
         self.axes_used: dict[str, None] = {}
         self.scope: _Scope = _Scope([], {})
+        self.group_axes: tuple[str, ...] = ()  # the axes the check being lowered runs over
 
     # -- emitting ------------------------------------------------------------------------------
     def emit(self, name: str, args: tuple, kind: str) -> Val:
@@ -528,6 +529,9 @@ class _Lowering:
 
     def reduce(self, e: Reduce) -> Val:
         red = expr_axes(self.plan, e.x) if e.dims is None else tuple(e.dims)
+        if set(red) & set(self.group_axes):  # m <= sum(m, dim=L): a kernel would redo the sum for every element
+            raise Unsupported(f"{to_text(e)} reduces an axis the check also runs over ({', '.join(red)}): "
+                              "the work would grow with the square of its length")
         self.axes_used.update(dict.fromkeys(red))
         outer = self.scope
         self.scope = _Scope([], {})
@@ -600,7 +604,7 @@ def lower(plan: Plan, checks: tuple[DataCheck, ...], fields: Mapping[str, FieldS
         keys.setdefault((c.axes, red), []).append(k)
     groups = []
     for (axes, red), members in keys.items():
-        lw.scope = _Scope([], {})
+        lw.scope, lw.group_axes = _Scope([], {}), axes
         lw.axes_used.update(dict.fromkeys(axes))
         bads = tuple((k, lw.check(k, checks[k])) for k in members)
         loads = lw.scope.loads
@@ -611,7 +615,7 @@ def lower(plan: Plan, checks: tuple[DataCheck, ...], fields: Mapping[str, FieldS
     subjects = {}
     for k, c in enumerate(checks):
         if isinstance(c, RuleCheck):
-            lw.scope = _Scope([], {})
+            lw.scope, lw.group_axes = _Scope([], {}), c.axes
             value = lw.natural(lw.expr(c.subject))
             subjects[k] = Subject(tuple(lw.scope.ops), value)
     used = {f for g in groups for f in g.fields}
