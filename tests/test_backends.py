@@ -144,7 +144,7 @@ def test_a_triton_fallback_is_named_in_the_report():
 def test_a_reduction_over_the_checks_own_axis_goes_to_the_torch_backend(chosen, device, fresh_warnings):
     """`m <= sum(m, dim=L)` runs over [B, L] and sums over L: a kernel would redo the sum for every
     element (work growing with L squared), so the compiled backends hand it to the torch backend,
-    with the same verdicts; a sum over L in a check over [B] stays compiled."""
+    with the same verdicts; a sum over L in a check over [B], or over the batch, stays compiled."""
     pytest.importorskip("triton")
     fields = {"m": {"dtype": "int64", "shape": ["B", "L"]}, "n": {"dtype": "int64", "shape": ["B"]}}
     quadratic = tc.BatchSpec.model_validate({"name": "q", "fields": fields, "rules": ["m * 4 <= sum(m, dim=L)"]})
@@ -157,3 +157,6 @@ def test_a_reduction_over_the_checks_own_axis_goes_to_the_torch_backend(chosen, 
     assert chosen == "triton" or any("square of its length" in str(w.message) for w in seen)
     assert not report.ok and report.violations == tc.check(batch, quadratic, backend="torch").violations
     assert tc.check(batch, linear, backend=chosen).backend == chosen
+    # a batch total compared per sample (BART's eos count) costs a factor of the batch size: compiled
+    total = tc.BatchSpec.model_validate({"name": "t", "fields": fields, "rules": ["n * 2 <= sum(m)"]})
+    assert tc.check(batch, total, backend=chosen).backend == chosen
