@@ -9,7 +9,11 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
+
+try:  # the suite is built on Hypothesis properties, as on pytest: not an optional package
+    from hypothesis import HealthCheck, settings
+except ImportError as exc:
+    raise pytest.UsageError("tritoncheck's tests need Hypothesis: pip install -e '.[test]'") from exc
 
 settings.register_profile(
     "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -52,5 +56,5 @@ def device() -> str:
 def backend(request):
     """Every backend; on a machine without a GPU the Triton one runs in the interpreter."""
     if request.param == "triton":
-        pytest.importorskip("triton")
+        pytest.importorskip("triton", reason="pip install triton (in the test extra)")
     return request.param

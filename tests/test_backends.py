@@ -129,7 +129,7 @@ def test_this_machine_can_build_c_kernels():
 
 def test_a_triton_fallback_is_named_in_the_report():
     """Triton hands an expanded view to torch; the report must not claim the kernel ran."""
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason="pip install triton (in the test extra)")
     spec = tc.load_spec("cross-entropy")
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter on CPU (tests/conftest.py)
     batch = {"input": torch.zeros(1, 3, device=device).expand(2**31 + 5, 3),
@@ -145,7 +145,7 @@ def test_a_reduction_over_the_checks_own_axis_goes_to_the_torch_backend(chosen, 
     """`m <= sum(m, dim=L)` runs over [B, L] and sums over L: a kernel would redo the sum for every
     element (work growing with L squared), so the compiled backends hand it to the torch backend,
     with the same verdicts; a sum over L in a check over [B], or over the batch, stays compiled."""
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason="pip install triton (in the test extra)")
     fields = {"m": {"dtype": "int64", "shape": ["B", "L"]}, "n": {"dtype": "int64", "shape": ["B"]}}
     quadratic = tc.BatchSpec.model_validate({"name": "q", "fields": fields, "rules": ["m * 4 <= sum(m, dim=L)"]})
     linear = tc.BatchSpec.model_validate({"name": "l", "fields": fields, "rules": ["n <= sum(m, dim=L)"]})

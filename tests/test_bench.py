@@ -51,7 +51,7 @@ def test_broken_batch_breaks_the_intended_rule(case):
 def test_every_contender_agrees_on_the_verdict(case, contender):
     _, c = case
     if contender.name == "tc-triton" and not torch.cuda.is_available():
-        pytest.importorskip("triton")  # not timed without a GPU, but its verdict is checked in the interpreter
+        pytest.importorskip("triton", reason="pip install triton (in the test extra)")  # not timed without a GPU, but its verdict is checked in the interpreter
     try:
         fn, bad_fn = contender.prepare(c, c.batch), contender.prepare(c, c.bad)
     except Exception as exc:

@@ -101,7 +101,7 @@ def test_usage_errors_exit_2_with_one_message(args, message, saved, tmp_path, ca
 
 
 def test_triton_backend_on_cpu_tensors_is_a_usage_error(saved, capsys, monkeypatch):
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason="pip install triton (in the test extra)")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     if torch.cuda.is_available():
         pytest.skip("with a GPU, CPU tensors would still be refused, but the message differs")

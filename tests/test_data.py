@@ -285,7 +285,7 @@ def test_indexed_dataset_keeps_keys_and_makes_integer_indices_ints():
 
 def test_indexed_hf_dataset_stays_a_datasets_dataset_and_carries_indices_into_spawned_workers(tmp_path):
     """The Trainer's column removal (remove_columns) keeps the wrapper; workers get it pickled."""
-    datasets = pytest.importorskip("datasets")
+    datasets = pytest.importorskip("datasets", reason="pip install datasets (in the test extra)")
     rows = [ToyDataset()[i] for i in range(N)]
     ds = datasets.Dataset.from_dict({
         "text": [f"sample {i}" for i in range(N)],

@@ -15,7 +15,7 @@ from torch import nn
 
 import tritoncheck as tc
 
-T = pytest.importorskip("transformers")
+T = pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
 
 V = 100  # vocabulary rows of every tiny model
 B = 2

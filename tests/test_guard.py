@@ -9,7 +9,7 @@ import torch
 import tritoncheck as tc
 from tritoncheck._guard import _deferred_available
 
-transformers = pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import tritoncheck as tc
 from tritoncheck._kernel import ir
 from tritoncheck._plan import bind, compile_plan
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
 from tritoncheck._triton import codegen  # noqa: E402
 

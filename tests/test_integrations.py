@@ -33,7 +33,7 @@ class Features(torch.utils.data.Dataset):
 
 @pytest.fixture(scope="module")
 def hf():
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
     from tritoncheck.integrations.hf import ValidatingDataCollator
 
     return transformers, ValidatingDataCollator
@@ -64,7 +64,7 @@ def _trainer(transformers, tmp_path, dataset, collator, steps):
 
 
 def test_hf_trainer_stops_on_a_bad_batch_and_trains_with_skip(hf, tmp_path):
-    pytest.importorskip("accelerate")  # transformers' Trainer needs it
+    pytest.importorskip("accelerate", reason="pip install accelerate (in the test extra)")  # transformers' Trainer needs it
     transformers, ValidatingDataCollator = hf
     spec = tc.load_spec("bert-sequence-classification", config=bert_config(transformers))
     data = Features(8, bad={1, 6})
@@ -81,7 +81,7 @@ def test_hf_trainer_stops_on_a_bad_batch_and_trains_with_skip(hf, tmp_path):
 
 def word_tokenizer(transformers):
     """A real fast tokenizer built here (no download): w0..w47 are ids 2..49, [PAD] is 0."""
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = pytest.importorskip("tokenizers", reason="pip install tokenizers (in the test extra)")
     vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(VOCAB - 2)}}
     inner = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     inner.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
@@ -91,8 +91,8 @@ def word_tokenizer(transformers):
 def test_hf_trainer_on_a_datasets_dataset_with_a_text_column_records_dataset_indices(hf, tmp_path):
     """The Trainer drops the text column of an IndexedDataset-wrapped datasets.Dataset as it would of the
     dataset itself, so DataCollatorWithPadding never sees it, and skipped rows are named by dataset index."""
-    pytest.importorskip("accelerate")
-    datasets = pytest.importorskip("datasets")
+    pytest.importorskip("accelerate", reason="pip install accelerate (in the test extra)")
+    datasets = pytest.importorskip("datasets", reason="pip install datasets (in the test extra)")
     transformers, ValidatingDataCollator = hf
     tok = word_tokenizer(transformers)
     texts = [" ".join(f"w{(i + j) % 40}" for j in range(2 + i % 3)) for i in range(8)]  # ragged: 2 to 4 tokens
@@ -124,7 +124,7 @@ TOY_SPEC = {
 
 @pytest.fixture(scope="module")
 def lit():
-    L = pytest.importorskip("lightning")
+    L = pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
     from tritoncheck.integrations.lightning import TritoncheckCallback
 
     class Classifier(L.LightningModule):

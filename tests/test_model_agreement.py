@@ -29,8 +29,8 @@ import torch
 
 import tritoncheck as tc
 
-T = pytest.importorskip("transformers")
-pytest.importorskip("hypothesis")  # tritoncheck.strategies draws the valid batches
+T = pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
+pytest.importorskip("hypothesis", reason="pip install hypothesis (in the test extra)")  # tritoncheck.strategies draws the valid batches
 
 V, MAXPOS, B, L = 100, 20, 2, 8  # vocabulary rows, position rows, batch, length of every tiny model's batch
 TINY = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 20}

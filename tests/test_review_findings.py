@@ -70,7 +70,7 @@ def warned_batch(features=(0.0, 0.0, 0.0, 0.0), targets=(0, 1, 2, 3)):
 
 
 def test_lightning_names_only_samples_with_errors_as_bad():
-    pytest.importorskip("lightning")
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
     from tritoncheck.integrations.lightning import TritoncheckCallback
 
     callback = TritoncheckCallback(spec_from_dict(WARNED, "w.yaml"))
@@ -83,7 +83,7 @@ def test_lightning_names_only_samples_with_errors_as_bad():
 
 
 def test_lightning_logs_warnings_and_strict_raises_for_them(caplog):
-    pytest.importorskip("lightning")
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
     from tritoncheck.integrations.lightning import TritoncheckCallback
 
     spec = spec_from_dict(WARNED, "w.yaml")
@@ -97,7 +97,7 @@ def test_lightning_logs_warnings_and_strict_raises_for_them(caplog):
 
 
 def test_hf_collator_takes_strict():
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
     from tritoncheck.integrations.hf import ValidatingDataCollator
 
     spec = spec_from_dict(WARNED, "w.yaml")
@@ -253,7 +253,7 @@ def test_a_batch_differing_in_one_respect_binds_afresh(kind, backend):
 
 @pytest.mark.parametrize("where", ["", " where present(attention_mask)"])
 def test_scan_finds_a_ragged_row_too_short_for_a_size_rule_with_a_presence_where(tmp_path, where):
-    pa = pytest.importorskip("pyarrow")
+    pa = pytest.importorskip("pyarrow", reason="pip install pyarrow (in the test extra)")
     import pyarrow.parquet as pq
 
     spec = spec_from_dict({"name": "r", "fields": {
@@ -267,7 +267,7 @@ def test_scan_finds_a_ragged_row_too_short_for_a_size_rule_with_a_presence_where
 
 
 def test_scan_pads_no_row_into_a_rule_whose_presence_where_reads_a_size(tmp_path):
-    pa = pytest.importorskip("pyarrow")
+    pa = pytest.importorskip("pyarrow", reason="pip install pyarrow (in the test extra)")
     import pyarrow.parquet as pq
 
     spec = spec_from_dict({"name": "r", "fields": {

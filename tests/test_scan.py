@@ -118,7 +118,7 @@ def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
 
 
 def test_saved_hf_dataset_reports_rows(tmp_path, capsys):
-    datasets = pytest.importorskip("datasets")
+    datasets = pytest.importorskip("datasets", reason="pip install datasets (in the test extra)")
     rows = {
         "input_ids": [[1, 2, 3], [4, 5, 60], [7, 8], [1, 1, 1], [3, 3]],  # ragged, as tokenisers leave them
         "attention_mask": [[1, 1, 1], [1, 1, 1], [1, 1], [0, 0, 0], [1, 1]],
@@ -144,7 +144,7 @@ BERT = [f"--param={p}" for p in ("vocab_size=50", "max_position_embeddings=16", 
 
 
 def save_ds(tmp_path, rows, name="ds"):
-    datasets = pytest.importorskip("datasets")
+    datasets = pytest.importorskip("datasets", reason="pip install datasets (in the test extra)")
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / name))
     return str(tmp_path / name)
 

@@ -7,14 +7,15 @@ bad rows of five codes, and the `datasets` column name `label`.
 
 import json
 
-import pyarrow.parquet as pq
 import pytest
-from test_scan import BERT, bert, write_shards
 
-from tritoncheck._scan import scan
-from tritoncheck.cli import main
+pq = pytest.importorskip("pyarrow.parquet", reason="the Ray scan tests write Parquet shards: pip install pyarrow")
+ray = pytest.importorskip("ray", reason="`scan --engine ray` needs Ray Data: pip install 'ray[data]' (in the test extra)")
 
-ray = pytest.importorskip("ray")  # in the `integrations` extra, which CI installs
+from test_scan import BERT, bert, write_shards  # noqa: E402
+
+from tritoncheck._scan import scan  # noqa: E402
+from tritoncheck.cli import main  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,7 @@ def blocks(path: Path) -> list[Block]:
 
 
 def _transformers():
-    return pytest.importorskip("transformers")
+    return pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
 
 
 def _layoutlmv3():
@@ -118,8 +118,8 @@ def training_fixtures(tmp_path):
     """A tiny BERT, token rows as a `datasets` dataset (with a text column) and as a torch dataset, a word
     tokenizer, Trainer arguments, and a Lightning module with loaders of (index, inputs, labels)."""
     T = _transformers()
-    datasets = pytest.importorskip("datasets")
-    tokenizers = pytest.importorskip("tokenizers")
+    datasets = pytest.importorskip("datasets", reason="pip install datasets (in the test extra)")
+    tokenizers = pytest.importorskip("tokenizers", reason="pip install tokenizers (in the test extra)")
     model = _bert(max_position_embeddings=16)
     rows = [{"input_ids": [2, 5 + i % 7, 3], "label": i % 3} for i in range(8)]
     rows[5]["label"] = 7  # past num_labels: skipped by the collators
@@ -140,7 +140,7 @@ def training_fixtures(tmp_path):
 
 
 def _lightning(tmp_path):
-    L = pytest.importorskip("lightning")
+    L = pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
     from torch import nn
     from torch.utils.data import DataLoader
 

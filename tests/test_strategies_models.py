@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import tritoncheck as tc
 from tritoncheck.strategies import valid_batches
 
-transformers = pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
 
 TINY = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=20)
 

@@ -20,7 +20,7 @@ import tritoncheck as tc
 from tritoncheck._expr import Ref
 from tritoncheck._plan import FiniteCheck, RangeCheck, RuleCheck, ValueSetCheck, compile_plan, evaluate_scalar
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
 from tritoncheck._triton import backend as tb  # noqa: E402
 

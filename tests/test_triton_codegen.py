@@ -18,7 +18,7 @@ import tritoncheck as tc
 from tritoncheck._kernel import ir
 from tritoncheck._plan import bind, compile_plan
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
 from tritoncheck._triton import backend as tb  # noqa: E402
 from tritoncheck._triton import codegen  # noqa: E402
@@ -259,7 +259,7 @@ def test_compiles_for_an_sm90_gpu_without_one(tmp_path):
     It runs in a subprocess because the interpreter (TRITON_INTERPRET=1, set for the other
     tests on GPU-less machines) replaces Triton's language functions in this process.
     """
-    pytest.importorskip("triton.backends.compiler")
+    pytest.importorskip("triton.backends.compiler", reason="pip install triton (in the test extra)")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITONCHECK_CACHE_DIR"] = str(tmp_path)
     proc = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True, env=env, timeout=300)

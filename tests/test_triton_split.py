@@ -14,7 +14,7 @@ import torch
 import tritoncheck as tc
 from tritoncheck._plan import bind, compile_plan
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
 from tritoncheck._triton import backend as tb  # noqa: E402
 from tritoncheck._triton import codegen  # noqa: E402

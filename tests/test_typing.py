@@ -48,7 +48,7 @@ tc.ValidatingCollate(spec, on_eror="skip")
 
 
 def mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
-    pytest.importorskip("mypy")
+    pytest.importorskip("mypy", reason="pip install mypy (in the test extra)")
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     link = site / "tritoncheck"
