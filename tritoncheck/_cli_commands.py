@@ -9,9 +9,12 @@ are escaped (`printable`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +71,41 @@ def output_format(args: argparse.Namespace) -> str:
 
 
 def write_json(path: str, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: a failed write (a
+    full disk) leaves the previous report whole, never half a file."""
+    target = Path(path)
+    tmp = None
     try:
-        Path(path).write_text(text + "\n", encoding="utf-8")
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        mask = os.umask(0)  # mkstemp makes the file private; a report gets the usual permissions
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, target)
     except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def refuse_to_overwrite_inputs(args: argparse.Namespace) -> None:
+    """`--output` naming a file the command reads (the batch, the data, the spec, the config) would
+    destroy it: a usage error before any work is done. A data directory's files count too."""
+    out = getattr(args, "output", None)
+    if not out:
+        return
+    target = Path(out).resolve()
+    if not target.exists():
+        return
+    for name in ("batch", "data", "spec", "config"):
+        given = getattr(args, name, None)
+        if not given or not Path(given).exists():
+            continue  # a built-in spec name, or a missing file that its command reports
+        source = Path(given).resolve()
+        if os.path.samefile(target, source) or (source.is_dir() and source in target.parents):
+            raise UsageError(f"--output {out} would overwrite the input {given}; write the report elsewhere")
 
 
 def guarded(fn):
@@ -80,6 +114,7 @@ def guarded(fn):
 
     def run(args: argparse.Namespace) -> int:
         try:
+            refuse_to_overwrite_inputs(args)
             return fn(args)
         except (UsageError, SpecError) as exc:
             say(f"tritoncheck: error: {exc}", file=sys.stderr)

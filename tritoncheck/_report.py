@@ -44,8 +44,10 @@ VIOLATION_CODES: tuple[str, ...] = (
 MAX_SAMPLES_SHOWN = 10
 WARNING_PREFIX = "warning: "  # how a warning's message starts (an error's starts with its location)
 _AXIS_CODES = ("shape", "dim_mismatch")  # their `index` is (axis,)
-# C0, DEL and C1 controls (ESC, CSI, OSC, BEL, CR, ...) and the bidi overrides that reorder a line.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0, DEL and C1 controls (ESC, CSI, OSC, BEL, CR, ...), the bidi overrides that reorder a line, and
+# lone surrogates: the bytes of a non-UTF-8 file name or key, which a C-locale stdout writes back raw
+# (0x9b is CSI) and a UTF-8 one refuses to encode.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def printable(text: Any) -> str:

@@ -18,6 +18,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from importlib import import_module
+from typing import Any
 
 from . import __version__
 from ._cli_commands import EXIT_INTERNAL, say
@@ -33,6 +34,14 @@ EPILOG = """exit codes:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    pipe = sys.stdout = _ClosablePipe(sys.stdout)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout = pipe.close()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="tritoncheck", description="Check training batches against a contract.",
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
@@ -52,16 +61,58 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         return int(args.run(args))
-    except BrokenPipeError:  # `tritoncheck ... | head` closed the pipe: not an error of ours
-        with contextlib.suppress(OSError):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so the interpreter's final flush is silent
-        return 0
     except Exception as exc:  # every user mistake is handled below this: what is left is a bug
         if args.debug or os.environ.get("TRITONCHECK_DEBUG", "") not in ("", "0"):
             say(traceback.format_exc().rstrip(), file=sys.stderr)
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         say(f"tritoncheck: internal error: please report: {type(exc).__name__}: {first}", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+class _ClosablePipe:
+    """stdout that a reader may close (`tritoncheck check BAD | head -1`): the rest of the output is
+    dropped and the command still exits with its verdict (CI under `pipefail` sees exit code 1).
+
+    Text the stream cannot encode (a non-UTF-8 file name under a UTF-8 locale, anything past ASCII
+    under the C locale) is written as backslash escapes, never raw bytes or a crash.
+    """
+
+    def __init__(self, stream: Any):
+        self._stream = self._given = stream
+        self._errors = getattr(stream, "errors", None)
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")
+
+    def close(self) -> Any:
+        """Flush, and give back the stream it was given as it was (for callers of `main` in-process)."""
+        self.flush()
+        with contextlib.suppress(AttributeError, ValueError, OSError, TypeError):
+            self._given.reconfigure(errors=self._errors)
+        return self._given
+
+    def write(self, text: str) -> int:
+        with self._closed_pipe_dropped():
+            self._stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with self._closed_pipe_dropped():
+            self._stream.flush()
+
+    @contextlib.contextmanager
+    def _closed_pipe_dropped(self):
+        try:
+            yield
+        except BrokenPipeError:
+            # The file descriptor now points to /dev/null, so the buffered rest (and the interpreter's
+            # final flush) goes nowhere instead of failing again; a stream with no descriptor is replaced.
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is both
+                self._stream = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the command
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno, ...: the real stream's
+        return getattr(self._stream, name)
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
