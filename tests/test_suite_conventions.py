@@ -102,3 +102,19 @@ def test_readme_quick_start_is_what_ci_runs():
     assert tests == "python -m pytest -q"
     ci = (ROOT / ".ci" / "run").read_text()
     assert "readme_commands.py" in ci and "no_missing_packages.py" in ci
+
+
+def test_readme_sample_output_is_what_the_quick_start_prints():
+    """The report excerpt at the top of the README is the quick-start command's real output, line for line."""
+    readme = (ROOT / "README.md").read_text()
+    sample = readme.split("```\n", 2)[1].split("```", 1)[0]
+    command = (ROOT / "README.md").read_text().split("<!-- ci:quickstart:begin -->", 1)[1].splitlines()[2]
+    args = command.split(" && tritoncheck ", 1)[1].split()
+    run = subprocess.run([sys.executable, "-m", "tritoncheck.cli", *args, "--format", "text"], cwd=ROOT,
+                         capture_output=True, text=True, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 1, run.stderr
+    printed = run.stdout.splitlines()
+    lines = [line for line in sample.splitlines() if line.strip() != "..."]
+    assert lines[0] == printed[0]
+    missing = [line for line in lines if line not in printed]
+    assert not missing, f"README sample lines the command does not print: {missing}"
