@@ -16,9 +16,11 @@ judged from them. The harness is tritoncheck/bench.py (`tritoncheck bench` is it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,28 +85,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-step", action="store_true", help="skip the model training steps")
     p.add_argument("--no-startup", action="store_true", help="skip the DataLoader and cold-compile measurements")
     p.add_argument("--scenario", action="append", dest="scenarios", choices=[s.name for s in bench.SCENARIOS])
+    p.add_argument("--results-dir", type=Path, default=RESULTS,
+                   help="where results.csv is appended and latest-<device>.md written (default: %(default)s)")
     args = p.parse_args(argv)
     slug = re.sub(r"[^a-z0-9]+", "-", args.device.lower()).strip("-")
+    cuda = args.device.startswith("cuda")
+    csv_path = args.results_dir / "results.csv"
     if args.readme:
-        rows = newest_run(bench.read_csv(RESULTS / "results.csv"), cuda=args.device.startswith("cuda"))
+        rows = newest_run(bench.read_csv(csv_path), cuda=cuda) if csv_path.exists() else []
         if not rows:
-            print(f"no {args.device} run in {RESULTS / 'results.csv'}", file=sys.stderr)
+            print(f"no {args.device} run in {csv_path}", file=sys.stderr)
             return 1
-        write_readme(rows)
+        write_readme(bench.read_csv(csv_path))
     else:
+        if cuda and not torch.cuda.is_available():
+            print("run.py: --device cuda asked for, but torch sees no CUDA device", file=sys.stderr)
+            return 2
+        cpu = args.device == "cpu"
         opts = bench.Options(
-            scenarios=args.scenarios or [s.name for s in bench.SCENARIOS], device=args.device, rounds=args.rounds,
-            threads=args.threads, step=not args.no_step, budget_s=60.0, clock=args.clock,
-            dataloader=[] if args.no_startup or args.device != "cpu" else list(bench.DATALOADER_SCENARIOS),
-            cold_compile=[] if args.no_startup else tc.builtin_spec_names())
+            scenarios=[], device=args.device, rounds=args.rounds, threads=args.threads, step=not args.no_step,
+            budget_s=60.0, clock=args.clock, stamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            dataloader=list(bench.DATALOADER_SCENARIOS) if cpu and not args.no_startup else [],
+            cold_compile=tc.builtin_spec_names() if cpu and not args.no_startup else [])  # both: CPU measurements
         load_before = bench.load_average()
-        rows = bench.run_benchmarks(opts, log=lambda s: print(s, file=sys.stderr, flush=True))
+        args.results_dir.mkdir(parents=True, exist_ok=True)
+        # one scenario at a time, each appended at once: a run cut short keeps what it measured
+        for name in args.scenarios or [s.name for s in bench.SCENARIOS]:
+            one = dataclasses.replace(opts, scenarios=[name], dataloader=[], cold_compile=[])
+            bench.append_csv(csv_path, bench.run_benchmarks(one, log=lambda s: print(s, file=sys.stderr, flush=True)))
+        if opts.dataloader or opts.cold_compile:
+            bench.append_csv(csv_path, bench.run_benchmarks(opts, log=lambda s: print(s, file=sys.stderr, flush=True)))
         print(f"load average: {load_before} before, {bench.load_average()} after", file=sys.stderr)
-        RESULTS.mkdir(exist_ok=True)
-        bench.append_csv(RESULTS / "results.csv", rows)
-        rows = bench.latest_run(bench.read_csv(RESULTS / "results.csv"))  # as --readme will read them
+        rows = bench.latest_run(bench.read_csv(csv_path))  # as --readme will read them
     page = results_page(rows)
-    (RESULTS / f"latest-{slug}.md").write_text(page)
+    (args.results_dir / f"latest-{slug}.md").write_text(page)
     print(page)
     return 0
 
@@ -125,8 +139,9 @@ def header(rows: list[bench.Result]) -> str:
     clock = next((x.clock for x in rows if x.clock != "cpu"), r.clock)
     what = {"thread": "thread CPU time (`time.thread_time`)", "wall": "wall clock", "cuda": "do_bench"}[clock]
     rounds = sorted({x.rounds for x in rows if x.rounds and not bench.is_startup(x)})
-    span = f"{rounds[0]}" if rounds[0] == rounds[-1] else f"{rounds[0]}-{rounds[-1]}"
-    return (f"{r.device}, {r.threads} thread(s), {what}, median of {span} interleaved rounds; "
+    span = "" if not rounds else f"{rounds[0]}" if rounds[0] == rounds[-1] else f"{rounds[0]}-{rounds[-1]}"
+    timing = f"median of {span} interleaved rounds" if rounds else "median of do_bench's repetitions"
+    return (f"{r.device}, {r.threads} thread(s), {what}, {timing}; "
             f"1-minute load average {_load_range(rows)} during the run; "
             f"torch {r.torch_version}, triton {r.triton_version or '-'}, tritoncheck {r.tritoncheck_version}; "
             f"run {r.timestamp}")
@@ -149,17 +164,26 @@ def results_page(rows: list[bench.Result]) -> str:
     parts = [f"# Benchmark results: {rows[0].device}", "", header(rows), "",
              ("Generated by `python benchmarks/run.py` (or `--readme`) from `results.csv`; every figure is from "
               "this one run. Columns: `benchmarks/README.md`."), "",
-             "## Targets", "", targets_table(rows), "", "## Checks, one thread", "", bench.markdown_table(rows)]
+             "## Checks, one thread", "", bench.markdown_table(rows)]
+    if any(r.contender == "tc-c" and r.median_ms for r in rows):  # issue 11's targets are the C backend's
+        parts[6:6] = ["## Targets", "", targets_table(rows), ""]
     startup = bench.startup_table(rows)
     if startup:
         parts += ["", "## DataLoader first batch and cold compile", "", startup]
     return "\n".join(parts) + "\n"
 
 
-def readme_block(rows: list[bench.Result]) -> str:
-    """README.md's benchmark table: per scenario, hand-written asserts against tritoncheck and the floor."""
+def _wall(r: bench.Result | None) -> str:
+    """A GPU row's wall time per call, as its note records it ("wall X ms a call, ...")."""
+    m = re.match(r"wall ([0-9.]+) ms", r.note) if r is not None else None
+    return m.group(1) if m else ""
+
+
+def compare_table(rows: list[bench.Result], main: str) -> str:
+    """Per scenario, hand-written asserts against tritoncheck's `main` contender ("tc-c" or "tc-triton")."""
     by = {(r.scenario, r.contender): r for r in rows}
-    scenarios = list(dict.fromkeys(r.scenario for r in rows if r.contender == "tc-c" and r.median_ms))
+    scenarios = list(dict.fromkeys(r.scenario for r in rows if r.contender == main and r.median_ms))
+    label = {"tc-c": "C", "tc-triton": "Triton"}[main]
 
     def ms(s: str, c: str) -> str:
         r = by.get((s, c))
@@ -169,18 +193,40 @@ def readme_block(rows: list[bench.Result]) -> str:
         return bench.ratio_text(getattr(by.get((s, c)), column, None))
 
     def share(s: str) -> str:
-        v = getattr(by.get((s, "tc-c")), "share_of_step", None)
+        v = getattr(by.get((s, main)), "share_of_step", None)
         return "" if v is None else f"{100 * v:.2g}%"
 
-    out = [header(rows), "",
-           ("| batch | asserts per rule, ms | tritoncheck C, ms | C vs asserts | C / plain read "
-            "| C, of a training step | torch backend vs asserts | `torch.compile`d asserts vs asserts |"),
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    gpu = main == "tc-triton"
+    wall_head, wall_rule = (" | Triton wall per check, ms | asserts wall, ms", "---:|---:|") if gpu else ("", "")
+    out = [(f"| batch | asserts per rule, ms | tritoncheck {label}, ms | {label} vs asserts | {label} / plain read "
+            f"| {label}, of a training step{wall_head} | torch backend vs asserts | `torch.compile`d asserts vs asserts |"),
+           "|---|---:|---:|---:|---:|---:|" + wall_rule + "---:|---:|"]
     for s in scenarios:
-        out.append(f"| {s} | {ms(s, 'hand-assert')} | {ms(s, 'tc-c')} | **{x(s, 'tc-c', 'x_hand_assert')}** "
-                   f"| {x(s, 'tc-c', 'x_floor_read')} | {share(s)} | {x(s, 'tc-torch', 'x_hand_assert')} "
+        walls = f" | {_wall(by.get((s, main)))} | {_wall(by.get((s, 'hand-assert')))}" if gpu else ""
+        out.append(f"| {s} | {ms(s, 'hand-assert')} | {ms(s, main)} | **{x(s, main, 'x_hand_assert')}** "
+                   f"| {x(s, main, 'x_floor_read')} | {share(s)}{walls} | {x(s, 'tc-torch', 'x_hand_assert')} "
                    f"| {x(s, 'hand-compiled', 'x_hand_assert')} |")
-    out += ["", targets_table(rows)]
+    return "\n".join(out)
+
+
+def readme_block(all_rows: list[bench.Result]) -> str:
+    """README.md's benchmark section: the newest CPU run (the C backend, issue 11's targets), then
+    the newest GPU run (the Triton backend), or a sentence saying no GPU run is recorded."""
+    out = []
+    cpu, gpu = newest_run(all_rows, cuda=False), newest_run(all_rows, cuda=True)
+    if cpu:
+        out += [header(cpu), "", compare_table(cpu, "tc-c"), "", targets_table(cpu)]
+    if gpu:
+        out += ["", (f"On a GPU ({gpu[0].device}), the same batches on the device: times from "
+                     "`triton.testing.do_bench` (device time between CUDA events, L2 flushed before each call), "
+                     "wall times of one call with its synchronisation, back to back; "
+                     f"[benchmarks/results/latest-cuda.md](benchmarks/results/latest-cuda.md) has every row, "
+                     "[benchmarks/results/gpu-profile-cuda.md](benchmarks/results/gpu-profile-cuda.md) the kernels, "
+                     "copies and syncs per check from the profiler, and the kernel's bandwidth at 1 GiB."),
+                "", header(gpu), "", compare_table(gpu, "tc-triton")]
+    else:
+        out += ["", "No GPU run is recorded, so the Triton backend has no timings yet "
+                    "(`python benchmarks/run.py --device cuda` records them, with the device named)."]
     return "\n".join(out)
 
 

@@ -48,12 +48,15 @@ def test_broken_batch_breaks_the_intended_rule(case):
 
 
 @pytest.mark.parametrize("contender", bench.default_contenders(), ids=lambda c: c.name)
-def test_every_contender_agrees_on_the_verdict(case, contender):
+def test_every_contender_agrees_on_the_verdict(case, contender, device):
+    """On the device a GPU run times them on (the C backend takes CPU tensors only)."""
     _, c = case
-    if contender.name == "tc-triton" and not torch.cuda.is_available():
+    if contender.name == "tc-triton" and device == "cpu":
         pytest.importorskip("triton", reason="pip install triton (in the test extra)")  # not timed without a GPU, but its verdict is checked in the interpreter
+    on = "cpu" if contender.name == "tc-c" else device
+    batch, bad = ({k: v.to(on) for k, v in b.items()} for b in (c.batch, c.bad))
     try:
-        fn, bad_fn = contender.prepare(c, c.batch), contender.prepare(c, c.bad)
+        fn, bad_fn = contender.prepare(c, batch), contender.prepare(c, bad)
     except Exception as exc:
         if contender.name == "hand-compiled" and type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
             pytest.skip(f"torch.compile does not work here: {type(exc).__name__}")
@@ -155,11 +158,12 @@ def _run_module():
 def test_readme_table_is_the_newest_recorded_run():
     """README.md's benchmark block is what `python benchmarks/run.py --readme` makes of results.csv."""
     run = _run_module()
-    rows = run.newest_run(bench.read_csv(run.RESULTS / "results.csv"), cuda=False)
+    recorded = bench.read_csv(run.RESULTS / "results.csv")
+    rows = run.newest_run(recorded, cuda=False)
     readme = run.README.read_text()
     assert readme.count(run.BEGIN) == 1 and readme.count(run.END) == 1
     block = readme.split(run.BEGIN)[1].split(run.END)[0].strip()
-    assert block == run.readme_block(rows)
+    assert block == run.readme_block(recorded)
     assert "not measured" not in run.targets_table(rows)  # every target names a scenario the run has
 
 

@@ -647,6 +647,23 @@ def time_gpu(fn: Callable[[], Any]) -> list[float]:
     return _quantiles(times)
 
 
+def wall_per_call(fn: Callable[[], Any], calls: int = 50) -> float:
+    """Median wall time of one call followed by a device synchronise, calls back to back.
+
+    do_bench times the device between two events and flushes the L2 cache before each call; the
+    host's work before a launch overlaps that flush and is not counted. This is what a step pays.
+    """
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
 def _quantiles(ms: list[float]) -> list[float]:
     s = sorted(ms)
 
@@ -852,6 +869,7 @@ class Options:
     clock: str = "thread"  # CPU: "thread" (thread CPU time) or "wall" (perf_counter)
     dataloader: list[str] = field(default_factory=list)  # scenarios to measure in forked DataLoader workers
     cold_compile: list[str] = field(default_factory=list)  # built-in spec names to compile cold
+    stamp: str | None = None  # the run's timestamp (default: now); a run made of several calls passes one
 
 
 def run_benchmarks(opts: Options, log: Callable[[str], None] = lambda s: None) -> list[Result]:
@@ -870,7 +888,7 @@ def run_benchmarks(opts: Options, log: Callable[[str], None] = lambda s: None) -
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda asked for, but torch sees no CUDA device")
     torch.set_num_threads(opts.threads)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    stamp = opts.stamp or time.strftime("%Y-%m-%dT%H:%M:%S")
     dname = device_name(device)
     clock = "cuda" if device.type == "cuda" else opts.clock
     contenders = [c for c in default_contenders() if opts.contenders is None or c.name in opts.contenders]
@@ -913,8 +931,10 @@ def _scenario_rows(case: Case, opts: Options, device: torch.device, contenders: 
             log(f"  {c.name}: {reason}")
 
     timed_fns = {**floor_fns(batch), **fns}
+    walls: dict[str, float] = {}
     if device.type == "cuda":
         timed = {n: time_gpu(f) for n, f in timed_fns.items()}
+        walls = {n: wall_per_call(f) for n, f in timed_fns.items()}
         rounds = None
     else:
         raw = time_cpu(timed_fns, opts.rounds, clock=opts.clock, budget_s=opts.budget_s)
@@ -952,8 +972,9 @@ def _scenario_rows(case: Case, opts: Options, device: torch.device, contenders: 
                         gb_per_s=nbytes / (med * 1e-3) / 1e9, x_hand_assert=hand / med if hand else None,
                         x_floor_read=med / floor_read, x_floor_aminmax=med / floor_aminmax,
                         launches=launches, syncs=syncs, share_of_step=med / step_ms if step_ms else None,
-                        share_of_collate=med / collate_ms if collate_ms else None))
-        log(f"  {name:14s} {med:9.4f} ms")
+                        share_of_collate=med / collate_ms if collate_ms else None,
+                        note=f"wall {walls[name]:.4f} ms a call, synchronised, back to back" if walls else ""))
+        log(f"  {name:14s} {med:9.4f} ms" + (f", wall {walls[name]:.4f} ms" if walls else ""))
     for name, reason in skipped.items():
         rows.append(row(case.name, name, nbytes, note=reason))
     if collate_ms is not None:

@@ -1,0 +1,252 @@
+"""What one `tc.check(..., backend="triton")` costs on a GPU, counted and timed with torch.profiler.
+
+    python benchmarks/gpu_profile.py --out results/gpu-profile-cuda.md    # on a CUDA machine
+
+Per case (issue 22's batches: BERT 32x128, BART 16x1024, causal LM 8x4096, LayoutLMv3 8x512, and
+1 GiB of LayoutLMv3 with float32 and bfloat16 pixels and of causal LM), on a warm kernel:
+
+- per check, from the profiler over `CALLS` checks: CUDA kernels launched, device-to-host and
+  host-to-device copies, memsets, and host synchronisations (`cuda*Synchronize` calls), for the
+  valid batch, for a broken copy, and for deferred validation of the valid batch;
+- the kernel's device time (the median over those checks' kernel events), and its bandwidth:
+  batch bytes / kernel time, as a share of the copy bandwidth measured in the same run
+  (a 1 GiB `copy_`, bytes read plus bytes written, over its device time);
+- the wall time of one whole check, back to back (each check waits for its own verdict).
+
+GPU only: it exits with a clear message where torch sees no CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import tritoncheck as tc
+from tritoncheck import bench
+
+CALLS = 20  # checks under the profiler per case
+GIB = 2**30
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+@dataclass
+class Case:
+    name: str
+    spec: Any
+    batch: dict[str, torch.Tensor]
+    field: str  # broken at `index` with `value` for the bad check
+    index: tuple[int, ...]
+    value: Any
+
+
+def _on(batch: dict[str, torch.Tensor], device: str, repeat: int = 1) -> dict[str, torch.Tensor]:
+    """The batch on the device, its samples repeated `repeat` times along the batch dim (dim 0)."""
+    return {k: v.to(device).repeat(repeat, *[1] * (v.dim() - 1)) for k, v in batch.items()}
+
+
+def _causal_lm(B: int, L: int) -> tuple[Any, dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(0, 32000, (B, L), generator=g)
+    labels = ids.clone()
+    labels[:, : L // 8] = -100  # an ignored prompt
+    spec = tc.load_spec("causal-lm", vocab_size=32000, max_position_embeddings=L)
+    return spec, {"input_ids": ids, "attention_mask": torch.ones(B, L, dtype=torch.int64), "labels": labels}
+
+
+def _repeat_to(batch: dict[str, torch.Tensor], nbytes: int) -> int:
+    return max(1, nbytes // bench.batch_bytes(batch))
+
+
+def _broken_at(c: bench.Case) -> tuple[str, tuple[int, ...], Any]:
+    """The field, index and value where a scenario's broken copy differs from its valid batch."""
+    for k, v in c.bad.items():
+        diff = v != c.batch[k]  # a NaN differs from everything
+        if diff.any():
+            index = tuple(diff.nonzero()[0].tolist())
+            return k, index, v[index].item()
+    raise ValueError(f"{c.name}: the broken copy equals the valid batch")
+
+
+def cases(device: str, big: bool) -> list[Case]:
+    out = []
+    for name in ("bert", "bert-b1", "bart", "layoutlmv3", "ctc"):
+        c = bench.scenario(name).build(False)
+        out.append(Case(c.name, c.spec, _on(c.batch, device), *_broken_at(c)))
+    spec, b = _causal_lm(8, 4096)
+    out.append(Case("causal-lm-8x4096", spec, _on(b, device), "labels", (3, 100), 32000))
+    if big:
+        lay = bench.scenario("layoutlmv3").build(False)
+        n = _repeat_to(lay.batch, GIB)
+        out.append(Case(f"layoutlmv3-fp32-{8 * n}x512-1GiB", lay.spec, _on(lay.batch, device, n),
+                        "bbox", (5, 7, 2), -5))
+        half = dict(lay.batch, pixel_values=lay.batch["pixel_values"].to(torch.bfloat16))
+        n = _repeat_to(half, GIB)
+        spec = tc.load_spec("layoutlmv3-token-classification", **dict(lay.params, dtype="bfloat16"))
+        out.append(Case(f"layoutlmv3-bf16-{8 * n}x512-1GiB", spec, _on(half, device, n), "bbox", (5, 7, 2), -5))
+        n = _repeat_to(b, GIB)
+        out.append(Case(f"causal-lm-{8 * n}x4096-1GiB", _causal_lm(8, 4096)[0], _on(b, device, n),
+                        "labels", (3, 100), 32000))
+    return out
+
+
+def profile(fn: Any, calls: int) -> dict[str, Any]:
+    """Per-call counts and the median kernel time (us) of `calls` calls of fn under the profiler."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    counts = {"kernels": 0, "dtoh": 0, "htod": 0, "memset": 0, "syncs": -1}  # -1: the synchronize above
+    kernel_us, names = [], set()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            if "Memcpy DtoH" in e.name:
+                counts["dtoh"] += 1
+            elif "Memcpy HtoD" in e.name:
+                counts["htod"] += 1
+            elif "Memset" in e.name:
+                counts["memset"] += 1
+            elif not e.name.startswith("Memcpy"):
+                counts["kernels"] += 1
+                names.add(e.name)
+                kernel_us.append(e.time_range.elapsed_us())
+        elif e.name in SYNCS:
+            counts["syncs"] += 1
+    per = {k: v / calls for k, v in counts.items()}
+    per["kernel_us"] = statistics.median(kernel_us) if kernel_us else None
+    per["names"] = ",".join(sorted(names))
+    return per
+
+
+def wall_us(fn: Any, calls: int) -> float:
+    """Median wall time of one call, back to back (each call is timed alone)."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return 1e6 * statistics.median(times)
+
+
+def copy_gb_per_s() -> float:
+    """Bytes read plus bytes written per second by a 1 GiB device-to-device copy (CUDA events, median)."""
+    src = torch.rand(GIB // 4, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * GIB / (bench.time_gpu(lambda: dst.copy_(src))[0] * 1e-3) / 1e9
+
+
+def measure(case: Case, copy_bw: float, log: Any) -> list[dict[str, Any]]:
+    spec, batch = case.spec, case.batch
+    nbytes = bench.batch_bytes(batch)
+
+    def check() -> bool:
+        return tc.check(batch, spec, backend="triton").ok
+
+    first = tc.check(batch, spec, backend="triton")
+    rows = []
+    if not first.ok or first.backend != "triton":
+        log(f"{case.name}: valid batch -> ok={first.ok}, backend={first.backend}: {first.codes}")
+    check()
+    calls = CALLS if nbytes < 64 * 2**20 else 5
+    valid = profile(check, calls)
+    valid.update(case=case.name, batch="valid", ok=first.ok, backend=first.backend, bytes=nbytes,
+                 wall_us=wall_us(check, 200 if nbytes < 64 * 2**20 else 10))
+    rows.append(valid)
+    old = batch[case.field][case.index].item()
+    batch[case.field][case.index] = case.value
+    try:
+        bad = tc.check(batch, spec, backend="triton")
+        prof = profile(check, calls)
+        prof.update(case=case.name, batch="broken", ok=bad.ok, backend=bad.backend, bytes=nbytes,
+                    wall_us=wall_us(check, 50 if nbytes < 64 * 2**20 else 5), codes=",".join(sorted(bad.codes)))
+        rows.append(prof)
+    finally:
+        batch[case.field][case.index] = old
+    tc.wait()
+    deferred = profile(lambda: tc.validate(batch, spec, backend="triton", deferred=True), calls)
+    tc.wait()
+    deferred.update(case=case.name, batch="valid, deferred", ok=True, backend="triton", bytes=nbytes, wall_us=None)
+    rows.append(deferred)
+    for r in rows:
+        k = r["kernel_us"]
+        r["gb_per_s"] = nbytes / (k * 1e-6) / 1e9 if k else None
+        r["of_copy"] = r["gb_per_s"] / copy_bw if k else None
+        log(f"{case.name} {r['batch']}: {fmt_row(r)}")
+    return rows
+
+
+def _n(v: Any, digits: int) -> str:
+    return "" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_row(r: dict[str, Any]) -> str:
+    return (f"kernels {r['kernels']:g}, DtoH {r['dtoh']:g}, HtoD {r['htod']:g}, memset {r['memset']:g}, "
+            f"syncs {r['syncs']:g}, kernel {_n(r['kernel_us'], 1)} us, {_n(r['gb_per_s'], 1)} GB/s, "
+            f"wall {_n(r['wall_us'], 1)} us")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = ["| case | batch | MB | ok | backend | kernels / check | DtoH / check | HtoD / check | memsets / check "
+           "| syncs / check | kernel us (median) | GB/s | of copy bandwidth | wall us / check |",
+           "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        share = "" if r["of_copy"] is None else f"{r['of_copy']:.2f}"
+        out.append(f"| {r['case']} | {r['batch']} | {r['bytes'] / 1e6:.1f} | {r['ok']} | {r['backend']} "
+                   f"| {r['kernels']:g} | {r['dtoh']:g} | {r['htod']:g} | {r['memset']:g} | {r['syncs']:g} "
+                   f"| {_n(r['kernel_us'], 1)} | {_n(r['gb_per_s'], 1)} | {share} | {_n(r['wall_us'], 1)} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, help="write the Markdown page here too")
+    p.add_argument("--no-big", action="store_true", help="skip the 1 GiB cases")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("gpu_profile.py: torch sees no CUDA device; this profiles the Triton kernel on a GPU", file=sys.stderr)
+        return 2
+
+    def log(s: str) -> None:
+        print(s, file=sys.stderr, flush=True)
+
+    import triton
+
+    copy_bw = copy_gb_per_s()
+    log(f"copy bandwidth: {copy_bw:.0f} GB/s (read + written)")
+    rows = []
+    for case in cases("cuda", big=not args.no_big):
+        try:
+            rows += measure(case, copy_bw, log)
+        except Exception as exc:  # noqa: BLE001 - one case failing is recorded, the others still run
+            log(f"{case.name}: FAILED {type(exc).__name__}: {exc}")
+            rows.append(dict(case=case.name, batch=f"FAILED: {type(exc).__name__}: {str(exc)[:200]}", ok=None,
+                             backend="", bytes=bench.batch_bytes(case.batch), kernels=0, dtoh=0, htod=0, memset=0,
+                             syncs=0, kernel_us=None, gb_per_s=None, of_copy=None, wall_us=None))
+        del case
+        torch.cuda.empty_cache()
+    page = "\n".join([
+        f"# The Triton backend on {torch.cuda.get_device_name()}", "",
+        (f"`python benchmarks/gpu_profile.py`, {time.strftime('%Y-%m-%dT%H:%M:%S')}: torch {torch.__version__}, "
+         f"triton {triton.__version__}, tritoncheck {tc.__version__}. Counts per check from torch.profiler over "
+         f"{CALLS} warm checks (5 for the 1 GiB cases); kernel time: the median kernel event; bandwidth: batch bytes "
+         f"/ kernel time, and its share of a 1 GiB device copy's {copy_bw:.0f} GB/s (bytes read + written), "
+         "measured in the same run; wall: one whole `tc.check` (launch, copy back, verdict), median, back to back."),
+        "", table(rows), ""])
+    print(page)
+    if args.out:
+        args.out.write_text(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

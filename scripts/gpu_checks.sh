@@ -1,0 +1,70 @@
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit;
+# Every GPU check of tritoncheck in one device call (issue 22), about 6 minutes at most:
+#   ../shared/gpu/prepare.sh                    # here, once: pydantic wheels into .whl/
+#   run(command="bash scripts/gpu_checks.sh", carry=[".whl"], timeout_s=440)
+# Steps, each bounded by `timeout` and never stopping the ones after it:
+#   1. the GPU tests: tests marked gpu and every backend-parity test whose `device` fixture now
+#      gives CUDA tensors (tests/conftest.py leaves TRITON_INTERPRET unset where CUDA is present);
+#   2. the profiler: kernels, copies and syncs per check, the kernel's device time and bandwidth
+#      (benchmarks/gpu_profile.py);
+#   3. benchmarks/run.py --device cuda, every scenario, its rows appended as each one finishes.
+# Everything comes back under $OUT (8 files at most); the summary is printed last.
+set -u
+OUT=${OUT:-$PWD/gpu-checks-out}
+mkdir -p "$OUT/bench"
+unset TRITON_INTERPRET  # the compiled kernel on the device, not the interpreter
+export PYTHONUNBUFFERED=1 TRITONCHECK_CACHE_DIR=/tmp/tritoncheck-cache TORCHINDUCTOR_COMPILE_THREADS=8
+SUMMARY=$OUT/summary.txt
+
+step() {  # step NAME SECONDS LOG COMMAND...: the command bounded by SECONDS, its rc and time in the summary
+  local name=$1 limit=$2 log=$3 t0 rc
+  shift 3
+  t0=$(date +%s)
+  timeout -k 10 "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  printf '%-10s rc=%-3s %4ss%s\n' "$name" "$rc" "$(($(date +%s) - t0))" \
+    "$([ "$rc" = 124 ] && echo "  TIMED OUT after ${limit}s")" >>"$SUMMARY"
+}
+
+{
+  echo "== device"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, '| triton', triton.__version__,
+'|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA DEVICE')" 2>&1
+  echo "C compiler: $(cc --version 2>/dev/null | head -1 || echo none)"
+  echo "== steps (rc 124: timed out)"
+} >"$SUMMARY"
+
+# 1. the GPU tests, spread over pytest-xdist's workers where it is installed; one test at most 100 s
+PAR=$(python3 -c "import xdist" 2>/dev/null && echo "-n 12")
+TMO=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=100")
+# shellcheck disable=SC2086
+step tests 140 "$OUT/tests.log" python3 -m pytest -q -rfE --tb=short $PAR $TMO --junitxml="$OUT/tests.xml" \
+  tests/test_triton_gpu.py tests/test_triton_backend.py tests/test_triton_split.py tests/test_backends.py \
+  tests/test_hostile_codegen.py tests/test_hostile_runtime.py tests/test_inputs.py tests/test_bench.py \
+  tests/test_differential_fuzz.py
+
+# 2. the profiler: one kernel and one device-to-host copy per check, and what the kernel costs
+step profile 80 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --out "$OUT/gpu-profile-cuda.md"
+
+# 3. the benchmarks: small scenarios first, the 254 MB batch last (a run cut short keeps the rest)
+step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-startup --results-dir "$OUT/bench" \
+  --scenario bert --scenario bart --scenario layoutlmv3 --scenario ctc --scenario bert-b1 --scenario big
+
+{
+  echo "== tests"
+  grep -E "^(FAILED|ERROR) " "$OUT/tests.log" | cut -c1-220 | head -40
+  tail -n 1 "$OUT/tests.log"
+  echo "== profiler (per check)"
+  if [ -s "$OUT/gpu-profile-cuda.md" ]; then grep -E "^\| " "$OUT/gpu-profile-cuda.md"; else tail -n 5 "$OUT/profile.log"; fi
+  echo "== benchmarks (do_bench median ms; wall: one call with its sync)"
+  [ -s "$OUT/bench/results.csv" ] || tail -n 5 "$OUT/bench.log"
+  [ -s "$OUT/bench/results.csv" ] && python3 - "$OUT/bench/results.csv" <<'PY'
+import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    if r["contender"] in ("floor-read", "hand-assert", "hand-compiled", "tc-torch", "tc-triton", "train-step"):
+        print(f"{r['scenario']:28s} {r['contender']:14s} {r['median_ms'] or '-':>10s} ms {r['gb_per_s'] or '':>10s} GB/s"
+              f" launches {r['launches'] or '-':>3s} syncs {r['syncs'] or '-':>3s}  {r['note'][:70]}")
+PY
+} >>"$SUMMARY"
+cat "$SUMMARY"
