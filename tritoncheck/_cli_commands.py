@@ -13,8 +13,10 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import tempfile
+from collections import UserDict
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +176,22 @@ def read_config(path: str | None) -> dict[str, Any] | None:
     return data
 
 
+# What a collator returns, saved as is with torch.save: mappings whose pickled state is a dict of
+# tensors. They are read as a plain stand-in class, so no code of theirs (nor transformers) runs.
+SAVED_MAPPINGS = ("collections.UserDict", "transformers.tokenization_utils_base.BatchEncoding",
+                  "transformers.feature_extraction_utils.BatchFeature")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class _SavedMapping(UserDict):
+    """Takes the place of every class in SAVED_MAPPINGS while a batch file is unpickled."""
+
+
 def load_batch(path: str) -> Any:
-    """A batch from a file: safetensors by suffix, numpy .npz, else torch.load(weights_only=True)."""
+    """A batch from a file: safetensors by suffix, numpy .npz, else torch.load(weights_only=True).
+
+    A saved `BatchEncoding`/`BatchFeature`/`UserDict` comes back as a dict; weights_only stays on.
+    """
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"batch file not found: {path}")
@@ -191,12 +207,37 @@ def load_batch(path: str) -> Any:
                 return {k: data[k] for k in data.files}
         import torch
 
-        return torch.load(p, map_location="cpu", weights_only=True)
+        allowed = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
+        with allowed([(_SavedMapping, name) for name in SAVED_MAPPINGS]) if allowed else contextlib.nullcontext():
+            return _plain(torch.load(p, map_location="cpu", weights_only=True))
     except ImportError as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
     except Exception as exc:  # a corrupt or foreign file: any loader error is a usage error
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot read batch file {path}: {first[:300]}") from None
+        raise UsageError(f"cannot read batch file {path}: {_load_error(exc)}") from None
+
+
+def _plain(obj: Any) -> Any:
+    """A saved mapping as a dict (in a list or tuple of batches too); anything else as it is."""
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain(x) for x in obj)
+    if isinstance(obj, _SavedMapping):
+        data = obj.__dict__.get("data")
+        if not isinstance(data, dict):
+            raise ValueError(f"a saved mapping whose data is a {type(data).__name__}, not a dict")
+        return dict(data)
+    return obj
+
+
+def _load_error(exc: Exception) -> str:
+    """torch's refusal in one line: the class it would not unpickle and what to save instead."""
+    text = _ANSI.sub("", str(exc))
+    refused = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    if refused:
+        return (f"it holds a {refused.group(1)}, which tritoncheck does not unpickle (torch.load with "
+                "weights_only=True runs no code from a file); save a dict of tensors: torch.save(dict(batch), path)")
+    reason = re.search(r"WeightsUnpickler error: (.+)", text)
+    lines = [reason.group(1)] if reason else text.strip().splitlines()
+    return lines[0].strip()[:300] if lines else type(exc).__name__
 
 
 def spec_from_args(args: argparse.Namespace, fill: bool = True):
