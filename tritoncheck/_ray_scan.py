@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._cli_commands import UsageError
-from ._scan import Shard, ShardJob, one_line
+from ._scan import ShardJob, one_line
 
 MISSING_RAY = "--engine ray needs Ray Data: pip install 'tritoncheck[ray]'"
 
 
-def run_shards(job: ShardJob, advance: Callable[[int], None]) -> list[dict[str, Any]]:
-    """`job.run` on every shard of `job`, one Ray Data task per shard; the parts in shard order."""
+def run_shards(job: ShardJob, advance: Callable[[int], None], logs: bool = False) -> list[dict[str, Any]]:
+    """`job.run` on every shard of `job`, one Ray Data task per shard; the parts in shard order.
+    Ray's own logs and progress bars only with `logs` (the scan has its own progress)."""
     try:
         import ray
         import ray.data
@@ -41,11 +42,10 @@ def run_shards(job: ShardJob, advance: Callable[[int], None]) -> list[dict[str, 
             ray.init()
         except Exception as exc:  # ConnectionError, RuntimeError, ValueError: by cause
             raise UsageError(f"--engine ray: cannot start or reach Ray: {one_line(exc)}") from None
-    items = [{"index": s.index, "path": s.path, "offset": s.offset, "rows": s.rows} for s in job.shards]
+    items = [{"index": s.index} for s in job.shards]
 
     def scan_shards(batch: dict[str, Any]) -> dict[str, Any]:
-        shards = [Shard(int(i), str(p), int(o), int(r))
-                  for i, p, o, r in zip(batch["index"], batch["path"], batch["offset"], batch["rows"], strict=True)]
+        shards = [job.shards[int(i)] for i in batch["index"]]  # (the job travels with the task, its shards too)
         return {"index": [s.index for s in shards], "part": [json.dumps(job.run(s)) for s in shards]}
 
     # one block per shard, so that shards are spread over the workers and not taken in runs by one task

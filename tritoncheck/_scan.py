@@ -36,7 +36,7 @@ import contextlib
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,8 +57,9 @@ from ._cli_commands import (
     spec_from_args,
     write_json,
 )
-from ._report import WARNING_PREFIX, fitted_table, printable
-from ._spec import closest
+from ._report import WARNING_PREFIX, Violation, fitted_table, printable
+from ._scan_arrow import Column, read_column, refusal
+from ._spec import close_match, closest
 
 BATCH_SUFFIXES = (".pt", ".pth", ".safetensors", ".npz")
 TABLE_SUFFIXES = (".parquet", ".arrow", ".feather")  # Arrow: the IPC file (Feather v2) or stream format
@@ -71,6 +72,9 @@ METADATA_CODES = frozenset({"not_a_mapping", "unexpected_field", "missing_field"
 # What the Hugging Face collators (default_data_collator, DataCollatorWithPadding) rename.
 HF_RENAMES = {"label": "labels", "label_ids": "labels"}
 SHOWN = 10  # violations printed; the JSON report has them all
+# Rows checked together are padded to the longest of them only while that stays small (elements, all columns)
+# or at most twice their own size; else they are split by length (see _Ragged._buckets).
+PADDED_ENOUGH = 1 << 16
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -79,7 +83,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="check every sample of a dataset offline",
         description="Check a directory of saved batches (.pt, .safetensors, .npz), a dataset saved with "
         "`datasets`, or Parquet or Arrow shards against a spec, and list every bad sample. Exit code 0: clean "
-        "(or warnings only); 1: errors; 2: usage or spec error; 3: a batch could not be checked (the rest are; see the report).",
+        "(or warnings only); 1: errors: bad rows or samples, or a file, shard or column that cannot be read (each "
+        "listed; the rest is scanned); 2: usage or spec error (found before the scan starts); 3: internal error: "
+        "a batch whose check failed in tritoncheck itself (the rest are scanned; please report it).",
     )
     p.add_argument("spec", help="a built-in spec name (see `tritoncheck specs`) or a YAML spec file")
     p.add_argument("data", help="a batch file, a directory of batch files, a `datasets` save_to_disk directory, "
@@ -89,11 +95,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
                    help="check column or key OLD as the spec's field NEW (repeatable); label and label_ids "
                    "become labels unless the spec names them")
+    p.add_argument("--ignore-column", action="append", default=[], metavar="COLUMN",
+                   help="leave out data column COLUMN (repeatable): a column close to the name of a contract field "
+                   "that the data lacks (lables for labels) otherwise stops the scan before it starts")
     p.add_argument("--batch-size", type=int, default=256, help="rows per check for a dataset (default 256)")
     p.add_argument("--backend", choices=list(BACKENDS), default="auto", help="default: auto (the C kernel on CPU)")
     p.add_argument("--engine", choices=ENGINES, default="local",
                    help="local (this process) or ray (Parquet or Arrow shards as Ray Data tasks, one per "
                    "shard; RAY_ADDRESS picks a running cluster); the report is the same")
+    p.add_argument("--engine-logs", action="store_true",
+                   help="with --engine ray: show Ray's own logs and progress bars (default: only the scan's progress)")
     p.add_argument("--bad-rows", metavar="DIR",
                    help="write the bad rows of Parquet or Arrow shards to DIR (new or empty) as Parquet, all "
                    f"columns plus {ROW_COLUMN} (global row index) and {CODES_COLUMN}")
@@ -104,17 +115,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 class _Item:
     """One unit of work: a batch (or a ragged chunk, or the error that stopped reading it) and its rows."""
 
-    source: str
-    offset: int  # the dataset row (or file sample) of its first row
-    data: Any  # a mapping, a _Ragged chunk, a UsageError (unreadable file) or another exception
+    source: str  # the file it comes from
+    offset: int | None  # the global row (dataset) or file sample of its first row; None: unknown (see Shard)
+    data: Any  # a mapping, a _Ragged chunk, ready entries (a list), a UsageError (unreadable) or another exception
     rows: int  # progress: rows for a dataset, 1 per file
     spec: Any = None  # the spec to check it against, where it differs from the command's
+    row: int = 0  # its first row in `source`
 
 
 def run_scan(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     report = scan(spec, args.data, engine=args.engine, backend=args.backend, batch_size=args.batch_size,
-                  rename=_rename_pairs(args.rename), bad_rows=args.bad_rows, progress=True, strict=args.strict)
+                  rename=_rename_pairs(args.rename), ignore=args.ignore_column, bad_rows=args.bad_rows,
+                  progress=True, strict=args.strict, engine_logs=args.engine_logs)
     if args.output:
         write_json(args.output, json.dumps(report, indent=2))
     fmt = output_format(args)
@@ -126,22 +139,27 @@ def run_scan(args: argparse.Namespace) -> int:
 
 
 def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", backend: str = "auto",
-         batch_size: int = 256, rename: Mapping[str, str] | None = None, bad_rows: str | os.PathLike[str] | None = None,
-         progress: bool = False, strict: bool = False) -> dict[str, Any]:
+         batch_size: int = 256, rename: Mapping[str, str] | None = None, ignore: Iterable[str] = (),
+         bad_rows: str | os.PathLike[str] | None = None, progress: bool = False, strict: bool = False,
+         engine_logs: bool = False) -> dict[str, Any]:
     """Check every sample of `data` against `spec` and return the report (the JSON that `scan --json` prints).
 
     Args:
         spec: the contract, a `BatchSpec` with its parameters (`tc.load_spec(...)`).
         data: saved batch files, a `datasets` save_to_disk directory, or Parquet or Arrow shards.
         engine: "local" (this process) or "ray": each shard a Ray Data task, in the running Ray
-            instance (or cluster) if there is one, else a local one. Only for Parquet or Arrow data;
-            the report is the same either way.
+            instance (or cluster) if there is one, else a local one. Only for Parquet or Arrow data
+            (a `datasets` directory holds Arrow files); the report is the same either way.
         backend: as for `tc.check`; "auto" runs the compiled C kernel where a compiler exists.
         batch_size: rows per check of a dataset or shard.
-        rename: column -> contract field, on top of the Hugging Face renames (`label` -> `labels`).
+        rename: column -> contract field, on top of the Hugging Face renames (`label` -> `labels`);
+            a column the data lacks is a usage error.
+        ignore: data columns to leave out, where one would otherwise stop the scan as a likely
+            misspelling of a contract field the data lacks (`lables` for `labels`).
         bad_rows: a new or empty directory to write the bad rows of Parquet or Arrow shards to.
         progress: show a progress bar on stderr when it is a terminal.
         strict: count warnings as errors (`ok` is then False for them too).
+        engine_logs: let Ray print its own logs and progress bars (off: the scan's progress only).
     """
     if engine not in ENGINES:
         raise UsageError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -154,13 +172,15 @@ def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", back
     shards = _shards(path)
     if shards is None and (engine == "ray" or bad_rows is not None):
         option = "--engine ray" if engine == "ray" else "--bad-rows"
-        raise UsageError(f"{option} reads Parquet or Arrow files ({', '.join(TABLE_SUFFIXES)}); {data} has none")
+        raise UsageError(f"{option} reads Parquet or Arrow files ({', '.join(TABLE_SUFFIXES)}) or a `datasets` "
+                         f"directory; {data} has none")
     if shards is not None:
-        job, found, absent = _table_job(path, shards, spec, backend, batch_size, renames, applied, bad_rows)
+        job, found, absent = _table_job(path, shards, spec, backend, batch_size, renames, dict(rename or {}),
+                                        set(ignore), applied, bad_rows)
         result.entries += found
         total, unit = sum(s.rows for s in job.shards), "rows"
     else:
-        items, total, unit, absent = _sources(path, spec, batch_size, renames, applied)
+        items, total, unit, absent = _sources(path, spec, renames, applied)
     for source, fields in absent.items():  # said once, not once per chunk
         for name in fields["required"]:
             result.entries.append(_entry(source, None, name, "missing_field", fields["message"][name]))
@@ -172,7 +192,7 @@ def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", back
         elif engine == "ray":
             from ._ray_scan import run_shards
 
-            for part in run_shards(job, advance):
+            for part in run_shards(job, advance, logs=engine_logs):
                 result.merge(part)
         else:
             for shard in job.shards:
@@ -208,6 +228,9 @@ class _Scan:
         self.backends: set[str] = set()  # what actually ran (auto: "c", or "torch" where no compiler exists)
 
     def add(self, item: _Item) -> None:
+        if isinstance(item.data, list):  # found while reading (a null, a refused column): ready as they are
+            self.entries += item.data
+            return
         if isinstance(item.data, UsageError):  # an unreadable file is a finding, not a reason to stop
             self.entries.append(_entry(item.source, None, None, "unreadable", str(item.data)))
             return
@@ -226,9 +249,7 @@ class _Scan:
         self.checks += 1
         self.samples += size
         self.backends.add(ran)
-        for pos, v in found:
-            self.entries.append(_entry(item.source, None if pos is None else item.offset + pos, v.field, v.code,
-                                       v.message, v.to_dict()["value"], v.index, v.severity))
+        self.entries += _entries(item, found, spec)
 
     def part(self) -> dict[str, Any]:
         """What `merge` takes: JSON-able, so that a shard's result travels from a Ray task as it is."""
@@ -335,13 +356,11 @@ def _renamed(batch: Any, renames: dict[str, str], applied: dict[str, str]) -> An
     return {moved.get(k, k): v for k, v in batch.items()}
 
 
-def _sources(data: Path, spec: Any, batch_size: int, renames: dict[str, str], applied: dict[str, str]
+def _sources(data: Path, spec: Any, renames: dict[str, str], applied: dict[str, str]
              ) -> tuple[Iterator[_Item], int, str, dict[str, dict[str, Any]]]:
-    """The items to check, the progress total, its unit, and per dataset split the contract fields it lacks."""
+    """Saved batch files: the items to check, the progress total, its unit, and fields they lack (none: per batch)."""
     if not data.exists():
         raise UsageError(f"data not found: {data}")
-    if data.is_dir() and _is_hf_dataset(data):
-        return _dataset_items(data, spec, batch_size, renames, applied)
     if data.is_file():
         files = [data]
     else:
@@ -359,56 +378,38 @@ def _sources(data: Path, spec: Any, batch_size: int, renames: dict[str, str], ap
     return gen(), len(files), "files", {}
 
 
-def _is_hf_dataset(path: Path) -> bool:
-    saved_dataset = (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
-    return saved_dataset or (path / "dataset_dict.json").is_file()
-
-
-def _dataset_items(path: Path, spec: Any, batch_size: int, renames: dict[str, str], applied: dict[str, str]
-                   ) -> tuple[Iterator[_Item], int, str, dict[str, dict[str, Any]]]:
+def _dataset_files(path: Path) -> list[tuple[str, Path]] | None:
+    """A `datasets` save_to_disk directory's Arrow files as (split, file), in the order its state.json lists
+    them (its row order), or None if `path` is no such directory."""
+    if (path / "dataset_dict.json").is_file():
+        try:
+            splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"cannot read {path / 'dataset_dict.json'}: {one_line(exc)}") from None
+        return [(str(split), f) for split in splits for _, f in _dataset_files(path / str(split)) or []]
+    if not ((path / "state.json").is_file() and (path / "dataset_info.json").is_file()):
+        return None
     try:
-        import datasets
-    except ImportError:
-        raise UsageError(f"{path} is a `datasets` dataset; reading it needs: pip install datasets") from None
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except Exception as exc:  # a damaged or foreign save: datasets raises many types
-        raise UsageError(f"cannot read dataset {path}: {one_line(exc)}") from None
-    splits = dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"": loaded}
-    sources = {split: f"{path}[{split}]" if split else str(path) for split in splits}
-    columns: dict[str, dict[str, str]] = {}  # per split: column -> field
-    absent: dict[str, dict[str, Any]] = {}
-    specs: dict[str, Any] = {}
-    for split, ds in splits.items():
-        columns[split], absent[sources[split]], specs[split] = _columns(ds.column_names, spec, renames, applied)
-
-    def gen() -> Iterator[_Item]:
-        for split, ds in splits.items():
-            view = ds.select_columns(list(columns[split])).with_format("arrow")
-            for start in range(0, len(ds), batch_size):
-                n = min(batch_size, len(ds) - start)
-                try:
-                    table = view[start:start + n]
-                except Exception as exc:  # a damaged chunk is recorded, and the scan goes on
-                    yield _Item(sources[split], start, exc, n, specs[split])
-                    continue
-                yield from _chunk_items(sources[split], start, table, columns[split], n, specs[split])
-
-    total = sum(len(ds) for ds in splits.values())
-    return gen(), total, "rows", {k: v for k, v in absent.items() if v["required"] or v["optional"]}
+        names = [entry["filename"] for entry in json.loads((path / "state.json").read_text())["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"cannot read {path / 'state.json'}: {one_line(exc)}") from None
+    files = [path / name for name in names]
+    if any(Path(name).name != name or not f.is_file() for name, f in zip(names, files, strict=True)):
+        raise UsageError(f"{path / 'state.json'} names data files that are not in {path}")
+    return [("", f) for f in files]
 
 
-# --- Parquet and Arrow shards: the same work for both engines ----------------------------------------
+# --- Parquet and Arrow shards (and `datasets` directories): the same work for both engines ----------------
 
 
 @dataclass(frozen=True)
 class Shard:
-    """One Parquet or Arrow file of a dataset, in sorted path order, and where its rows start globally."""
+    """One Parquet or Arrow file of a dataset, in row order, and where its rows start globally."""
 
     index: int
     path: str
-    offset: int  # global index of its first row: the rows of the shards before it
-    rows: int
+    offset: int | None  # global index of its first row (rows of the shards before it, from their metadata);
+    rows: int  # None when a shard before it cannot be counted (then rows are numbered within the shard only)
 
 
 @dataclass(frozen=True)
@@ -416,7 +417,6 @@ class ShardJob:
     """Everything needed to check one shard, picklable, so that a Ray task runs exactly what the local loop runs."""
 
     spec: Any  # the contract, the fields the data lacks made optional (reported once, by the driver)
-    source: str  # DATA as given: what every row's entry names, with its global index
     columns: dict[str, str]  # column -> contract field
     batch_size: int
     backend: str
@@ -431,23 +431,37 @@ class ShardJob:
             if advance is not None:
                 advance(item.rows)
         if self.bad_rows is not None:
-            self._write_bad_rows(shard, result.entries)
+            try:
+                self._write_bad_rows(shard, result.entries)
+            except Exception as exc:  # a damaged column the check did not read: the findings stand
+                result.entries.append(_entry(shard.path, None, None, "unreadable",
+                                             f"--bad-rows: cannot read the bad rows of {shard.path}, so none are "
+                                             f"written: {one_line(exc)}"))
         return result.part()
 
     def _items(self, shard: Shard) -> Iterator[_Item]:
-        chunks, start = _chunks(shard.path, list(self.columns), self.batch_size), 0
-        while True:
-            try:
-                chunk = next(chunks, None)
-            except Exception as exc:  # a damaged shard (pyarrow raises many types): the rows read so far stand
-                err = UsageError(f"cannot read {shard.path} from its row {start}: {one_line(exc)}")
-                yield _Item(shard.path, shard.offset + start, err, shard.rows - start)
-                return
-            if chunk is None:
-                return
-            n, table = chunk
-            yield from _chunk_items(self.source, shard.offset + start, table, self.columns, n, self.spec)
-            start += n
+        """The shard's chunks; a column of a type the scan does not read is reported and left out, and a
+        shard that cannot be read (from some row on) is reported from that row: the rows read so far stand."""
+        start = 0
+        try:
+            with _open_shard(shard.path) as (schema, pieces):
+                refused = {c: refusal(schema.field(c).type) for c in self.columns if c in schema.names}
+                refused = {c: why for c, why in refused.items() if why is not None}
+                if refused:
+                    yield _Item(shard.path, shard.offset, [
+                        _entry(shard.path, None, self.columns[c], "unsupported_type",
+                               f"{self.columns[c]}: column {c!r} of {shard.path}: {why}; the column is not checked")
+                        for c, why in refused.items()], 0)
+                columns = {c: f for c, f in self.columns.items() if c not in refused}
+                spec = _optional(self.spec, [self.columns[c] for c in refused])
+                for n, table in _chunks(pieces, list(columns), self.batch_size):
+                    offset = None if shard.offset is None else shard.offset + start
+                    yield _chunk_item(shard.path, start, offset, table, columns, n, spec)
+                    start += n
+        except Exception as exc:  # a damaged or foreign shard (pyarrow raises many types)
+            err = UsageError(f"cannot read {shard.path} from its row {start}: {one_line(exc)}")
+            yield _Item(shard.path, None if shard.offset is None else shard.offset + start, err, shard.rows - start,
+                        row=start)
 
     def _write_bad_rows(self, shard: Shard, entries: list[dict[str, Any]]) -> None:
         """The shard's bad rows, every column, as one Parquet file named by the shard's place (so sorted names
@@ -457,19 +471,23 @@ class ShardJob:
 
         codes: dict[int, set[str]] = defaultdict(set)
         for e in entries:
-            if e["sample"] is not None:
-                codes[e["sample"] - shard.offset].add(e["code"])
+            if e["row"] is not None:
+                codes[e["row"]].add(e["code"])
         if not codes:
             return
         wanted, parts, start = sorted(codes), [], 0
-        with _open_shard(shard.path, None) as (_, pieces):
+        with _open_shard(shard.path) as (_, pieces):
             for rows, read in pieces:  # only the pieces (Parquet row groups) that hold a bad row are read
                 local = [i - start for i in wanted if start <= i < start + rows]
                 if local:
-                    parts.append(read().take(pa.array(local)))
+                    part = read(None).take(pa.array(local))
+                    for column in part.columns:  # damaged offsets or buffers: an error, not a copied mess
+                        column.validate(full=True)
+                    parts.append(part)
                 start += rows
         table = pa.concat_tables(parts)
-        table = table.append_column(ROW_COLUMN, pa.array([shard.offset + i for i in wanted], pa.int64()))
+        rows = [None if shard.offset is None else shard.offset + i for i in wanted]
+        table = table.append_column(ROW_COLUMN, pa.array(rows, pa.int64()))
         table = table.append_column(CODES_COLUMN, pa.array([sorted(codes[i]) for i in wanted], pa.list_(pa.string())))
         width = max(5, len(str(len(self.shards) - 1)))
         out = Path(self.bad_rows or ".") / f"bad-rows-{shard.index:0{width}d}.parquet"
@@ -478,38 +496,53 @@ class ShardJob:
         os.replace(tmp, out)
 
 
-def _shards(data: Path) -> list[Path] | None:
-    """DATA's Parquet or Arrow files in sorted path order, or None if it is other data (or none)."""
-    if not data.exists() or (data.is_dir() and _is_hf_dataset(data)):
+def _shards(data: Path) -> list[tuple[str, Path]] | None:
+    """DATA's Parquet or Arrow files as (numbering group, file) in row order, or None if it is other data (or none).
+    Rows are numbered across the files of a group: all of them, or each split of a `datasets` directory."""
+    if not data.exists():
         return None
+    if data.is_dir():
+        hf = _dataset_files(data)
+        if hf is not None:
+            return hf
     if data.is_file():
-        return [data] if data.suffix in TABLE_SUFFIXES else None
+        return [("", data)] if data.suffix in TABLE_SUFFIXES else None
     files = sorted(p for p in data.rglob("*") if p.is_file() and not p.name.startswith(("_", ".")))
     tables = [p for p in files if p.suffix in TABLE_SUFFIXES]
     if tables and any(p.suffix in BATCH_SUFFIXES for p in files):
         raise UsageError(f"{data} holds both batch files ({', '.join(BATCH_SUFFIXES)}) and Parquet or Arrow "
                          "files: scan one kind at a time")
-    return tables or None
+    return [("", p) for p in tables] or None
 
 
-def _table_job(data: Path, files: list[Path], spec: Any, backend: str, batch_size: int, renames: dict[str, str],
-               applied: dict[str, str], bad_rows: str | os.PathLike[str] | None
+def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: str, batch_size: int,
+               renames: dict[str, str], explicit: dict[str, str], ignore: set[str], applied: dict[str, str],
+               bad_rows: str | os.PathLike[str] | None
                ) -> tuple[ShardJob, list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """The job over DATA's shards (offsets from each file's metadata), the entries for shards that cannot be
     read at all, and the contract fields that the columns common to every shard lack."""
     shards: list[Shard] = []
     names: list[str] | None = None
     unreadable: list[dict[str, Any]] = []
-    for path in files:
+    offset: int | None = 0
+    group = None
+    for split, path in files:
+        if split != group:  # a new split of a `datasets` directory: its rows count from 0
+            group, offset = split, 0
         try:
-            with _open_shard(str(path), None) as (columns, pieces):
+            with _open_shard(str(path)) as (schema, pieces):
                 rows = sum(n for n, _ in pieces)
         except Exception as exc:  # not Parquet or Arrow after all, or damaged: pyarrow raises many types
-            unreadable.append(_entry(str(path), None, None, "unreadable", f"cannot read {path}: {one_line(exc)}"))
+            unreadable.append(_entry(str(path), None, None, "unreadable",
+                                     f"cannot read {path}: {one_line(exc)}" + ("" if path == files[-1][1] else
+                                     "; the rows of later files are numbered within their file")))
+            offset = None  # its row count is unknown: so is every later row's global index
             continue
+        columns = [c for c in schema.names if c not in ignore]
         names = columns if names is None else [c for c in names if c in columns]
-        shards.append(Shard(len(shards), str(path), sum(s.rows for s in shards), rows))
-    taken, absent, chunk_spec = _columns(names or [], spec, renames, applied)
+        shards.append(Shard(len(shards), str(path), offset, rows))
+        offset = None if offset is None else offset + rows
+    taken, absent, chunk_spec = _columns(names or [], spec, renames, explicit, applied)
     out = None
     if bad_rows is not None:
         out = Path(bad_rows)
@@ -519,23 +552,23 @@ def _table_job(data: Path, files: list[Path], spec: Any, backend: str, batch_siz
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--bad-rows {bad_rows}: {exc.strerror or exc}") from None
-    job = ShardJob(chunk_spec, str(data), taken, batch_size, backend, None if out is None else str(out), tuple(shards))
+    job = ShardJob(chunk_spec, taken, batch_size, backend, None if out is None else str(out), tuple(shards))
     lacks = absent["required"] or absent["optional"]
     return job, unreadable, {str(data): absent} if lacks else {}
 
 
 @contextlib.contextmanager
-def _open_shard(path: str, columns: list[str] | None) -> Iterator[tuple[list[str], list[tuple[int, Any]]]]:
-    """A shard's column names and its pieces (Parquet row groups, Arrow record batches) as (rows, read):
-    the row counts come from metadata, and `read()` reads one piece (`columns` only; all if None) as a table."""
+def _open_shard(path: str) -> Iterator[tuple[Any, list[tuple[int, Callable[[list[str] | None], Any]]]]]:
+    """A shard's Arrow schema and its pieces (Parquet row groups, Arrow record batches) as (rows, read): the row
+    counts come from metadata, and `read(columns)` reads one piece (those columns; all if None) as a table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if path.endswith(".parquet"):
         with pq.ParquetFile(path) as pf:
             meta = pf.metadata
-            yield pf.schema_arrow.names, [(meta.row_group(g).num_rows, lambda g=g: pf.read_row_group(g, columns=columns))
-                                          for g in range(meta.num_row_groups)]
+            yield pf.schema_arrow, [(meta.row_group(g).num_rows, lambda cols, g=g: pf.read_row_group(g, columns=cols))
+                                    for g in range(meta.num_row_groups)]
         return
     with pa.memory_map(path) as source:  # mapped, not copied: counting the batches reads their headers only
         try:
@@ -545,40 +578,54 @@ def _open_shard(path: str, columns: list[str] | None) -> Iterator[tuple[list[str
             source.seek(0)
             reader = pa.ipc.open_stream(source)
             batches = list(reader)
-        yield reader.schema.names, [(b.num_rows, lambda b=b: pa.Table.from_batches([b]).select(b.schema.names if columns is None else columns))
-                                    for b in batches]
+        yield reader.schema, [(b.num_rows, lambda cols, b=b: pa.Table.from_batches([b]).select(b.schema.names if cols is None else cols))
+                              for b in batches]
 
 
-def _chunks(path: str, columns: list[str], size: int) -> Iterator[tuple[int, Any]]:
+def _chunks(pieces: list[tuple[int, Callable[[list[str] | None], Any]]], columns: list[str], size: int
+            ) -> Iterator[tuple[int, Any]]:
     """A shard's `columns` in tables of `size` rows (the last one shorter), whatever its pieces' sizes, each
     with its row count (a table of no columns has none)."""
     import pyarrow as pa
 
-    with _open_shard(path, columns) as (_, pieces):
-        pending, have = [], 0
-        for rows, read in pieces:
-            table = read() if rows else None
-            while table is not None and table.num_rows:
-                part = table.slice(0, size - have)
-                pending.append(part)
-                have += part.num_rows
-                table = table.slice(part.num_rows)
-                if have == size:
-                    yield have, pa.concat_tables(pending)
-                    pending, have = [], 0
-        if pending:
-            yield have, pa.concat_tables(pending)
+    pending, have = [], 0
+    for rows, read in pieces:
+        table = read(columns) if rows else None
+        while table is not None and table.num_rows:
+            part = table.slice(0, size - have)
+            pending.append(part)
+            have += part.num_rows
+            table = table.slice(part.num_rows)
+            if have == size:
+                yield have, pa.concat_tables(pending)
+                pending, have = [], 0
+    if pending:
+        yield have, pa.concat_tables(pending)
 
 
-def _columns(names: list[str], spec: Any, renames: dict[str, str], applied: dict[str, str]
+def _columns(names: list[str], spec: Any, renames: dict[str, str], explicit: dict[str, str], applied: dict[str, str]
              ) -> tuple[dict[str, str], dict[str, Any], Any]:
-    """The columns to check (column -> contract field), the fields they lack, and the spec to check chunks with."""
+    """The columns to check (column -> contract field), the fields they lack, and the spec to check chunks with.
+
+    Before any row is read: a --rename of a column the data lacks, and a column no field takes that is
+    close to a field the data lacks (`lables`, `labels`), are usage errors.
+    """
+    for old, new in explicit.items():
+        if old not in names:
+            raise UsageError(f"--rename {old}={new}: the data has no column {old!r}{closest(old, names)} "
+                             f"(columns: {', '.join(names)})")
     taken = {c: renames.get(c, c) for c in names}
     taken = {c: f for c, f in taken.items() if f in spec.fields and (c == f or f not in names)}
-    applied.update({c: f for c, f in taken.items() if c != f})
     lacking = [f for f in spec.fields if f not in taken.values()]
-    required = [f for f in lacking if not spec.fields[f].optional]
     others = [c for c in names if c not in taken]
+    for c in others:
+        near = close_match(c, lacking)
+        if near is not None:
+            raise UsageError(f"column {c!r} is not a field of {spec.name}, and its field {near!r} is not in the data: "
+                             f"a misspelling? --rename {c}={near} checks it as {near}; --ignore-column {c} scans "
+                             "without it")
+    applied.update({c: f for c, f in taken.items() if c != f})
+    required = [f for f in lacking if not spec.fields[f].optional]
     absent = {
         "required": required, "optional": [f for f in lacking if f not in required],
         "message": {f: f"{f}: the contract requires it, but the dataset has no such column"
@@ -586,111 +633,97 @@ def _columns(names: list[str], spec: Any, renames: dict[str, str], applied: dict
                     for f in required},
     }
     # the missing required fields are reported once by the caller; the chunks are checked without them
-    fields = {k: f.model_copy(update={"optional": True}) if k in required else f for k, f in spec.fields.items()}
-    return taken, absent, spec.model_copy(update={"fields": fields}) if required else spec
+    return taken, absent, _optional(spec, required)
 
 
-def _chunk_items(source: str, start: int, table: Any, columns: dict[str, str], n: int, spec: Any
-                 ) -> Iterator[_Item]:
-    """A chunk (an Arrow table) as one batch; padded if ragged; row by row only if a column is not numeric.
+def _optional(spec: Any, names: list[str]) -> Any:
+    """`spec` with fields `names` made optional: the chunks are checked without them (reported elsewhere, once)."""
+    if not names:
+        return spec
+    fields = {k: f.model_copy(update={"optional": True}) if k in names else f for k, f in spec.fields.items()}
+    return spec.model_copy(update={"fields": fields})
 
-    Columns of numbers, or of lists of numbers, become tensors straight from their Arrow buffers; any
-    other (lists of lists such as bbox, nulls, text) goes through Python lists, as `torch.tensor` reads them.
+
+def _chunk_item(source: str, row: int, offset: int | None, table: Any, columns: dict[str, str], n: int,
+                spec: Any) -> _Item:
+    """A chunk (an Arrow table) as one batch, or as a _Ragged chunk when its rows differ
+    in shape or some hold a null; its columns read from their buffers (see `tritoncheck._scan_arrow`).
+
+    A chunk that cannot be read (damaged offsets or buffers) is an unreadable item of its rows: the
+    scan goes on with the next.
     """
-    converted = {f: _arrow_column(table.column(c), _pad_value(f, spec)) for c, f in columns.items()}
-    fast = {f: column for f, column in converted.items() if column is not None}
-    if len(fast) == len(converted):
-        if all(bool((sizes == sizes[:1]).all()) for _, sizes in fast.values()):  # no ragged column
-            yield _Item(source, start, {f: values for f, (values, _) in fast.items()}, n, spec)
-        else:
-            from ._plan import compile_plan
+    try:
+        read = {f: read_column(table.column(c)) for c, f in columns.items()}
+    except Exception as exc:  # pyarrow's ArrowInvalid and others: damaged data
+        err = UsageError(f"cannot read rows {row}-{row + n - 1} of {source}: {one_line(exc)}")
+        return _Item(source, offset, err, n, spec, row)
+    if all(c.uniform() and not c.nulls.any() and not c.jagged.any() for c in read.values()):
+        every = _every(n)
+        return _Item(source, offset, {f: c.take(every, _pad_value(f, spec)) for f, c in read.items()}, n, spec, row)
+    from ._plan import compile_plan
 
-            yield _Item(source, start, _Ragged(fast, spec, compile_plan(spec)), n, spec)
-        return
-    rows = {f: table.column(c).to_pylist() for c, f in columns.items()}
-    batch = _to_batch(rows)
-    if batch is not None:
-        yield _Item(source, start, batch, n, spec)
-        return
-    ragged = _Ragged.build(rows, spec)
-    if ragged is not None:
-        yield _Item(source, start, ragged, n, spec)
-        return
-    for r in range(n):  # text or mixed-rank values: each row as it is
-        row = {name: [values[r]] for name, values in rows.items()}
-        yield _Item(source, start + r, _to_batch(row) or row, 1, spec)
+    return _Item(source, offset, _Ragged(read, spec, compile_plan(spec), n), n, spec, row)
 
 
-def _to_batch(rows: dict[str, list[Any]]) -> dict[str, Any] | None:
-    """Columns as tensors, or None if one of them is ragged or not numeric."""
+def _every(n: int) -> Any:
     import torch
 
-    out = {}
-    for name, values in rows.items():
-        try:
-            out[name] = torch.tensor(values)
-        except (TypeError, ValueError, RuntimeError):
-            return None
-    return out
+    return torch.arange(n)
 
 
 class _Ragged:
-    """A chunk whose rows differ in length, kept per column padded to its longest row, with each row's sizes.
+    """A chunk whose rows differ in shape (or some hold a null): its columns' flat values and each row's sizes.
 
-    Only the dims bound from the batch (L, T) are padded, every field that has one to the same
-    length; a row that differs along any other axis (bbox's 4) is padded too, but checked alone.
+    Rows are padded only when checked together, in groups (see `scan`), never the whole chunk to its
+    longest row: memory follows the data. Only the dims bound from the batch (L, T) are padded,
+    every field that has one to the same length; a row that differs along any other axis (bbox's 4)
+    is padded too, but checked alone. A row with a null, or whose inner lists differ in length, is
+    reported (`null`, `not_a_tensor`) and not checked further.
     """
 
-    def __init__(self, columns: dict[str, tuple[Any, Any]], spec: Any, plan: Any):
+    def __init__(self, columns: dict[str, Column], spec: Any, plan: Any, n: int):
         import torch
 
-        self.columns, self.spec, self.plan = columns, spec, plan  # name -> (padded values, sizes [n, rank])
-        self.n = len(next(iter(columns.values()))[0])
+        self.columns, self.spec, self.plan, self.n = columns, spec, plan, n
         axes = {f.name: f.axes for f in plan.fields}
         self.dims = {name: [axes[name][k + 1] if name in axes and k + 1 < len(axes[name]) else f"{name}.{k}"
-                            for k in range(sizes.shape[1])] for name, (_, sizes) in columns.items()}
+                            for k in range(c.sizes.shape[1])] for name, c in columns.items()}
         self.free = {d for f in plan.fields for d in f.shape if isinstance(d, str)} - {plan.batch_dim}
         by_dim: dict[str, list[Any]] = defaultdict(list)
-        for name, (_, sizes) in columns.items():
+        for name, c in columns.items():
             for k, d in enumerate(self.dims[name]):
-                by_dim[d].append(sizes[:, k])
+                by_dim[d].append(c.sizes[:, k])
         self.sizes = {d: torch.stack(cols, dim=1) for d, cols in by_dim.items()}  # per dim: [n, columns with it]
-
-    @classmethod
-    def build(cls, rows: dict[str, list[Any]], spec: Any) -> _Ragged | None:
-        """None if a column is not numeric, or its rows differ in rank."""
-        from ._plan import compile_plan
-
-        columns = {}
-        for name, values in rows.items():
-            column = _padded_column(values, _pad_value(name, spec))
-            if column is None:
-                return None
-            columns[name] = column
-        return cls(columns, spec, compile_plan(spec)) if columns else None
 
     def take(self, positions: list[int]) -> dict[str, Any]:
         """The rows at `positions` as one batch, each dim padded to the longest of them; one row as it is."""
         import torch
         from torch.nn.functional import pad
 
+        index = torch.tensor(positions, dtype=torch.long)
         if len(positions) == 1:
-            i = positions[0]
-            return {name: values[i][tuple(slice(0, s) for s in sizes[i].tolist())].unsqueeze(0)
-                    for name, (values, sizes) in self.columns.items()}
-        every = positions == list(range(self.n))
-        index = torch.tensor(positions)
-        pick = (lambda t: t) if every else (lambda t: t.index_select(0, index))  # (advanced indexing is slower)
-        longest = {d: int(pick(sizes).max()) for d, sizes in self.sizes.items()}
+            return {name: c.take(index, 0) for name, c in self.columns.items()}
+        longest = {d: int(sizes.index_select(0, index).max()) for d, sizes in self.sizes.items()}
         out = {}
-        for name, (values, _) in self.columns.items():
-            target = [longest[d] for d in self.dims[name]]
-            part = pick(values)[(slice(None), *(slice(0, t) for t in target))]
-            grow = [t - have for t, have in zip(target, part.shape[1:], strict=True)]
+        for name, c in self.columns.items():
+            part = c.take(index, _pad_value(name, self.spec))
+            grow = [longest[d] - have for d, have in zip(self.dims[name], part.shape[1:], strict=True)]
             if any(grow):  # another field is longer along a shared dim
                 part = pad(part, [x for g in reversed(grow) for x in (0, g)], value=_pad_value(name, self.spec))
             out[name] = part
         return out
+
+    def flaws(self) -> list[tuple[int, Violation]]:
+        """The rows not checked, each with why: a null in it, or inner lists of different lengths."""
+        found = []
+        for name, c in self.columns.items():
+            for r in c.nulls.nonzero().flatten().tolist():
+                found.append((r, Violation(name, "null", "a null (missing value) in the row; the row is not checked "
+                                           "further", samples=(r,))))
+            for r in (c.jagged & ~c.nulls).nonzero().flatten().tolist():
+                found.append((r, Violation(name, "not_a_tensor", "its lists differ in length inside the row, so it "
+                                           "is not a tensor; the row is not checked further", samples=(r,))))
+        return found
 
     def scan(self, spec: Any, backend: str) -> tuple[list[tuple[int | None, Any]], int, str]:
         """The bad rows, each as checking it alone finds it; see the module docstring for why that holds."""
@@ -701,6 +734,10 @@ class _Ragged:
         from ._plan import bind, expr_dims
 
         plan = self.plan
+        found: list[tuple[int | None, Any]] = self.flaws()
+        checked = torch.ones(self.n, dtype=torch.bool)
+        for c in self.columns.values():
+            checked &= ~(c.nulls | c.jagged)
         suspect = torch.zeros(self.n, dtype=torch.bool)
         for d, sizes in self.sizes.items():
             suspect |= (sizes != sizes[:, :1]).any(dim=1)  # its fields disagree on d
@@ -713,21 +750,40 @@ class _Ragged:
         # rows of equal length in every dim a data check reads, so that padding changes none of them
         keys = torch.stack([self.sizes[d][:, 0] for d in read], dim=1) if read else torch.zeros(self.n, 1)
         _, group_of = torch.unique(keys, dim=0, return_inverse=True)
-        found: list[tuple[int | None, Any]] = []
+        group_of = torch.where(checked, group_of, -1)
         ran = backend  # every chunk has a group: replaced by what checked it
         for g in group_of.unique().tolist():
-            members = (group_of == g).nonzero().flatten().tolist()
-            batch = self.take(members)
-            rows, _, ran = scan_batch(batch, spec, backend, take=lambda pos, m=members: self.take([m[p] for p in pos]))
-            found += [(None, v) if p is None else (members[p], relocate(v, members[p], plan)) for p, v in rows]
-            if any(p is None for p, _ in rows):
-                continue  # a metadata problem of the whole chunk: no row is to blame
-            bad = {members[p] for p, _ in rows}
-            index = torch.tensor(members)
-            again = suspect.index_select(0, index) | self._breaks_dim_rule(index, bind(plan, batch).dims)
-            for i in (m for m, s in zip(members, again.tolist(), strict=True) if s and m not in bad):
-                found += [(i, relocate(v, i, plan)) for v in check(self.take([i]), spec, backend=backend).violations]
+            for members in self._buckets((group_of == g).nonzero().flatten()) if g >= 0 else ():
+                batch = self.take(members)
+                rows, _, ran = scan_batch(batch, spec, backend,
+                                          take=lambda pos, m=members: self.take([m[p] for p in pos]))
+                found += [(None, v) if p is None else (members[p], relocate(v, members[p], plan)) for p, v in rows]
+                if any(p is None for p, _ in rows):
+                    continue  # a metadata problem of the whole group: no row is to blame
+                bad = {members[p] for p, _ in rows}
+                index = torch.tensor(members)
+                again = suspect.index_select(0, index) | self._breaks_dim_rule(index, bind(plan, batch).dims)
+                for i in (m for m, s in zip(members, again.tolist(), strict=True) if s and m not in bad):
+                    found += [(i, relocate(v, i, plan)) for v in check(self.take([i]), spec, backend=backend).violations]
         return sorted(found, key=lambda f: -1 if f[0] is None else f[0]), self.n, ran
+
+    def _buckets(self, members: Any) -> list[list[int]]:
+        """`members` in groups whose padded size is at most twice their own (per padded dim), unless the whole
+        group pads to few elements anyway: one long row must not make every short row as long."""
+        import torch
+
+        padded = real = 0
+        for name, c in self.columns.items():
+            sizes = c.sizes.index_select(0, members)
+            real += int(sizes.prod(dim=1).sum())
+            padded += len(members) * int(torch.tensor([int(self.sizes[d].index_select(0, members).max())
+                                                       for d in self.dims[name]], dtype=torch.long).prod())
+        if padded <= max(2 * real, PADDED_ENOUGH):
+            return [members.tolist()]
+        longest = torch.stack([s.index_select(0, members).max(dim=1).values for s in self.sizes.values()], dim=1)
+        keys = torch.floor(torch.log2(longest.clamp(min=1).double())).long()  # sizes [2^k, 2^(k+1)) together
+        _, bucket = torch.unique(keys, dim=0, return_inverse=True)
+        return [members[bucket == b].tolist() for b in bucket.unique().tolist()]
 
     def _breaks_dim_rule(self, members: Any, dims: dict[str, tuple[int, str]]) -> Any:
         """Per member: does a rule over dims (`L >= min_length`) fail at the row's own sizes?"""
@@ -755,75 +811,6 @@ def _fails(c: Any, values: dict[str, int], evaluate: Callable[..., Any], holds: 
         return False
 
 
-def _padded_column(values: list[Any], pad_value: float) -> tuple[Any, Any] | None:
-    """A column as (its rows padded to the longest, each row's sizes [n, rank]), or None if not numeric."""
-    import itertools
-
-    import torch
-
-    if len({len(v) if isinstance(v, list) else -1 for v in values}) == 1:
-        try:
-            whole = torch.tensor(values)  # rows of one shape
-            return whole, torch.tensor(whole.shape[1:], dtype=torch.long).expand(len(values), -1)
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    try:  # rows of numbers (token ids): one flat copy, no tensor per row
-        lengths = torch.tensor([len(v) for v in values])
-        flat = torch.tensor(list(itertools.chain.from_iterable(values)))
-        rows = None if flat.dim() == 1 else [torch.tensor(v) for v in values]  # rows of rows: bbox [L, 4]
-    except (TypeError, ValueError, RuntimeError):
-        return None
-    if rows is None:
-        return _padded_flat(flat, lengths, pad_value)
-    if len({t.dim() for t in rows}) > 1:
-        return None
-    dtype = rows[0].dtype
-    for t in rows[1:]:
-        dtype = torch.promote_types(dtype, t.dtype)
-    sizes = torch.tensor([list(t.shape) for t in rows], dtype=torch.long)
-    out = torch.full((len(rows), *sizes.max(dim=0).values.tolist()), pad_value, dtype=dtype)
-    for j, t in enumerate(rows):
-        out[(j, *(slice(0, s) for s in t.shape))] = t
-    return out, sizes
-
-
-def _padded_flat(flat: Any, lengths: Any, pad_value: float) -> tuple[Any, Any]:
-    """Rows given as one flat tensor and their lengths, padded to the longest, and their sizes [n, 1]."""
-    import torch
-
-    out = torch.full((len(lengths), int(lengths.max())), pad_value, dtype=flat.dtype)
-    out.masked_scatter_(torch.arange(out.shape[1]) < lengths[:, None], flat)  # (faster than out[mask] = flat)
-    return out, lengths[:, None]
-
-
-def _arrow_column(column: Any, pad_value: float) -> tuple[Any, Any] | None:
-    """An Arrow column of numbers, or of lists of numbers, as `_padded_column` makes it from the same values
-    in Python (ints as int64, floats as float32, bools), without making a Python object; None for any other."""
-    import numpy as np
-    import pyarrow as pa
-    import torch
-    from pyarrow import types
-
-    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    listed = types.is_list(column.type) or types.is_large_list(column.type)
-    leaf = column.flatten() if listed else column  # (a sliced list column flattens to its own values only)
-    kind = leaf.type
-    dtype: Any = None  # the numpy dtype that torch.tensor's choice for the Python values matches
-    if types.is_boolean(kind):
-        dtype = np.bool_
-    elif types.is_integer(kind) and not types.is_uint64(kind):  # (a uint64 past int64 is Python's to reject)
-        dtype = np.int64
-    elif types.is_floating(kind):
-        dtype = np.float32  # what torch.tensor makes of Python floats (rounded to nearest, as numpy does)
-    if dtype is None or column.null_count or leaf.null_count:
-        return None
-    with np.errstate(over="ignore"):  # a float64 past float32 becomes inf, as in torch.tensor: a finite check says so
-        flat = torch.from_numpy(leaf.to_numpy(zero_copy_only=False).astype(dtype))
-    if not listed:
-        return flat, torch.zeros(len(flat), 0, dtype=torch.long)
-    return _padded_flat(flat, torch.from_numpy(column.value_lengths().to_numpy().astype(np.int64)), pad_value)
-
-
 def _pad_value(name: str, spec: Any) -> float:
     """What a collator pads `name` with: the pad token for ids, a sentinel the field allows (-100), else 0."""
     field = spec.fields.get(name)
@@ -836,12 +823,44 @@ def _pad_value(name: str, spec: Any) -> float:
 
 
 def _entry(source: str, sample: int | None, field: str | None, code: str, message: str, value: Any = None,
-           index: Any = None, severity: str = "error") -> dict[str, Any]:
-    return {"source": source, "sample": sample, "field": field, "code": code, "severity": severity, "value": value,
-            "index": None if index is None else list(index), "message": message}
+           index: Any = None, severity: str = "error", row: int | None = None) -> dict[str, Any]:
+    """One finding. `sample`: the global row of a dataset (or the sample of a batch file), None for a problem of
+    a whole batch or file, or where the global row is unknown; `row`: its row in `source` itself."""
+    return {"source": source, "sample": sample, "row": row, "field": field, "code": code, "severity": severity,
+            "value": value, "index": None if index is None else list(index), "message": message}
 
 
-def _error(source: str, offset: int, exc: BaseException) -> dict[str, Any]:
+def _entries(item: _Item, found: list[tuple[int | None, Any]], spec: Any) -> list[dict[str, Any]]:
+    """The entries of an item's violations, every number counted from the first row of the dataset (of the
+    file where the global row is unknown): `sample`, `row`, and the violation's own samples, index and message."""
+    from ._plan import compile_plan
+
+    plan = compile_plan(spec)
+    first = item.row if item.offset is None else item.offset
+    out = []
+    for pos, v in found:
+        v = _shifted(v, first, plan)
+        sample = None if pos is None or item.offset is None else item.offset + pos
+        out.append(_entry(item.source, sample, v.field, v.code, v.message, v.to_dict()["value"], v.index,
+                          v.severity, None if pos is None else item.row + pos))
+    return out
+
+
+def _shifted(v: Any, shift: int, plan: Any) -> Any:
+    """A violation found in a chunk, its samples and the batch coordinate of its index moved by `shift`; an index
+    whose batch coordinate is not certain (see `relocate`) is dropped rather than left counting from the chunk."""
+    from dataclasses import replace
+
+    from ._data import relocate
+
+    if not shift or not v.samples:
+        return v
+    moved = relocate(v, v.samples[0] + shift, plan)
+    index = None if v.index is not None and moved.index == v.index else moved.index
+    return replace(moved, samples=tuple(s + shift for s in v.samples), index=index)
+
+
+def _error(source: str, offset: int | None, exc: BaseException) -> dict[str, Any]:
     """A batch that could not be checked: where (source, first row), the error type and its first line."""
     return {"source": source, "offset": offset, "error": type(exc).__name__, "message": one_line(exc)}
 
@@ -855,10 +874,10 @@ def one_line(exc: BaseException) -> str:
 def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, str],
              absent: dict[str, dict[str, Any]]) -> dict[str, Any]:
     entries = scan.entries
-    bad = {(e["source"], e["sample"]) for e in entries if e["sample"] is not None}
-    whole = {e["source"] for e in entries if e["sample"] is None}  # a metadata problem, a missing column
+    bad = {(e["source"], e["row"]) for e in entries if e["row"] is not None}
+    whole = {e["source"] for e in entries if e["row"] is None}  # a metadata problem, a missing column, a file
     per: Counter[tuple[str, str, str]] = Counter()
-    for key in {(e["source"], e["sample"], e["code"], e["field"], e["severity"]) for e in entries}:
+    for key in {(e["source"], e["row"], e["code"], e["field"], e["severity"]) for e in entries}:
         per[(key[2], key[3] or "", key[4])] += 1
     return {
         "spec": spec,
@@ -881,6 +900,17 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
 
 def _plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
+
+
+def _where(e: dict[str, Any], unit: str) -> str:
+    """Where a finding is, for people: `row 4017 (data/part-2.parquet row 17)`, `a.pt sample 3`, or the file."""
+    if e["row"] is None:
+        return e["source"]
+    if unit != "rows":
+        return f"{e['source']} sample {e['sample']}"
+    if e["sample"] is None:  # a shard before it could not be counted
+        return f"{e['source']} row {e['row']}"
+    return f"row {e['sample']} ({e['source']} row {e['row']})"
 
 
 def _show(report: dict[str, Any], table: bool) -> None:
@@ -920,8 +950,7 @@ def _show(report: dict[str, Any], table: bool) -> None:
             kind = "" if severity == "error" else f" ({severity})"
             say(f"  {code} in {field or '-'}: {_plural(int(n), f'bad {label}')}{kind}")
     for e in report["violations"][:SHOWN]:
-        where = e["source"] if e["sample"] is None else f"{e['source']} {label} {e['sample']}"
-        say(f"  {where}: {e['message']}")  # the message keeps its hint on its own line
+        say(f"  {_where(e, report['unit'])}: {e['message']}")  # the message keeps its hint on its own line
     if len(report["violations"]) > SHOWN:
         say(f"  ... and {len(report['violations']) - SHOWN} more (see --json or --output FILE)")
     if report["errors"]:

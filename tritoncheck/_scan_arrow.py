@@ -1,0 +1,197 @@
+"""Arrow columns as tensors, read from their buffers only: the scan's one way into a data file.
+
+A data file is untrusted. An Arrow column may have an extension type whose conversion to Python
+runs code (Ray Data's pickled-object type unpickles each value in `to_pylist`, `to_pandas` and
+`to_numpy`), so the scan reads only types it knows, by their buffers: booleans, integers and
+floats of every width, dictionary-encoded ones, and lists of them (list, large_list,
+fixed_size_list, nested). Every other type, extension types first, is refused by `refusal` before
+anything of the column is read; nothing here converts a column to Python objects.
+
+A column becomes one flat tensor of its leaf values and, per row, where its values start and its
+shape (`sizes`, one entry per list level): ragged rows are never padded here. `take` pads only
+the rows asked for, so memory follows the rows checked together, not a chunk's longest row.
+A row that holds a null (anywhere in it) or whose inner lists differ in length (not a tensor)
+is marked, and the scan reports it rather than checks it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+READABLE = "bools, integers and floats (any width), dictionary-encoded ones, and lists of them"
+INT64_MAX = 2**63 - 1
+
+
+def refusal(kind: Any) -> str | None:
+    """Why the scan does not read a column of Arrow type `kind`, or None when it does."""
+    import pyarrow as pa
+    from pyarrow import types
+
+    t = kind
+    while True:
+        if isinstance(t, pa.BaseExtensionType):  # its conversions are its own code (Ray's unpickles)
+            return f"Arrow type {kind} is an extension type ({t.extension_name}); the scan reads only {READABLE}"
+        if types.is_list(t) or types.is_large_list(t) or types.is_fixed_size_list(t):
+            t = t.value_type
+            continue
+        if types.is_dictionary(t):
+            t = t.value_type
+            if not (types.is_boolean(t) or types.is_integer(t) or types.is_floating(t)):
+                break
+        if types.is_boolean(t) or types.is_integer(t) or types.is_floating(t):
+            return None
+        break
+    return f"Arrow type {kind} is not read by the scan, which reads only {READABLE}"
+
+
+@dataclass
+class Column:
+    """A column's leaf values, flat, and per row where they start, its shape, and what is wrong with it."""
+
+    values: Any  # tensor [elements]: int64, float32 or bool, as torch.tensor makes the same Python values
+    starts: Any  # tensor [n] int64
+    sizes: Any  # tensor [n, depth] int64: each row's shape (depth = the number of list levels)
+    nulls: Any  # tensor [n] bool: a null somewhere in the row
+    jagged: Any  # tensor [n] bool: inner lists of different lengths (not a tensor)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def uniform(self) -> bool:
+        """Every row of the same shape, stored one after another: `take` of them all copies nothing."""
+        if not len(self):
+            return True
+        n, count = len(self), int(self.sizes[0].prod())
+        import torch
+
+        return bool((self.sizes == self.sizes[:1]).all()) and bool(
+            (self.starts == self.starts[0] + torch.arange(n) * count).all())
+
+    def take(self, rows: Any, pad: float) -> Any:
+        """Rows `rows` (a long tensor) as one tensor [len(rows), *longest], each padded with `pad`."""
+        import torch
+
+        sizes = self.sizes.index_select(0, rows)
+        starts = self.starts.index_select(0, rows)
+        if not self.sizes.shape[1]:
+            return self.values.index_select(0, starts)
+        counts = sizes.prod(dim=1)
+        longest = sizes.max(dim=0).values.tolist() if len(rows) else [0] * sizes.shape[1]
+        if len(rows) and bool((sizes == sizes[:1]).all()):
+            count = int(counts[0])
+            if bool((starts == starts[0] + torch.arange(len(rows)) * count).all()):  # one slice: a view
+                first = int(starts[0])
+                return self.values[first:first + count * len(rows)].view(len(rows), *longest)
+        total = int(counts.sum())
+        ends = counts.cumsum(0)
+        index = torch.repeat_interleave(starts - (ends - counts), counts) + torch.arange(total)
+        mask = torch.ones((len(rows), *longest), dtype=torch.bool)
+        for d, size in enumerate(longest):  # inside row r along axis d: position < sizes[r, d]
+            shape = [len(rows)] + [1] * len(longest)
+            shape[d + 1] = size
+            mask &= (torch.arange(size).view(1, size) < sizes[:, d:d + 1]).view(shape)
+        out = torch.full((len(rows), *longest), pad, dtype=self.values.dtype)
+        # row-major order inside the padded row is the row's own order, so one scatter places every row
+        return out.masked_scatter_(mask, self.values.index_select(0, index))
+
+
+def read_column(array: Any) -> Column:
+    """A column (Array or ChunkedArray) of a type `refusal` accepts, read from its buffers.
+
+    Raises `ValueError` (pyarrow's `ArrowInvalid`) for damaged data: offsets out of order or past
+    their values, buffers too short; `ValueError` too for uint64 values past int64.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import torch
+    from pyarrow import types
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    array.validate(full=True)  # offsets, buffer sizes, dictionary indices: before any buffer is read
+    n = len(array)
+    lo, hi = np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64)  # each row's span in `level`
+    nulls, jagged, sizes = np.zeros(n, bool), np.zeros(n, bool), []
+    level = array
+    while types.is_list(level.type) or types.is_large_list(level.type) or types.is_fixed_size_list(level.type):
+        nulls |= _any_in(_nulls(level), lo, hi)
+        fixed = types.is_fixed_size_list(level.type)
+        if fixed:
+            offsets = (np.arange(len(level) + 1, dtype=np.int64) + level.offset) * level.type.list_size
+        else:
+            offsets = np.asarray(level.offsets, dtype=np.int64)
+        lengths, has = np.diff(offsets), hi > lo
+        if fixed or not len(lengths):
+            first = np.full(n, level.type.list_size if fixed else -1, np.int64)
+        else:  # the row's size on this axis: its first element's length, the same for all its elements
+            at = np.minimum(lo, len(lengths) - 1)
+            first = np.where(has, lengths[at], -1)
+            changes = np.concatenate([[0], np.cumsum(lengths[1:] != lengths[:-1])])
+            jagged |= has & (changes[np.maximum(hi - 1, 0)] != changes[at])
+        sizes.append(first)
+        lo, hi = offsets[lo], offsets[hi]
+        base = int(lo[0]) if n else 0
+        level = level.values.slice(base, (int(hi[-1]) if n else 0) - base)  # only the values of these rows
+        lo, hi = lo - base, hi - base
+    leaf = level
+    nulls |= _any_in(_nulls(leaf), lo, hi)
+    if types.is_dictionary(leaf.type):
+        leaf = leaf.dictionary_decode()
+    shape = _shapes(sizes, n)
+    values = _values(leaf, torch)
+    with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
+        warnings.simplefilter("ignore", UserWarning)
+        flat = torch.from_numpy(values)
+    return Column(flat, torch.from_numpy(lo), shape, torch.from_numpy(nulls), torch.from_numpy(jagged))
+
+
+def _shapes(per_level: list[Any], n: int) -> Any:
+    """Per row, its size on each axis; an axis under an empty one (no element to measure) gets the
+    column's longest, so that the empty row pads like the others instead of standing out."""
+    import numpy as np
+    import torch
+
+    for k, sizes in enumerate(per_level):
+        if k and (sizes < 0).any():
+            per_level[k] = np.where(sizes < 0, max(int(sizes.max()), 0), sizes)
+    return torch.from_numpy(np.stack(per_level, axis=1) if per_level else np.zeros((n, 0), np.int64))
+
+
+def _nulls(array: Any) -> Any:
+    import numpy as np
+
+    if not array.null_count:
+        return None
+    return np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _any_in(mask: Any, lo: Any, hi: Any) -> Any:
+    """Per span [lo, hi): does `mask` (None: all False) hold anywhere in it?"""
+    import numpy as np
+
+    if mask is None:
+        return np.zeros(len(lo), bool)
+    total = np.concatenate([[0], np.cumsum(mask)])
+    return total[hi] > total[lo]
+
+
+def _values(leaf: Any, torch: Any) -> Any:
+    """A leaf array's values as numpy, in the dtype torch.tensor gives the same Python values (ints as int64,
+    floats as float32, bools), nulls as zeros (their rows are reported, not checked)."""
+    import numpy as np
+    from pyarrow import types
+
+    kind = leaf.type
+    if leaf.null_count:
+        leaf = leaf.fill_null(False if types.is_boolean(kind) else 0)
+    raw = leaf.to_numpy(zero_copy_only=False)  # a primitive type (refusal checked it): a buffer view or copy
+    if types.is_boolean(kind):
+        return np.asarray(raw, dtype=np.bool_)
+    if types.is_integer(kind):
+        if types.is_uint64(kind) and len(raw) and int(raw.max()) > INT64_MAX:
+            raise ValueError(f"uint64 value {int(raw.max())} is past int64, the integer type of a torch batch")
+        return raw.astype(np.int64, copy=False)
+    with np.errstate(over="ignore"):  # a float64 past float32 becomes inf, as in torch.tensor: a finite check says so
+        return raw.astype(np.float32, copy=False)
