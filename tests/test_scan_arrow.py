@@ -4,15 +4,16 @@ columns cost memory in proportion to the data, and one damaged shard is recorded
 import json
 import pickle
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-import tritoncheck as tc
-from tritoncheck._scan import scan
-from tritoncheck._scan_arrow import read_column, refusal
-from tritoncheck.cli import main
+pa = pytest.importorskip("pyarrow", reason="scans read Parquet and Arrow: pip install pyarrow (in the test extra)")
+pq = pytest.importorskip("pyarrow.parquet", reason="scans read Parquet: pip install pyarrow (in the test extra)")
+
+import tritoncheck as tc  # noqa: E402
+from tritoncheck._scan import scan  # noqa: E402
+from tritoncheck._scan_arrow import read_column, refusal  # noqa: E402
+from tritoncheck.cli import main  # noqa: E402
 
 PARAMS = {"vocab_size": 50, "max_position_embeddings": 16, "type_vocab_size": 2, "num_labels": 3}
 BERT = [f"--param={k}={v}" for k, v in PARAMS.items()]

@@ -82,3 +82,15 @@ def test_ray_that_cannot_start_is_a_usage_error(shards, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "--engine ray: cannot start or reach Ray: Could not find any running Ray instance." in err
     assert "Traceback" not in err and "Please specify" not in err
+
+
+def test_ray_pickled_column_runs_nothing_in_ray_workers(ray_instance, tmp_path):
+    # Ray's own pickled-object extension type, registered in every worker (they import ray.data)
+    from test_scan_arrow import assert_refused, hostile_shards, ray_pickled_type
+
+    marker = tmp_path / "marker"
+    path = hostile_shards(tmp_path / "data", ray_pickled_type(), marker)
+    report = scan(bert(), path, engine="ray", bad_rows=tmp_path / "bad")
+    assert_refused(report, path, marker)
+    assert report == scan(bert(), path, engine="local", bad_rows=tmp_path / "bad2") | {"backends": report["backends"]}
+    assert not marker.exists()
