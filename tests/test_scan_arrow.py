@@ -168,3 +168,34 @@ def test_nulls_and_jagged_rows_are_marked():
     col = read_column(pa.array([[[1, 2], [3]], [[1, 2], [3, 4]], [[5]]]))
     assert col.jagged.tolist() == [True, False, False]
     assert col.sizes.tolist()[1:] == [[2, 2], [1, 1]]
+
+
+def _proc_kib(key):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
+
+
+def peak_growth_mib(fn):
+    """The most this process's resident memory grew while `fn` ran (Linux: VmHWM, reset through clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets the high-water mark to the current RSS
+    except OSError:
+        pytest.skip("needs Linux's /proc/self/clear_refs to measure peak memory")
+    before = _proc_kib("VmRSS")
+    result = fn()
+    return (_proc_kib("VmHWM") - before) / 1024, result
+
+
+def test_one_long_row_does_not_make_every_row_of_its_chunk_as_long(tmp_path):
+    # 2**18 tokens in one row (2 MiB as int64), 255 short rows: padding the chunk to it would take 1 GiB
+    long = 2**18
+    ids = pa.array([[1] * 3] * 100 + [[1] * long] + [[2] * 5] * 155, pa.list_(pa.int64()))
+    mask = pa.array([[1] * len(row) for row in ([0] * 3,) * 100] + [[1] * long] + [[1] * 5] * 155, pa.list_(pa.int64()))
+    pq.write_table(pa.table({"input_ids": ids, "attention_mask": mask, "labels": [0] * 256}),
+                   tmp_path / "x.parquet", compression="zstd")
+    assert (tmp_path / "x.parquet").stat().st_size < 4096  # a tiny file
+    grew, report = peak_growth_mib(lambda: scan(bert(), tmp_path / "x.parquet", backend="torch"))
+    assert [(e["sample"], e["field"], e["code"]) for e in report["violations"]] == [
+        (100, "input_ids", "sequence_too_long")]
+    assert grew < 64, f"peak memory grew by {grew:.0f} MiB"

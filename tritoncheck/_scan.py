@@ -480,10 +480,10 @@ class ShardJob:
             for rows, read in pieces:  # only the pieces (Parquet row groups) that hold a bad row are read
                 local = [i - start for i in wanted if start <= i < start + rows]
                 if local:
-                    part = read(None).take(pa.array(local))
-                    for column in part.columns:  # damaged offsets or buffers: an error, not a copied mess
+                    piece = read(None)
+                    for column in piece.columns:  # damaged offsets or buffers: an error before `take` reads them
                         column.validate(full=True)
-                    parts.append(part)
+                    parts.append(piece.take(pa.array(local)))
                 start += rows
         table = pa.concat_tables(parts)
         rows = [None if shard.offset is None else shard.offset + i for i in wanted]
