@@ -33,6 +33,7 @@ from tritoncheck import bench
 
 CALLS = 20  # checks under the profiler per case
 GIB = 2**30
+MARK = "tritoncheck-checks"  # the profiler range around the profiled calls
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 
 
@@ -97,17 +98,23 @@ def cases(device: str, big: bool) -> list[Case]:
 
 
 def profile(fn: Any, calls: int) -> dict[str, Any]:
-    """Per-call counts and the median kernel time (us) of `calls` calls of fn under the profiler."""
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+    """Per-call counts and the median kernel time (us) of `calls` calls of fn under the profiler.
+    Syncs are counted inside the calls' own range only (not the synchronize that ends the profile)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile, record_function
 
     torch.cuda.synchronize()
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
+        with record_function(MARK):
+            for _ in range(calls):
+                fn()
         torch.cuda.synchronize()
-    counts = {"kernels": 0, "dtoh": 0, "htod": 0, "memset": 0, "syncs": -1}  # -1: the synchronize above
+    events = prof.events()
+    mark = next(e.time_range for e in events if e.name == MARK and e.device_type != torch.autograd.DeviceType.CUDA)
+    counts = {"kernels": 0, "dtoh": 0, "htod": 0, "memset": 0, "syncs": 0}
     kernel_us, names = [], set()
-    for e in prof.events():
+    for e in events:
+        if e.name == MARK:
+            continue
         if e.device_type == torch.autograd.DeviceType.CUDA:
             if "Memcpy DtoH" in e.name:
                 counts["dtoh"] += 1
@@ -118,10 +125,11 @@ def profile(fn: Any, calls: int) -> dict[str, Any]:
             elif not e.name.startswith("Memcpy"):
                 counts["kernels"] += 1
                 names.add(e.name)
-                kernel_us.append(e.time_range.elapsed_us())
-        elif e.name in SYNCS:
+                if "tritoncheck" in e.name:  # the check's own kernel, not torch's (a broken batch's decode)
+                    kernel_us.append(e.time_range.elapsed_us())
+        elif e.name in SYNCS and mark.start <= e.time_range.start and e.time_range.end <= mark.end:
             counts["syncs"] += 1
-    per = {k: v / calls for k, v in counts.items()}
+    per: dict[str, Any] = {k: v / calls for k, v in counts.items()}
     per["kernel_us"] = statistics.median(kernel_us) if kernel_us else None
     per["names"] = ",".join(sorted(names))
     return per
@@ -181,7 +189,7 @@ def measure(case: Case, copy_bw: float, log: Any) -> list[dict[str, Any]]:
         k = r["kernel_us"]
         r["gb_per_s"] = nbytes / (k * 1e-6) / 1e9 if k else None
         r["of_copy"] = r["gb_per_s"] / copy_bw if k else None
-        log(f"{case.name} {r['batch']}: {fmt_row(r)}")
+        log(f"{case.name} {r['batch']}: {fmt_row(r)}; kernels: {r['names']}")
     return rows
 
 

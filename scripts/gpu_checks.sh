@@ -1,7 +1,7 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit;
-# Every GPU check of tritoncheck in one device call (issue 22), about 6 minutes at most:
+# Every GPU check of tritoncheck in one device call (issue 22), about 7.5 minutes at most:
 #   ../shared/gpu/prepare.sh                    # here, once: pydantic wheels into .whl/
-#   run(command="bash scripts/gpu_checks.sh", carry=[".whl"], timeout_s=440)
+#   run(command="bash scripts/gpu_checks.sh", carry=[".whl"], timeout_s=500)
 # Steps, each bounded by `timeout` and never stopping the ones after it:
 #   1. the GPU tests: tests marked gpu and every backend-parity test whose `device` fixture now
 #      gives CUDA tensors (tests/conftest.py leaves TRITON_INTERPRET unset where CUDA is present);
@@ -13,6 +13,9 @@ set -u
 OUT=${OUT:-$PWD/gpu-checks-out}
 mkdir -p "$OUT/bench"
 unset TRITON_INTERPRET  # the compiled kernel on the device, not the interpreter
+# the built-in specs are the package `tritoncheck.specs` only once installed (pyproject maps it to
+# specs/); this copy of the tree is run from PYTHONPATH, so give it that package in place
+python3 -c "import tritoncheck.specs" 2>/dev/null || { cp -r specs tritoncheck/specs && touch tritoncheck/specs/__init__.py; }
 export PYTHONUNBUFFERED=1 TRITONCHECK_CACHE_DIR=/tmp/tritoncheck-cache TORCHINDUCTOR_COMPILE_THREADS=8
 SUMMARY=$OUT/summary.txt
 
@@ -20,10 +23,10 @@ step() {  # step NAME SECONDS LOG COMMAND...: the command bounded by SECONDS, it
   local name=$1 limit=$2 log=$3 t0 rc
   shift 3
   t0=$(date +%s)
-  timeout -k 10 "$limit" "$@" >>"$log" 2>&1
+  timeout -s INT -k 10 "$limit" "$@" >>"$log" 2>&1  # SIGINT: pytest still prints its summary
   rc=$?
   printf '%-10s rc=%-3s %4ss%s\n' "$name" "$rc" "$(($(date +%s) - t0))" \
-    "$([ "$rc" = 124 ] && echo "  TIMED OUT after ${limit}s")" >>"$SUMMARY"
+    "$([ "$(($(date +%s) - t0))" -ge "$limit" ] && echo "  TIMED OUT after ${limit}s")" >>"$SUMMARY"
 }
 
 {
@@ -35,17 +38,17 @@ step() {  # step NAME SECONDS LOG COMMAND...: the command bounded by SECONDS, it
   echo "== steps (rc 124: timed out)"
 } >"$SUMMARY"
 
-# 1. the GPU tests, spread over pytest-xdist's workers where it is installed; one test at most 100 s
+# 1. the GPU tests, spread over pytest-xdist's workers where it is installed; one test at most 60 s
 PAR=$(python3 -c "import xdist" 2>/dev/null && echo "-n 12")
-TMO=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=100")
+TMO=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=60")
 # shellcheck disable=SC2086
-step tests 140 "$OUT/tests.log" python3 -m pytest -q -rfE --tb=short $PAR $TMO --junitxml="$OUT/tests.xml" \
+step tests 170 "$OUT/tests.log" python3 -m pytest -q -p no:benchmark -rfE --tb=short --durations=15 $PAR $TMO --junitxml="$OUT/tests.xml" \
   tests/test_triton_gpu.py tests/test_triton_backend.py tests/test_triton_split.py tests/test_backends.py \
   tests/test_hostile_codegen.py tests/test_hostile_runtime.py tests/test_inputs.py tests/test_bench.py \
   tests/test_differential_fuzz.py
 
 # 2. the profiler: one kernel and one device-to-host copy per check, and what the kernel costs
-step profile 80 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --out "$OUT/gpu-profile-cuda.md"
+step profile 90 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --out "$OUT/gpu-profile-cuda.md"
 
 # 3. the benchmarks: small scenarios first, the 254 MB batch last (a run cut short keeps the rest)
 step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-startup --results-dir "$OUT/bench" \
