@@ -199,3 +199,78 @@ def test_one_long_row_does_not_make_every_row_of_its_chunk_as_long(tmp_path):
     assert [(e["sample"], e["field"], e["code"]) for e in report["violations"]] == [
         (100, "input_ids", "sequence_too_long")]
     assert grew < 64, f"peak memory grew by {grew:.0f} MiB"
+
+
+# --- one bad shard is recorded, the rest scanned -------------------------------------------------------------
+
+
+def rows(start, n, bad=()):
+    """Rows start .. start+n-1 (of 4 tokens); `bad` rows get a token past the vocabulary (50)."""
+    return {"text": [f"row {r}" for r in range(start, start + n)],
+            "input_ids": [[1, 2, 3, 50 if r in bad else 4] for r in range(start, start + n)],
+            "labels": [r % 3 for r in range(start, start + n)]}
+
+
+def damage(path, old, new):
+    """Replace the one occurrence of int32 values `old` in the file with `new` (offsets of a list or string)."""
+    import numpy as np
+
+    data = path.read_bytes()
+    was, now = np.array(old, "<i4").tobytes(), np.array(new, "<i4").tobytes()
+    assert data.count(was) == 1
+    path.write_bytes(data.replace(was, now))
+
+
+def arrow_file(path, table):
+    with pa.ipc.new_file(path, table.schema) as f:
+        f.write_table(table)
+
+
+def test_a_value_pyarrow_cannot_convert_is_refused_and_the_scan_goes_on(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table(rows(0, 4, bad={1})), tmp_path / "d" / "a.parquet")
+    day = pa.array([2**31 - 1, 0, 0, 0], pa.int32()).view(pa.date32())  # past Python's date range
+    table = pa.table(rows(4, 4, bad={6})).set_column(2, "labels", day)
+    pq.write_table(table, tmp_path / "d" / "b.parquet")
+    assert main(["scan", "bert-sequence-classification", str(tmp_path / "d"), *BERT, "--json",
+                 "--bad-rows", str(tmp_path / "bad")]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["source"].rsplit("/", 1)[1], e["sample"], e["field"], e["code"]) for e in report["violations"]] == [
+        ("a.parquet", 1, "input_ids", "above_max"), ("b.parquet", None, "labels", "unsupported_type"),
+        ("b.parquet", 6, "input_ids", "above_max")]
+    assert "Arrow type date32[day] is not read by the scan" in report["violations"][1]["message"]
+    assert report["errors"] == []
+    written = [pq.read_table(f).column("tritoncheck_row").to_pylist() for f in sorted((tmp_path / "bad").iterdir())]
+    assert written == [[1], [6]]  # the bad row of b.parquet copied with its date column as it is (not converted)
+
+
+def test_damaged_list_offsets_are_recorded_and_the_next_chunk_and_shard_scanned(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    table = pa.table(rows(0, 6, bad={0, 5}))
+    arrow_file(tmp_path / "d" / "a.arrow", table)
+    damage(tmp_path / "d" / "a.arrow", [0, 4, 8, 12, 16, 20, 24], [0, 4, 8, 2**20, 16, 20, 24])  # input_ids' offsets
+    pq.write_table(pa.table(rows(6, 3, bad={7})), tmp_path / "d" / "b.parquet")
+    code = main(["scan", "bert-sequence-classification", str(tmp_path / "d"), *BERT, "--json", "--batch-size=2"])
+    report = json.loads(capsys.readouterr().out)
+    found = [(e["source"].rsplit("/", 1)[1], e["sample"], e["row"], e["code"]) for e in report["violations"]]
+    # the damaged offset is row 2's end (row 3's start): rows 2-3 are unreadable, not checked on garbage
+    assert found == [("a.arrow", 0, 0, "above_max"), ("a.arrow", None, None, "unreadable"),
+                     ("a.arrow", 5, 5, "above_max"), ("b.parquet", 7, 1, "above_max")]
+    assert report["violations"][1]["message"].startswith(f"cannot read rows 2-3 of {tmp_path / 'd' / 'a.arrow'}: ")
+    assert code == 1 and report["errors"] == [] and report["samples"] == 7  # rows checked: all but 2 and 3
+
+
+def test_a_damaged_column_the_spec_does_not_read_costs_only_its_bad_rows_file(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    table = pa.table(rows(0, 4, bad={2}))  # text: "row 0" .. "row 3", offsets 0, 5, 10, 15, 20
+    arrow_file(tmp_path / "d" / "a.arrow", table)
+    damage(tmp_path / "d" / "a.arrow", [0, 5, 10, 15, 20], [0, 5, 2**24, 15, 20])
+    pq.write_table(pa.table(rows(4, 4, bad={5})), tmp_path / "d" / "b.parquet")
+    assert main(["scan", "bert-sequence-classification", str(tmp_path / "d"), *BERT, "--json",
+                 "--bad-rows", str(tmp_path / "bad")]) == 1
+    report = json.loads(capsys.readouterr().out)
+    found = [(e["source"].rsplit("/", 1)[1], e["sample"], e["code"]) for e in report["violations"]]
+    assert found == [("a.arrow", 2, "above_max"), ("a.arrow", None, "unreadable"), ("b.parquet", 5, "above_max")]
+    assert "--bad-rows: cannot read the bad rows of" in report["violations"][1]["message"]
+    assert [p.name for p in (tmp_path / "bad").iterdir()] == ["bad-rows-00001.parquet"]
+    assert pq.read_table(tmp_path / "bad").column("tritoncheck_row").to_pylist() == [5]
