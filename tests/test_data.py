@@ -319,3 +319,43 @@ def test_raise_names_only_samples_with_errors_as_bad():
     with pytest.raises(tc.BatchValidationError) as info:
         next(iter(loader))
     assert "dataset indices of the bad samples: 3 (sample 3)" in info.value.__notes__
+
+
+class Sequences:
+    """Sample i is a sequence of 4 tokens; those in `long` have 12, past a position table of 8."""
+
+    def __init__(self, long=()):
+        self.long = set(long)
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        n = 12 if i in self.long else 4
+        return {"input_ids": torch.ones(n, dtype=torch.long), "attention_mask": torch.ones(n, dtype=torch.long),
+                "labels": torch.tensor(1)}
+
+
+def pad(samples):
+    """Pads to the longest sample, as DataCollatorWithPadding does: the batch, not a sample, is too long."""
+    length = max(len(s["input_ids"]) for s in samples)
+    out = {k: torch.stack([torch.nn.functional.pad(s[k], (0, length - len(s[k]))) for s in samples])
+           for k in ("input_ids", "attention_mask")}
+    out["labels"] = torch.stack([s["labels"] for s in samples])
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_raised_too_long_batch_names_the_dataset_index_of_the_long_sample(workers):
+    spec = tc.load_spec("bert-sequence-classification", vocab_size=50, max_position_embeddings=8, type_vocab_size=2,
+                        num_labels=2)
+    loader = DataLoader(tc.IndexedDataset(Sequences(long={5})), batch_size=4, num_workers=workers,
+                        collate_fn=tc.ValidatingCollate(spec, pad, backend="torch"))
+    with pytest.raises(tc.BatchValidationError, match="sequence_too_long") as info:
+        list(loader)
+    assert "dataset indices of the bad samples: 5 (sample 1)" in info.value.__notes__
+    without_indices = DataLoader(Sequences(long={5, 6}), batch_size=4, collate_fn=tc.ValidatingCollate(spec, pad))
+    with pytest.raises(tc.BatchValidationError) as info:
+        list(without_indices)
+    assert info.value.__notes__ == ["bad samples of this batch: 1, 2 (wrap the dataset in tc.IndexedDataset to see "
+                                    "their dataset indices)"]

@@ -255,3 +255,16 @@ def test_lightning_skip_raises_when_no_sample_is_left_or_the_batch_cannot_change
     with pytest.raises(tc.BatchValidationError) as info:  # called as Lightning would, outside a Trainer
         callback.on_validation_batch_start(types.SimpleNamespace(sanity_checking=False), None, mismatched, 3)
     assert "disagree on (or lack) the B dim" in info.value.__notes__[1] and len(mismatched["target"]) == 3
+
+
+def test_lightning_list_batch_without_fields_says_how_to_name_its_items(lit):
+    TritoncheckCallback, Classifier, trainer = lit
+    data = torch.utils.data.TensorDataset(torch.randn(4, 3), torch.tensor([0, 1, 2, 3]))
+    with pytest.raises(tc.BatchValidationError) as info:
+        trainer(TritoncheckCallback(tc.BatchSpec.model_validate(TOY_SPEC)), max_steps=1).fit(
+            Classifier(), torch.utils.data.DataLoader(data, batch_size=4))
+    (violation,) = info.value.report.violations
+    assert violation.code == "not_a_mapping"
+    assert violation.hint == ("a 2-item batch: name its items, in their order, with TritoncheckCallback(spec, "
+                              "fields=...), e.g. fields=('features', 'target'); or return a dict from the collate_fn")
+    assert "hint: a 2-item batch: name its items" in str(info.value)

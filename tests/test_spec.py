@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,10 +50,20 @@ fields:
         (GOOD.replace("dtype: int64", "dtype: int65"), "fields.input_ids.dtype", "unknown dtype 'int65'"),
         (GOOD.replace("[B, L]", "[B, -3]"), "fields.input_ids.shape", "a fixed size must be >= 0"),
         (GOOD.replace("[B, L]", "[B, 'L +']"), "fields.input_ids.shape", "not a valid expression"),
-        (GOOD.replace("min: 0", "minimum: 0"), "fields.input_ids.minimum", "Extra inputs are not permitted"),
-        (GOOD.replace("name: mine", "name: mine\nfeilds: {}"), "feilds", "Extra inputs are not permitted"),
-        (GOOD + "rules: ['input_ids < vocab_sise']", "rules.0", "unknown name(s) ['vocab_sise']"),
+        (GOOD.replace("min: 0", "minimum: 0"), "fields.input_ids.minimum", "unknown key (did you mean 'min'?)"),
+        (GOOD.replace("name: mine", "name: mine\nfeilds: {}"), "feilds", "unknown key (did you mean 'fields'?)"),
+        (GOOD.replace("dtype: int64", "dtpye: int64"), "fields.input_ids.dtpye", "unknown key (did you mean 'dtype'?)"),
+        (GOOD.replace("min: 0", "optinal: true"), "fields.input_ids.optinal", "unknown key (did you mean 'optional'?)"),
+        (GOOD + "rules: [{rule: 'input_ids >= 0', feild: input_ids}]", "rules.0.feild", "(did you mean 'field'?)"),
+        (GOOD + "rules: ['input_ids < vocab_sise']", "rules.0", "unknown name(s) ['vocab_sise'] in 'input_ids < vocab_sise' "
+         "(did you mean 'vocab_size'?)"),
+        (GOOD + "rules: ['input_idz >= 0']", "rules.0", "unknown name(s) ['input_idz'] in 'input_idz >= 0' "
+         "(did you mean 'input_ids'?)"),
+        (GOOD + "rules: [{rule: 'input_ids >= 0', field: input_id}]", "rules.0",
+         "field 'input_id' is not in the spec (did you mean 'input_ids'?)"),
         (GOOD.replace("max: vocab_size - 1", "max: vocab - 1"), "fields.input_ids.max", "unknown name(s) ['vocab']"),
+        (GOOD.replace("max: vocab_size - 1", "max: vocab_sise - 1"), "fields.input_ids.max",
+         "unknown name(s) ['vocab_sise'] (did you mean 'vocab_size'?); a bound may use parameters (vocab_size) and dims"),
         (GOOD + "rules: [{rule: 'input_ids >= 0', code: 'not a code'}]", "rules.0.code", "must be an identifier"),
         (GOOD.replace("min: 0", "min: 0, hints: {too_big: x}"), "fields.input_ids.hints", "unknown violation code 'too_big'"),
         (GOOD.replace("[B, L]", "[B, L, B]"), "fields.input_ids.shape", "repeats a dim"),
@@ -65,6 +76,35 @@ def test_mistakes_name_file_and_key_path(tmp_path, text, where, what):
     msg = str(err.value)
     assert str(path) in msg or "mine" in msg
     assert where in msg and what in msg
+
+
+@pytest.mark.parametrize("build", [
+    lambda: tc.BatchSpec(name="mine", fields={"ids": {"dtype": "int64", "shape": ["B"], "mx": 3}}),
+    lambda: tc.BatchSpec.model_validate({"name": "mine", "fields": {"ids": {"dtype": "int64", "shape": ["B"], "mx": 3}}}),
+    lambda: tc.BatchSpec(name="mine", fields={"ids": tc.FieldSpec(dtype="int64", shape=["B"], mx=3)}),
+])
+def test_a_spec_built_in_python_raises_spec_error_with_the_suggestion(build):
+    with pytest.raises(tc.SpecError) as err:
+        build()
+    assert "mx: unknown key (did you mean 'max'?); known: dtype, shape, optional, min, max" in str(err.value)
+    assert "pydantic" not in str(err.value)
+
+
+def test_python_built_spec_errors_name_the_spec_and_key_path():
+    with pytest.raises(tc.SpecError) as err:
+        tc.BatchSpec(name="mine", fields={"ids": {"dtype": "int64", "shape": ["B"]}}, rules=["idz >= 0"])
+    assert str(err.value) == ("mine: 1 error(s) in spec\n"
+                              "  rules.0: unknown name(s) ['idz'] in 'idz >= 0' (did you mean 'ids'?)")
+    with pytest.raises(tc.SpecError, match=r"^RuleSpec: 1 error\(s\) in spec\n  severity: "):
+        tc.RuleSpec(rule="ids >= 0", severity="fatal")
+
+
+@pytest.mark.parametrize("config", ["config.json", Path("model/config.json")])
+def test_a_config_path_is_reported_as_a_path(config):
+    with pytest.raises(tc.SpecError) as err:
+        tc.load_spec("bert-sequence-classification", config=config)
+    assert f"config is a path ({str(config)!r}), not a config; pass the config itself" in str(err.value)
+    assert "missing parameter" not in str(err.value)
 
 
 def test_yaml_syntax_error_names_the_file(tmp_path):

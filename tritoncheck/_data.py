@@ -215,7 +215,7 @@ class ValidatingCollate:
                 log_warnings(report)
             return batch
         if self.on_error == "raise":
-            return self._reject(report, indices)
+            return self._reject(report, indices, self._culprits(report, samples, batch))
         plan = compile_plan(self.spec)
         good, bad, good_batch = split_bad(len(samples), self._subset_checker(samples), report, batch, plan)
         outcomes: dict[str, list[str]] = {}
@@ -240,13 +240,24 @@ class ValidatingCollate:
 
         return run
 
-    def _reject(self, report: Report, indices: list[int | None]) -> Any:
+    def _culprits(self, report: Report, samples: list[Any], batch: Any) -> list[int]:
+        """The positions of the bad samples. An error that names none (a padded length past the position
+        table is the batch's, not a sample's) is traced to its samples as skip mode does, by checking
+        each alone: the error then names the dataset index to look at."""
+        if all(v.samples for v in report.errors):
+            return sorted({p for v in report.errors for p in v.samples})
+        _, bad, _ = split_bad(len(samples), self._subset_checker(samples), report, batch, compile_plan(self.spec))
+        return sorted(bad)
+
+    def _reject(self, report: Report, indices: list[int | None], culprits: list[int] | None = None) -> Any:
         from torch.utils.data import get_worker_info
 
+        if culprits is None:
+            culprits = sorted({p for v in report.errors for p in v.samples})  # warnings do not make a sample bad
         info = get_worker_info()
         if info is None:  # the main process (num_workers=0): raise here
-            raise _with_indices(BatchValidationError(report), report, indices)
-        return _RejectedBatch(report, indices, info.id)
+            raise _with_indices(BatchValidationError(report), indices, culprits)
+        return _RejectedBatch(report, indices, culprits, info.id)
 
     def _record(self, position: int, index: Any, sample: Any, violations: list[Violation]) -> str:
         """Write the sample's record (and, to quarantine, its tensors); return what happened, in words."""
@@ -402,14 +413,15 @@ def relocate(v: Violation, position: int, plan: Plan) -> Violation:
     return replace(v, samples=(position,), index=index)
 
 
-def _with_indices(exc: BatchValidationError, report: Report, indices: Sequence[int | None]) -> BatchValidationError:
-    """Attach the dataset indices of the batch (when known) and name the bad ones in a note."""
+def _with_indices(exc: BatchValidationError, indices: Sequence[int | None], culprits: Sequence[int]) -> BatchValidationError:
+    """Attach the dataset indices of the batch (when known) and name the bad samples (`culprits`) in a note."""
     exc.dataset_indices = tuple(indices)  # type: ignore[attr-defined]
-    if any(i is not None for i in indices):
-        positions = sorted({p for v in report.errors for p in v.samples if p < len(indices)})  # warnings do not make a sample bad
-        if positions:
-            named = ", ".join(f"{indices[p]} (sample {p})" for p in positions)
-            _note(exc, f"dataset indices of the bad samples: {named}")
+    positions = [p for p in culprits if p < len(indices)]
+    if positions and any(i is not None for i in indices):
+        _note(exc, "dataset indices of the bad samples: " + ", ".join(f"{indices[p]} (sample {p})" for p in positions))
+    elif positions:
+        _note(exc, f"bad samples of this batch: {', '.join(map(str, positions))} "
+                   "(wrap the dataset in tc.IndexedDataset to see their dataset indices)")
     return exc
 
 
@@ -422,15 +434,16 @@ class _RejectedBatch(ExceptionWrapper):
     returning this one instead lets the main process raise the real error, report and all.
     """
 
-    def __init__(self, report: Report, indices: Sequence[int | None], worker: int):
+    def __init__(self, report: Report, indices: Sequence[int | None], culprits: Sequence[int], worker: int):
         self.report = report
         self.indices = tuple(indices)
+        self.culprits = tuple(culprits)
         self.exc_type = BatchValidationError
         self.exc_msg = str(report)
         self.where = f"in DataLoader worker process {worker}"
 
     def reraise(self):
-        exc = _with_indices(BatchValidationError(self.report), self.report, self.indices)
+        exc = _with_indices(BatchValidationError(self.report), self.indices, self.culprits)
         _note(exc, f"(found {self.where})")
         raise exc
 

@@ -13,7 +13,7 @@ import keyword
 import math
 import re
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 from pydantic import (
@@ -47,7 +47,39 @@ class SpecError(ValueError):
 SpecError.__module__ = "tritoncheck"
 
 
-class FieldSpec(BaseModel):
+class _SpecMeta(type(BaseModel)):  # type: ignore[misc]
+    """A spec part built in Python (`tc.BatchSpec(...)`) reports its mistakes as a file's are: `SpecError`.
+
+    On the class call, not in `__init__`: pydantic routes nested validation through a custom `__init__`,
+    which would wrap a field's SpecError into the spec's ValidationError again.
+    """
+
+    def __call__(cls, *args: Any, **data: Any) -> Any:
+        try:
+            return super().__call__(*args, **data)
+        except ValidationError as exc:
+            raise spec_error(_source(cls, data), exc, cls) from None
+
+
+class _SpecModel(BaseModel, metaclass=_SpecMeta):
+    """`model_validate` raises SpecError too; `context={"source": path}` names the file in its message."""
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as exc:
+            source = (kwargs.get("context") or {}).get("source") or _source(cls, obj)
+            raise spec_error(source, exc, cls) from None
+
+
+def _source(cls: type, data: Any) -> str:
+    """What a spec built in Python is called in its errors: its name, else the class."""
+    name = data.get("name") if isinstance(data, Mapping) else None
+    return name if isinstance(name, str) else cls.__name__
+
+
+class FieldSpec(_SpecModel):
     """The contract of one tensor in the batch."""
 
     model_config = ConfigDict(extra="forbid")
@@ -146,7 +178,7 @@ def _with_check_options(base: type[BaseModel]) -> type[BaseModel]:
 FieldSpec = _with_check_options(FieldSpec)
 
 
-class RuleSpec(BaseModel):
+class RuleSpec(_SpecModel):
     """A rule over one or more fields, such as `bbox[..., 0] <= bbox[..., 2]`."""
 
     model_config = ConfigDict(extra="forbid")
@@ -190,7 +222,7 @@ def split_where(text: str) -> tuple[str, ...]:
     return tuple(parts)
 
 
-class BatchSpec(BaseModel):
+class BatchSpec(_SpecModel):
     """The contract of a whole batch: its fields, the rules across them, and their parameters."""
 
     model_config = ConfigDict(extra="forbid")
@@ -257,14 +289,17 @@ class BatchSpec(BaseModel):
                 if isinstance(bound, str):
                     unknown = _expr.names(_expr.parse(bound)) - set(self.params) - dims
                     if unknown:
-                        raise ValueError(f"fields.{name}.{key}: unknown name(s) {sorted(unknown)}")
+                        raise ValueError(f"fields.{name}.{key}: unknown name(s) {sorted(unknown)}"
+                                         f"{closest(min(unknown), [*self.params, *dims])}; a bound may use "
+                                         f"parameters ({', '.join(self.params) or 'none'}) and dims")
         for i, r in enumerate(self.rules):
             used = set().union(*(_expr.names(_expr.parse(p)) for p in split_where(r.rule)))
             unknown = used - known
             if unknown:
-                raise ValueError(f"rules.{i}: unknown name(s) {sorted(unknown)} in {r.rule!r}")
+                raise ValueError(f"rules.{i}: unknown name(s) {sorted(unknown)} in {r.rule!r}"
+                                 f"{closest(min(unknown), known)}")
             if r.field is not None and r.field not in self.fields:
-                raise ValueError(f"rules.{i}: field {r.field!r} is not in the spec")
+                raise ValueError(f"rules.{i}: field {r.field!r} is not in the spec{closest(r.field, self.fields)}")
         return self
 
     def __eq__(self, other: object) -> bool:
@@ -329,6 +364,10 @@ class BatchSpec(BaseModel):
         if unknown:
             raise SpecError(f"{self.name}: unknown parameter(s) {unknown}{closest(unknown[0], self.params)}; "
                             f"this spec takes {sorted(self.params) or 'none'}")
+        if isinstance(config, (str, PurePath)):  # load_spec(name, config="config.json")
+            raise SpecError(f"{self.name}: config is a path ({str(config)!r}), not a config; pass the config itself: "
+                            "model.config, transformers.AutoConfig.from_pretrained(model_dir), or the dict "
+                            "json.load(open(path)) gives")
         filled = dict(self.params)
         if config is not None:
             for name in self.params:
@@ -409,15 +448,29 @@ def spec_from_dict(data: Any, source: str) -> BatchSpec:
     """Validate a spec mapping, reporting every mistake with `source` and its key path."""
     if not isinstance(data, Mapping):
         raise SpecError(f"{source}: a spec must be a mapping with 'name' and 'fields', got {type(data).__name__}")
-    try:
-        return BatchSpec.model_validate(data)
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            path = ".".join(str(p) for p in err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"  {path}: {msg}" if path else f"  {msg}")  # whole-spec checks name their own path
-        raise SpecError(f"{source}: {len(lines)} error(s) in spec\n" + "\n".join(lines)) from None
+    return BatchSpec.model_validate(data, context={"source": source})  # a mistake: SpecError naming `source`
+
+
+def spec_error(source: str, exc: ValidationError, model: type[BaseModel]) -> SpecError:
+    """pydantic's errors as a SpecError: one line per mistake with its key path, and for a misspelled
+    key (`dtpye`, `optinal`) the key that was meant."""
+    lines = []
+    for err in exc.errors():
+        loc = err["loc"]
+        path = ".".join(str(p) for p in loc)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            keys = list(_model_at(model, loc[:-1]).model_fields)
+            msg = f"unknown key{closest(str(loc[-1]), keys)}; known: {', '.join(keys)}"
+        lines.append(f"  {path}: {msg}" if path else f"  {msg}")  # whole-spec checks name their own path
+    return SpecError(f"{source}: {len(lines)} error(s) in spec\n" + "\n".join(lines))
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The spec part at a key path: `()` the spec itself, `('fields', 'x')` a field, `('rules', 0)` a rule."""
+    if model is BatchSpec and len(loc) == 2:
+        return {"fields": FieldSpec, "rules": RuleSpec}.get(str(loc[0]), model)
+    return model
 
 
 def builtin_spec_names() -> list[str]:

@@ -12,6 +12,7 @@ agreed across ranks, so every rank stops together. Needs `lightning` (pip instal
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any, Literal
 
@@ -106,6 +107,8 @@ class TritoncheckCallback(Callback):
         entries = self._entries(batch)
         checked = {k: v for k, v in entries.items() if k != self.index} if isinstance(entries, dict) else entries
         report = check(checked, self.spec, backend=self.backend, strict=self.strict)
+        if self.fields is None and isinstance(batch, (tuple, list)):
+            report = self._fields_hint(report, len(batch))
         where = {"stage": "sanity_check" if getattr(trainer, "sanity_checking", False) else stage,
                  "batch_idx": batch_idx, "dataloader_idx": dataloader_idx}
         indices = None
@@ -120,6 +123,14 @@ class TritoncheckCallback(Callback):
             raise _named(BatchValidationError(report), report, indices, where, why)
         if report.warnings:
             log_warnings(report)
+
+    def _fields_hint(self, report: Report, items: int) -> Report:
+        """A tuple or list batch: the hint says how this callback names its items (`fields=`)."""
+        names = ", ".join(repr(n) for n in list(self.spec.fields)[:items])
+        hint = (f"a {items}-item batch: name its items, in their order, with TritoncheckCallback(spec, fields=...), "
+                f"e.g. fields=({names}{',' if items == 1 else ''}); or return a dict from the collate_fn")
+        return replace(report, violations=tuple(replace(v, hint=hint) if v.code == "not_a_mapping" else v
+                                                for v in report.violations))
 
     def _entries(self, batch: Any) -> Any:
         """The batch as a dict of name to value (a copy), or as it is when it cannot be one."""
