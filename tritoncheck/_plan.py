@@ -450,7 +450,8 @@ def _signature(plan: Plan, batch: Any) -> tuple | None:
         value = batch.get(fp.name)
         if value is None:
             key.append(None)
-        elif type(value) is torch.Tensor and value.layout == torch.strided and not value.is_nested:
+        elif (type(value) is torch.Tensor and value.layout == torch.strided and not value.is_nested
+              and not value.is_neg() and not value.is_conj()):  # a lazy bit: `_bind` resolves it
             # the layout too (contiguous, else the strides): a compiled program depends on it
             key.append((value.dtype, value.shape, value.device, value.is_contiguous() or value.stride()))
         else:
@@ -588,7 +589,7 @@ def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
         # a FakeTensor is a subclass: a plain tensor skips the (costly) import-and-test
         if value.device.type == "meta" or (type(value) is not torch.Tensor and _is_fake(value)):
             return None, f"a {'meta' if value.device.type == 'meta' else 'fake'} tensor holds no data to check"
-        return value, ""
+        return resolved(value), ""
     module = type(value).__module__
     if module == "numpy":
         try:
@@ -596,6 +597,28 @@ def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
         except (TypeError, ValueError) as exc:
             return None, f"a numpy array of dtype {getattr(value, 'dtype', '?')} cannot be checked ({exc})"
     return None, f"expected a tensor or numpy array, got {type(value).__name__}"
+
+
+def compact(t: torch.Tensor) -> torch.Tensor:
+    """`t` with every expanded (zero-stride) axis cut to size 1: the same values, each read once."""
+    stride = t.stride()
+    if 0 not in stride:
+        return t
+    size = [1 if s == 0 and n > 1 else n for n, s in zip(t.shape, stride, strict=True)]
+    return t.as_strided(size, stride, t.storage_offset())
+
+
+def resolved(t: torch.Tensor) -> torch.Tensor:
+    """`t` as torch reads it: a lazy negation or conjugation bit (`torch._neg_view(x)`,
+    `z.conj().imag`; it survives torch.save) applied to the stored values.
+
+    Every backend reads memory as stored, so the bit is resolved here, before any backend sees the
+    tensor; only such tensors pay (a copy of their stored values, never of an expanded view's
+    logical size).
+    """
+    if not (t.is_neg() or t.is_conj()):
+        return t
+    return compact(t).resolve_conj().resolve_neg().expand(t.shape)
 
 
 def _is_fake(t: torch.Tensor) -> bool:

@@ -30,6 +30,7 @@ from ._plan import (
     Plan,
     RangeCheck,
     RuleCheck,
+    compact,
     evaluate_scalar,
 )
 from ._report import Violation
@@ -56,15 +57,6 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
 def _comparable(values: tuple[int | float, ...], dtype: torch.dtype) -> tuple[int | float, ...]:
     """`comparable_values`, once per check and dtype rather than once per batch."""
     return comparable_values(values, dtype)
-
-
-def compact(t: torch.Tensor) -> torch.Tensor:
-    """`t` with every expanded (zero-stride) axis cut to size 1: the same values, each read once."""
-    stride = t.stride()
-    if 0 not in stride:
-        return t
-    size = [1 if s == 0 and n > 1 else n for n, s in zip(t.shape, stride, strict=True)]
-    return t.as_strided(size, stride, t.storage_offset())
 
 
 class Context:

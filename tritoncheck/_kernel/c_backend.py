@@ -121,7 +121,9 @@ def _program_by_layout(plan: Plan, bound: Bound) -> Program:
     # int64) whether it is an expanded view (2); a device or a huge expanded view is refused below,
     # on the first call of its signature
     sig = tuple([(t.dtype, t.is_contiguous(), t.is_cpu, t.numel() > INT32_LIMIT and 1 + (0 in t.stride())) for t in ts])
-    key = (ids, sig)
+    # a dim past 2**31 - 1 needs int64 loop bounds even where every field it sizes is empty
+    wide = any(size > INT32_LIMIT for size, _ in bound.dims.values())
+    key = (ids, sig, wide)
     program = entry.programs.get(key)
     if program is None:
         for f, (_, _, cpu, big) in zip(fields, sig, strict=True):
@@ -134,13 +136,13 @@ def _program_by_layout(plan: Plan, bound: Bound) -> Program:
         with entry.lock:  # lowering, generation and compilation happen once per key, even with threads
             program = entry.programs.get(key)
             if program is None:
-                program = entry.programs[key] = _compile(plan, tuple(checks), dict(zip(fields, sig, strict=True)))
+                program = entry.programs[key] = _compile(plan, tuple(checks), dict(zip(fields, sig, strict=True)), wide)
     return program
 
 
-def _compile(plan: Plan, checks: tuple[DataCheck, ...], sig: dict[str, tuple]) -> Program:
+def _compile(plan: Plan, checks: tuple[DataCheck, ...], sig: dict[str, tuple], wide: bool) -> Program:
     fields = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous) for f, (dtype, contiguous, _, _) in sig.items()}
-    big = any(b for _, _, _, b in sig.values())
+    big = wide or any(b for _, _, _, b in sig.values())
     kernel = ir.lower(plan, checks, fields)
     source = c.generate(kernel, index_bits=64 if big else 32)
     fn = getattr(build.load(source.text), c.FUNCTION)

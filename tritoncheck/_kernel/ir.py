@@ -432,7 +432,8 @@ class _Lowering:
 
     # -- emitting ------------------------------------------------------------------------------
     def emit(self, name: str, args: tuple, kind: str) -> Val:
-        key = (name, args, kind)
+        # literals keyed with their type and repr: 0.0 == -0.0 (and 1 == 1.0 == True) must not merge
+        key = (name, tuple((type(a), repr(a)) if isinstance(a, (int, float)) else a for a in args), kind)
         if key in self.scope.memo:
             return self.scope.memo[key]
         op = Op(self.next_id, name, args, kind)
@@ -525,7 +526,14 @@ class _Lowering:
         sig = self.fields[e.field]
         self.axes_used.update(dict.fromkeys(sig.axes))  # a contiguous field's strides come from its sizes
         self.scope.loads.append((e.field, e.index))
-        return self.emit("load", (e.field, e.index), sig.kind)
+        return self.canonical(sig, self.emit("load", (e.field, e.index), sig.kind))
+
+    def canonical(self, sig: FieldSig, x: Val) -> Val:
+        """A bool field's byte as torch reads it: any nonzero byte is True (1). A bool tensor can hold
+        other bytes (`uint8.view(torch.bool)`, numpy bools from bytes), and a kernel reads the byte."""
+        if sig.dtype != torch.bool:
+            return x
+        return self.emit("cast", (self.emit("truth", (x,), "b"),), x.kind)
 
     def reduce(self, e: Reduce) -> Val:
         red = expr_axes(self.plan, e.x) if e.dims is None else tuple(e.dims)
@@ -573,7 +581,7 @@ class _Lowering:
         self.axes_used.update(dict.fromkeys(sig.axes))
         self.scope.loads.append((name, (None,) * len(sig.axes)))
         self.scope.uses_index = True  # needs the position along `axis`: never a flat walk
-        return self.emit("load_prev", (name, axis), sig.kind)
+        return self.canonical(sig, self.emit("load_prev", (name, axis), sig.kind))
 
     def host_scalar(self, expr: Expr, py: str, kind: str, side: str | None = None, part: str = "limit") -> Val:
         """A host scalar (see `HostScalar`) in `kind`."""
