@@ -224,7 +224,7 @@ class _Scan:
         self.spec, self.backend = spec, backend
         self.entries: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
-        self.checks = self.samples = 0
+        self.checks = self.samples = self.unread = 0  # unread: rows (or files) that could not be read
         self.backends: set[str] = set()  # what actually ran (auto: "c", or "torch" where no compiler exists)
 
     def add(self, item: _Item) -> None:
@@ -233,6 +233,7 @@ class _Scan:
             return
         if isinstance(item.data, UsageError):  # an unreadable file is a finding, not a reason to stop
             self.entries.append(_entry(item.source, None, None, "unreadable", str(item.data)))
+            self.unread += item.rows
             return
         if isinstance(item.data, Exception):
             self.errors.append(_error(item.source, item.offset, item.data))
@@ -254,13 +255,14 @@ class _Scan:
     def part(self) -> dict[str, Any]:
         """What `merge` takes: JSON-able, so that a shard's result travels from a Ray task as it is."""
         return {"entries": self.entries, "errors": self.errors, "checks": self.checks, "samples": self.samples,
-                "backends": sorted(self.backends)}
+                "unread": self.unread, "backends": sorted(self.backends)}
 
     def merge(self, part: dict[str, Any]) -> None:
         self.entries += part["entries"]
         self.errors += part["errors"]
         self.checks += part["checks"]
         self.samples += part["samples"]
+        self.unread += part["unread"]
         self.backends.update(part["backends"])
 
 
@@ -590,7 +592,12 @@ def _chunks(pieces: list[tuple[int, Callable[[list[str] | None], Any]]], columns
 
     pending, have = [], 0
     for rows, read in pieces:
-        table = read(columns) if rows else None
+        try:
+            table = read(columns) if rows else None
+        except Exception:  # a damaged piece: the rows read before it are checked, then the error is reported
+            if pending:
+                yield have, pa.concat_tables(pending)
+            raise
         while table is not None and table.num_rows:
             part = table.slice(0, size - have)
             pending.append(part)
@@ -876,7 +883,7 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
     entries = scan.entries
     bad = {(e["source"], e["row"]) for e in entries if e["row"] is not None}
     whole = {e["source"] for e in entries if e["row"] is None}  # a metadata problem, a missing column, a file
-    per: Counter[tuple[str, str, str]] = Counter()
+    per: Counter[tuple[str, str, str]] = Counter()  # bad rows (or samples; a whole file counts one)
     for key in {(e["source"], e["row"], e["code"], e["field"], e["severity"]) for e in entries}:
         per[(key[2], key[3] or "", key[4])] += 1
     return {
@@ -885,7 +892,8 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
         "ok": not any(e["severity"] == "error" for e in entries) and not scan.errors,  # warnings may remain
         "unit": unit,  # "rows" of a dataset, or "files" of saved batches
         "batches": scan.checks,  # batch files, or dataset chunks, that were checked
-        "samples": scan.samples,
+        "samples": scan.samples,  # checked; not those that could not be read:
+        "unread_samples": scan.unread,  # in files read in part (a file not read at all: unknown, not counted)
         "bad_samples": len(bad),
         "sources_with_batch_problems": len(whole),
         "failed_batches": len(scan.errors),
@@ -900,6 +908,12 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
 
 def _plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
+
+
+def _counted(n: int, files: int, label: str) -> str:
+    """`2 bad rows`, `1 file`, or both: what a summary line counts (n, of which `files` are whole files)."""
+    parts = [_plural(n - files, f"bad {label}")] if n > files else []
+    return ", ".join(parts + ([_plural(files, "file")] if files else []))
 
 
 def _where(e: dict[str, Any], unit: str) -> str:
@@ -923,6 +937,8 @@ def _show(report: dict[str, Any], table: bool) -> None:
     else:
         head = (f"{_plural(report['bad_samples'], 'bad sample')} of {_plural(report['samples'], 'sample')} "
                 f"in {_plural(report['batches'], 'file')} for {report['spec']}")
+    if report["unread_samples"]:
+        head += f", {_plural(report['unread_samples'], report['unit'][:-1])} could not be read"
     if report["sources_with_batch_problems"]:
         n = report["sources_with_batch_problems"]
         head += f" (and {_plural(n, 'source')} with problems of a whole batch)"
@@ -940,15 +956,19 @@ def _show(report: dict[str, Any], table: bool) -> None:
     for line in notes:
         say(line)
     label = "row" if report["unit"] == "rows" else "sample"
-    summary = [(row["code"], row["field"], row["severity"], str(row["samples"])) for row in report["summary"]]
-    t = fitted_table(None, ("code", "field", "severity", f"bad {label}s"),
+    files: Counter[tuple[str, str, str]] = Counter()  # of each summary line's count: findings of a whole file
+    for key in {(e["source"], e["code"], e["field"] or "", e["severity"]) for e in report["violations"] if e["row"] is None}:
+        files[key[1:]] += 1
+    summary = [(row["code"], row["field"], row["severity"], _counted(row["samples"], files[row["code"], row["field"],
+                row["severity"]], label)) for row in report["summary"]]
+    t = fitted_table(None, ("code", "field", "severity", "found in"),
                      [tuple(Text(printable(c)) for c in row) for row in summary], out.width) if table else None
     if t is not None:
         out.print(t)
     else:
         for code, field, severity, n in summary:
             kind = "" if severity == "error" else f" ({severity})"
-            say(f"  {code} in {field or '-'}: {_plural(int(n), f'bad {label}')}{kind}")
+            say(f"  {code}{f' in {field}' if field else ''}: {n}{kind}")
     for e in report["violations"][:SHOWN]:
         say(f"  {_where(e, report['unit'])}: {e['message']}")  # the message keeps its hint on its own line
     if len(report["violations"]) > SHOWN:
