@@ -83,7 +83,7 @@ def test_raise_reaches_main_process_with_full_report():
     err = info.value
     # the real report, not the traceback text torch's ExceptionWrapper would rebuild it from
     assert isinstance(err.report, tc.Report)
-    assert [(e["field"], e["code"], e["samples"]) for e in err.errors()] == [("input_ids", "above_max", [3])]
+    assert [(e["field"], e["code"], e["rows"]) for e in err.errors()] == [("input_ids", "above_max", [3])]
     assert err.dataset_indices == (0, 1, 2, 3)
     assert "dataset indices of the bad samples: 3 (sample 3)" in err.__notes__
     assert any("DataLoader worker process" in n for n in err.__notes__)

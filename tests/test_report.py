@@ -82,9 +82,10 @@ def test_valid_report_str_and_dict(lv3):
     assert report.ok and report.codes == set()
     assert str(report) == "batch is valid for layoutlmv3-token-classification (B=2 (from input_ids), L=4 (from input_ids))"
     assert report.to_dict() == {
+        "schema": "tritoncheck.report/1", "kind": "check",
         "spec": "layoutlmv3-token-classification", "ok": True, "errors": 0, "warnings": 0, "backend": "torch",
         "dims": {"B": {"size": 2, "from": "input_ids"}, "L": {"size": 4, "from": "input_ids"}},
-        "violations": [], "skipped": [],
+        "skipped": [], "violations": [], "unchecked": [],
     }
 
 
@@ -139,8 +140,8 @@ def test_error_exposes_structured_errors():
     with pytest.raises(tc.BatchValidationError) as err:
         tc.validate({"input": torch.randn(2, 3), "target": torch.tensor([0, 3])}, tc.load_spec("cross-entropy"))
     (e,) = err.value.errors()
-    assert {k: e[k] for k in ("field", "code", "samples", "count", "index", "value")} == {
-        "field": "target", "code": "above_max", "samples": [1], "count": 1, "index": [1], "value": 3}
+    assert {k: e[k] for k in ("field", "code", "rows", "count", "index", "value")} == {
+        "field": "target", "code": "above_max", "rows": [1], "count": 1, "index": [1], "value": 3}
     assert str(err.value).startswith("1 violation for cross-entropy")
     assert type(err.value).__module__ == "tritoncheck"
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # Every code tritoncheck itself emits. A rule in a spec may name its own code as well.
@@ -41,6 +42,7 @@ VIOLATION_CODES: tuple[str, ...] = (
     "box_corners",
     "rank_failed",
 )
+REPORT_SCHEMA = "tritoncheck.report/1"  # the JSON report's version: a change of its keys or their meaning bumps it
 MAX_SAMPLES_SHOWN = 10
 WARNING_PREFIX = "warning: "  # how a warning's message starts (an error's starts with its location)
 _AXIS_CODES = ("shape", "dim_mismatch")  # their `index` is (axis,)
@@ -120,13 +122,14 @@ class Violation:
             text += f"\n    hint: {printable(self.hint)}"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["samples"] = list(self.samples)
-        d["index"] = None if self.index is None else list(self.index)
-        d["value"] = _jsonable(self.value)
-        d["message"] = self.message
-        return d
+    def to_dict(self, **where: Any) -> dict[str, Any]:
+        """The violation as the JSON report lists it (`REPORT_SCHEMA`): field, code, severity, rule, hint,
+        count, value, index, rows (the batch positions, `samples`) and message; `where` adds the
+        scan's keys (source, sample, row)."""
+        return {"field": self.field, "code": self.code, "severity": self.severity, "rule": self.rule,
+                "hint": self.hint, "count": self.count, "value": _jsonable(self.value),
+                "index": None if self.index is None else list(self.index), "rows": list(self.samples),
+                "message": self.message, **where}
 
 
 @dataclass(frozen=True)
@@ -198,16 +201,10 @@ class Report:
         return head + (f" ({self.dims_text()})" if self.dims else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "spec": self.spec,
-            "ok": self.ok,
-            "errors": len(self.errors),
-            "warnings": len(self.warnings),
-            "backend": self.backend,
-            "dims": {k: {"size": s, "from": f} for k, (s, f) in self.dims.items()},
-            "violations": [v.to_dict() for v in self.violations],
-            "skipped": list(self.skipped),
-        }
+        """The JSON report (`REPORT_SCHEMA`, the same as `tritoncheck scan`'s; see `report_json`)."""
+        return report_json("check", self.spec, [v.to_dict() for v in self.violations], backend=self.backend,
+                           dims={k: {"size": s, "from": f} for k, (s, f) in self.dims.items()},
+                           skipped=list(self.skipped))
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), **kwargs)
@@ -289,6 +286,23 @@ class Report:
         return "\n".join(out)
 
 
+def report_json(kind: str, spec: str, violations: list[dict[str, Any]], *, unchecked: Sequence[Any] = (),
+                **details: Any) -> dict[str, Any]:
+    """One JSON report for `check` and `scan` (`kind`), versioned by its "schema" key (`REPORT_SCHEMA`).
+
+    Every report has: schema, kind, spec, ok, errors and warnings (how many of `violations` are of
+    each severity: "errors" always means the violations of severity error, as `report.errors`
+    does), the kind's own `details` (check: backend, dims, skipped; scan: data, unit, sample
+    counts, ...), violations (each as `Violation.to_dict` gives it) and unchecked (batches that
+    could not be checked, each with source, offset, error and message; never any in `check`).
+    `ok`: no error and nothing left unchecked.
+    """
+    errors = sum(v["severity"] != "warning" for v in violations)
+    return {"schema": REPORT_SCHEMA, "kind": kind, "spec": spec, "ok": not errors and not unchecked,
+            "errors": errors, "warnings": len(violations) - errors, **details,
+            "violations": list(violations), "unchecked": list(unchecked)}
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' if n != 1 else ''}"
 
@@ -360,8 +374,8 @@ class BatchValidationError(ValueError):
         super().__init__(str(report))
 
     def errors(self) -> list[dict[str, Any]]:
-        """The violations as plain dicts (field, code, rule, samples, count, index, value, hint, message)."""
-        return [] if self.report is None else [v.to_dict() for v in self.report.violations]
+        """The errors (violations of severity error, as `report.errors`) as the JSON report lists them."""
+        return [] if self.report is None else [v.to_dict() for v in self.report.errors]
 
     def __rich__(self) -> Any:
         """In a terminal or notebook with rich: the report's table (the bare message if it was rebuilt from text)."""
