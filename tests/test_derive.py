@@ -319,12 +319,13 @@ def test_conv1d_min_length_matches_the_real_stack(stack, caplog):
     spec = harmless_gap(caplog, lambda: tc.spec_for(model), "the value range of inputs")
     assert spec.params["min_length"] == shortest and spec.params["in_channels"] == 3
     assert spec.params["num_classes"] == 6
-    ok = {"inputs": torch.randn(2, 3, shortest), "labels": torch.tensor([0, 5])}
+    # the field is named as forward names it (nn.Sequential: `input`), so tc.guard binds a call to it
+    ok = {"input": torch.randn(2, 3, shortest), "labels": torch.tensor([0, 5])}
     assert tc.check(ok, spec, backend="torch").ok
-    short = {"inputs": torch.randn(2, 3, shortest - 1)}
-    assert ("inputs", "dim_bound") in _codes(short, spec)
-    channels = {"inputs": torch.randn(2, 4, shortest)}
-    assert ("inputs", "shape") in _codes(channels, spec)
+    short = {"input": torch.randn(2, 3, shortest - 1)}
+    assert ("input", "dim_bound") in _codes(short, spec)
+    channels = {"input": torch.randn(2, 4, shortest)}
+    assert ("input", "shape") in _codes(channels, spec)
 
 
 def test_text_cnn_and_recurrent_first_layers(caplog):
@@ -434,9 +435,17 @@ class _Forecaster(nn.Module):
         return self.head(past_values)
 
 
-def test_model_with_unknown_inputs_is_a_clear_error():
-    with pytest.raises(tc.SpecError, match="nothing to derive: its forward takes future_values, past_values"):
-        tc.spec_for(_Forecaster())
+def test_model_with_inputs_no_list_knows_is_derived_from_its_forward():
+    """Issue 19: the lists knew nothing of `past_values` (a SpecError before); the trace shapes it by the Linear
+    that takes it, probes its dtype, and accepts the optional `future_values` instead of flagging it."""
+    spec = tc.spec_for(_Forecaster())
+    assert spec.fields["past_values"].shape == ["B", 4] and spec.fields["past_values"].dtype == ["float32"]
+    assert spec.fields["future_values"].optional and not spec.fields["past_values"].optional
+    ok = {"past_values": torch.randn(3, 4), "future_values": torch.randn(3, 2)}
+    assert tc.check(ok, spec, backend="torch").ok
+    assert _codes({"past_values": torch.randn(3, 5)}, spec) == {("past_values", "shape")}
+    assert _codes({"past_values": torch.randn(3, 4).double()}, spec) == {("past_values", "dtype")}
+    assert "# shape ['B', 4]: the input of head" in spec.to_yaml()
 
 
 @pytest.mark.parametrize(("kernels", "strides"), [((4, 3), (3, 2)), ((10, 3, 3, 3, 3, 2, 2), (5, 2, 2, 2, 2, 2, 2))])

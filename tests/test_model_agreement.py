@@ -355,6 +355,12 @@ QA_CASES = (
     case("positions shaped [B, 1]", OK, put("start_positions", lambda b: b["start_positions"][:, None]),
          put("end_positions", lambda b: b["end_positions"][:, None])),
 )
+# Issue 19: the loss ignores -100 in a single-label classification label (the lists flagged it); every label
+# ignored is a NaN loss. Only on pairs without a built-in contract: the built-in bert/roberta specs still flag it.
+IGNORED_LABEL = (
+    case("label -100 (ignored by the loss)", OK, at("labels", 0, -100)),
+    case("every label -100", nan("labels", "all_ignored"), put("labels", lambda b: torch.full_like(b["labels"], -100))),
+)
 NO_PAD = (case("B > 1 without a pad token", crash("input_ids", "no_pad_token"), B=2),)
 
 PAIRS: tuple[Pair, ...] = (
@@ -383,7 +389,7 @@ PAIRS: tuple[Pair, ...] = (
     Pair("DistilBertForSequenceClassification", "encoder",
          lambda: T.DistilBertConfig(vocab_size=V, max_position_embeddings=MAXPOS, dim=16, n_layers=1, n_heads=2, hidden_dim=20,
                                     num_labels=3), classify,
-         (*common_text(length=TOO_LONG, token_types=False), EXPLICIT_POSITIONS, *CLASS,
+         (*common_text(length=TOO_LONG, token_types=False), EXPLICIT_POSITIONS, *CLASS, *IGNORED_LABEL,
           case("token_type_ids (not an input: ignored)", OK,
                put("token_type_ids", lambda b: torch.zeros_like(b["input_ids"]))))),
     Pair("ElectraForTokenClassification", "encoder", lambda: T.ElectraConfig(**BERT, embedding_size=8, num_labels=3), tokens,
@@ -410,7 +416,7 @@ PAIRS: tuple[Pair, ...] = (
          causal, (*common_text(length=TOO_LONG, token_types=False), LONGEST, EXPLICIT_POSITIONS, *CAUSAL)),
     Pair("GPT2ForSequenceClassification", "decoder",
          lambda: T.GPT2Config(vocab_size=V, n_positions=MAXPOS, n_embd=16, n_layer=1, n_head=2, num_labels=3, pad_token_id=0),
-         classify, (*common_text(length=TOO_LONG, token_types=False), *CLASS,
+         classify, (*common_text(length=TOO_LONG, token_types=False), *CLASS, *IGNORED_LABEL,
                     case("a row of padding only", OK, at("input_ids", 0, 0)))),
     Pair("LlamaForCausalLM", "decoder", lambda: T.LlamaConfig(**DECODER), causal,
          (*common_text(token_types=False), ROTARY_LONG, EXPLICIT_POSITIONS, *CAUSAL), builtin="causal-lm"),
@@ -641,6 +647,15 @@ def test_contract_agrees_with_the_model(arch, name):
 DRAWN = [p.arch for p in PAIRS if p.draws is not None]
 
 
+def traced_part(spec: tc.BatchSpec) -> tc.BatchSpec:
+    """The contract without the forward parameters spec_for could not trace (inputs_embeds, mems, ...): those are
+    accepted with a warning that their values are unchecked (`untraced_field`), so drawing them at random says
+    nothing about the derived rules (the strategies do not yet leave out a field whose presence breaks a rule)."""
+    untraced = {r.field for r in spec.rules if r.code == "untraced_field"}
+    return spec.model_copy(update={"fields": {k: v for k, v in spec.fields.items() if k not in untraced},
+                                   "rules": [r for r in spec.rules if r.code != "untraced_field"]})
+
+
 @pytest.mark.parametrize("arch", DRAWN)
 def test_batches_drawn_from_the_contract_run(arch):
     """Valid batches drawn from spec_for's contract (at the edges of its dims) run the model cleanly."""
@@ -648,7 +663,7 @@ def test_batches_drawn_from_the_contract_run(arch):
     from hypothesis import strategies as st
 
     pair = PAIRS_BY_NAME[arch]
-    spec = contracts(arch)["spec_for"]
+    spec = traced_part(contracts(arch)["spec_for"])
     labels = tuple(f for f in ("labels", "start_positions", "end_positions") if f in spec.fields)
 
     @settings(max_examples=4, derandomize=True, database=None, deadline=None)

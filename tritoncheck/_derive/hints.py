@@ -1,4 +1,8 @@
-"""Contracts derived from a model: `tc.spec_for(model)`.
+"""Per-family knowledge: the contract read from a model's config, head class and first/last layers.
+
+Before issue 19 this was the whole of `tc.spec_for`; now it is the layer of hints on top of the
+trace (names, messages, the box grid, `<eos>` counts, position schemes no trace shows) and the
+fallback where a forward cannot be traced.
 
 A Hugging Face model says most of its contract in its config and modules, but not where a user
 looks: the id bound is the input embedding's row count (which `resize_token_embeddings` changes
@@ -25,18 +29,15 @@ Explicit `position_ids` replace the length rule: the ids are bounded instead (th
 
 from __future__ import annotations
 
-import inspect
-import logging
-import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
-from ._dtypes import dtype_name
-from ._spec import BatchSpec, ParamValue, SpecError, spec_from_dict
+from .._dtypes import dtype_name
+from .._spec import ParamValue, SpecError
+from .signature import forward_args
 
-logger = logging.getLogger("tritoncheck")
 # A note on what spec_for could not derive: CRASH if a batch breaking it likely crashes the model
 # (an id past a table), which is warned; HARMLESS gaps are only logged (INFO, "tritoncheck" logger).
 CRASH, HARMLESS = True, False
@@ -99,40 +100,15 @@ NO_ATTENDED = {"code": "no_attended_position", "severity": WARNING,
                "hint": "a row with no attended token has no context (the model runs on garbage); drop empty samples"}
 
 
-def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValue) -> BatchSpec:
-    """The batch contract of `model`, derived from its config and modules.
-
-    Args:
-        model: a Hugging Face `PreTrainedModel` (the head class decides the labels), or a plain
-            `torch.nn.Module` (what its first and last layers reveal). What could not be derived is
-            named in the description and logged; a `UserWarning` only for a likely crash cause.
-        problem_type: for a sequence-classification head, overrides `config.problem_type`
-            ("single_label_classification", "multi_label_classification" or "regression").
-        **params: override a derived parameter, such as `max_position_embeddings=8192`, or
-            `dtype="float"` for float inputs under autocast (by default they must have the dtype of
-            the model's parameters where the model does not cast them itself).
+def derive(model: nn.Module, problem_type: str | None) -> tuple[dict[str, Any], list[tuple[str, bool]]]:
+    """Today's list-based contract of `model` as a spec mapping, and what it could not derive.
 
     Raises:
-        SpecError: nothing at all could be derived, or an unknown parameter or problem type.
+        SpecError: nothing at all could be derived.
     """
-    if problem_type is not None and problem_type not in PROBLEM_TYPES:
-        raise SpecError(f"problem_type must be one of {', '.join(PROBLEM_TYPES)}, got {problem_type!r}")
-    name = type(model).__name__
-    if isinstance(model, nn.Module) and hasattr(getattr(model, "config", None), "model_type"):
-        data, notes = _Derivation(model, problem_type).build()
-    elif isinstance(model, nn.Module):
-        data, notes = _module_spec(model)
-    else:
-        raise TypeError(f"spec_for needs a torch.nn.Module (a Hugging Face model or your own), got {name}")
-    if notes:
-        missing = "; ".join(n for n, _ in notes)
-        data["description"] += f" Not derived (add these to the contract yourself): {missing}."
-        logger.info("spec_for(%s): could not derive: %s", name, missing)
-        crashes = [n for n, crash in notes if crash]
-        if crashes:  # harmless gaps (a float input's range, no length bound where nothing overflows) are only logged
-            warnings.warn(f"spec_for({name}): left unchecked, a likely crash cause: " + "; ".join(crashes), UserWarning,
-                          stacklevel=2)
-    return spec_from_dict(data, f"spec_for({name})").with_params(**params)
+    if hasattr(getattr(model, "config", None), "model_type"):
+        return _Derivation(model, problem_type).build()
+    return _module_spec(model)
 
 
 class _Derivation:
@@ -147,7 +123,7 @@ class _Derivation:
         self.model_type = str(getattr(self.config, "model_type", "") or "")
         self.cls = type(model).__name__
         self.problem_type = problem_type
-        self.accepted, self.takes_kwargs = _forward_args(model)
+        self.accepted, self.takes_kwargs = forward_args(model)
         self.modules = dict(model.named_modules())
         self.params: dict[str, ParamValue] = {}
         self.fields: dict[str, dict[str, Any]] = {}
@@ -573,16 +549,6 @@ class _Derivation:
 
 def _rows(embedding: nn.Module | None) -> int | None:
     return getattr(embedding, "num_embeddings", None)
-
-
-def _forward_args(model: nn.Module) -> tuple[set[str], bool]:
-    """The named parameters of `forward`, and whether it also takes **kwargs."""
-    try:
-        parameters = inspect.signature(model.forward).parameters.values()
-    except (TypeError, ValueError):
-        return set(), False
-    named = {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-    return named, any(p.kind == p.VAR_KEYWORD for p in parameters)
 
 
 def _frames_expr(length: str, kernels, strides) -> str:

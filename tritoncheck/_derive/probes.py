@@ -1,0 +1,116 @@
+"""Forwards that test what the trace cannot see: whether a run is clean, which float inputs take
+another dtype, and the self-check that drops any derived rule rejecting a batch the model ran cleanly."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from .._dtypes import dtype_name
+
+SELF_CHECK_ROUNDS = 6
+
+
+def _floats(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out] if out.is_floating_point() else []
+    if isinstance(out, Mapping):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in _floats(item)]
+    return []
+
+
+def clean(call: Callable[[dict], Any], batch: dict[str, torch.Tensor]) -> Exception | None:
+    """None where the forward runs on `batch` with every float output finite; else why not."""
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = call(batch)
+    except Exception as exc:  # any failure of the model's forward means "not clean"
+        return exc
+    return None if finite(out) else ValueError("a non-finite output")
+
+
+def finite(out: Any) -> bool:
+    """Whether a forward's loss (or, without one, every float output) is finite."""
+    loss = out.get("loss") if isinstance(out, Mapping) else None
+    values = [loss] if isinstance(loss, torch.Tensor) else _floats(out)
+    return all(bool(torch.isfinite(v).all()) for v in values)
+
+
+def other_float(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype == torch.float64 else torch.float64
+
+
+def float_dtypes(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], names: list[str]) -> dict[str, list[str]]:
+    """Per float field: `["float"]` where the forward also runs with it in another float dtype (the model
+    casts it), else its own dtype only (an fp16 input into an fp32 model raises)."""
+    out = {}
+    for name in names:
+        t = batch[name]
+        probe = {**batch, name: t.to(other_float(t.dtype))}
+        out[name] = ["float"] if clean(call, probe) is None else [dtype_name(t.dtype)]
+    return out
+
+
+def int_dtypes(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], names: list[str]) -> dict[str, list[str]]:
+    """Per index field: `["int64", "int32"]` where the forward also runs with it in int32, else `["int64"]`
+    (`cross_entropy` targets and, in older torch, `gather` indices take int64 only)."""
+    out = {}
+    for name in names:
+        other = torch.int32 if batch[name].dtype == torch.int64 else torch.int64
+        runs = clean(call, {**batch, name: batch[name].to(other)}) is None
+        out[name] = ["int64", "int32"] if runs else [dtype_name(batch[name].dtype)]
+    return out
+
+
+def self_check(data: dict[str, Any], batches: list[dict[str, torch.Tensor]], build: Callable[[dict], Any]) -> list[str]:
+    """Drop from `data` (in place) every rule and field option that reports an error on a batch the model
+    ran cleanly; returns what was dropped, in words."""
+    from .._api import check
+
+    dropped: list[str] = []
+    for _ in range(SELF_CHECK_ROUNDS):
+        spec = build(data)
+        errors = []
+        for batch in batches:
+            seen = {k: v for k, v in batch.items() if k in data["fields"]}
+            errors += check(seen, spec, backend="torch").errors
+        if not errors:
+            return dropped
+        progress = [what for v in errors if (what := _drop(data, v.field, v.code, batches))]
+        dropped += [w for w in progress if w not in dropped]
+        if not progress:
+            break
+    left = sorted({f"{v.field} {v.code}" for v in errors})
+    dropped.append("not dropped (no derived rule to drop): " + ", ".join(left))
+    return dropped
+
+
+def _drop(data: dict[str, Any], field: str | None, code: str, batches: list[dict]) -> str | None:
+    f = data["fields"].get(field) if field else None
+    options = {"above_max": "max", "below_min": "min", "not_in_set": "values", "non_finite": "finite"}
+    if f is not None and code in options and f.get(options[code]) not in (None, False):
+        f.pop(options[code])
+        return f"fields.{field}.{options[code]}"
+    if f is not None and code == "dtype":
+        seen = {dtype_name(b[field].dtype) for b in batches if field in b}
+        f["dtype"] = [*f["dtype"], *sorted(seen - set(f["dtype"]))]
+        return f"fields.{field}.dtype (widened)"
+    if f is not None and code == "missing_field":
+        f["optional"] = True
+        return f"fields.{field} required"
+    if f is not None and code in ("rank", "shape", "dim_mismatch"):
+        rank = next(b[field].dim() for b in batches if field in b)
+        f["shape"] = ["B", *(f"{field}_{i}" for i in range(1, rank))]
+        return f"fields.{field}.shape"
+    for r in list(data["rules"]):
+        if r.get("code", "rule_failed") == code and (r.get("field") in (None, field)) and (field is None or field in r["rule"]):
+            data["rules"].remove(r)
+            return f"rule {r['rule']!r}"
+    return None
+
