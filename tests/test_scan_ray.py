@@ -94,3 +94,37 @@ def test_ray_pickled_column_runs_nothing_in_ray_workers(ray_instance, tmp_path):
     assert_refused(report, path, marker)
     assert report == scan(bert(), path, engine="local", bad_rows=tmp_path / "bad2") | {"backends": report["backends"]}
     assert not marker.exists()
+
+
+def test_ray_reads_a_datasets_directory_as_the_local_scan_does(ray_instance, tmp_path, capsys):
+    datasets = pytest.importorskip("datasets", reason="pip install datasets (in the test extra)")
+    from test_scan import shard_rows
+
+    rows = shard_rows(0, 12)
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows),
+                               "test": datasets.Dataset.from_dict(shard_rows(12, 9))})
+    dd.save_to_disk(str(tmp_path / "ds"), num_shards={"train": 3, "test": 2})  # several Arrow files per split
+    argv = ["scan", "bert-sequence-classification", str(tmp_path / "ds"), *BERT, "--json", "--backend=torch"]
+    assert main([*argv, "--engine", "ray"]) == 1
+    on_ray = json.loads(capsys.readouterr().out)
+    assert main(argv) == 1
+    local = json.loads(capsys.readouterr().out)
+    assert on_ray == local
+    assert len({e["source"] for e in local["violations"]}) > 2  # entries name the Arrow files of each split
+    # each split numbers its rows from 0, as ds[split][i] does
+    train = sorted({e["sample"] for e in local["violations"] if "/train/" in e["source"]})
+    test = sorted({e["sample"] for e in local["violations"] if "/test/" in e["source"]})
+    assert train == [r for r in range(12) if r % 7 < 5] and test == [r - 12 for r in range(12, 21) if r % 7 < 5]
+
+
+@pytest.mark.slow
+def test_ray_keeps_its_own_output_quiet_unless_asked(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "shards"
+    write_shards(path)
+    argv = [sys.executable, "-m", "tritoncheck.cli", "scan", "bert-sequence-classification", str(path), *BERT]
+    local = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    on_ray = subprocess.run([*argv, "--engine", "ray"], capture_output=True, text=True, timeout=300)
+    assert (on_ray.returncode, on_ray.stdout, on_ray.stderr) == (1, local.stdout, "")

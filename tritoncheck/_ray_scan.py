@@ -38,8 +38,10 @@ def run_shards(job: ShardJob, advance: Callable[[int], None], logs: bool = False
     if not job.shards:
         return []
     if not ray.is_initialized():  # as Ray Data would, but a cluster that cannot be reached is the user's to fix
+        level = logging.INFO if logs else logging.ERROR
         try:
-            ray.init()
+            with _level(logging.getLogger("ray"), level):  # (its start-up lines: "Started a local Ray instance")
+                ray.init(logging_level=level, log_to_driver=logs)
         except Exception as exc:  # ConnectionError, RuntimeError, ValueError: by cause
             raise UsageError(f"--engine ray: cannot start or reach Ray: {one_line(exc)}") from None
     items = [{"index": s.index} for s in job.shards]
@@ -51,7 +53,7 @@ def run_shards(job: ShardJob, advance: Callable[[int], None], logs: bool = False
     # one block per shard, so that shards are spread over the workers and not taken in runs by one task
     ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(scan_shards, batch_size=1)
     parts: dict[int, dict[str, Any]] = {}
-    with _quiet(ray.data.DataContext.get_current()):
+    with contextlib.nullcontext() if logs else _quiet(ray.data.DataContext.get_current()):
         for row in ds.iter_rows():
             index = int(row["index"])
             parts[index] = json.loads(row["part"])
@@ -62,12 +64,21 @@ def run_shards(job: ShardJob, advance: Callable[[int], None], logs: bool = False
 @contextlib.contextmanager
 def _quiet(context: Any) -> Iterator[None]:
     """Ray Data's progress bars and INFO lines off while the scan runs (it has its own progress), then as they were."""
-    logger, bars = logging.getLogger("ray.data"), context.enable_progress_bars
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+    bars = context.enable_progress_bars
     context.enable_progress_bars = False
+    try:
+        with _level(logging.getLogger("ray.data"), logging.WARNING):
+            yield
+    finally:
+        context.enable_progress_bars = bars
+
+
+@contextlib.contextmanager
+def _level(logger: logging.Logger, level: int) -> Iterator[None]:
+    """`logger` at `level` for the block, then as it was."""
+    was = logger.level
+    logger.setLevel(level)
     try:
         yield
     finally:
-        logger.setLevel(level)
-        context.enable_progress_bars = bars
+        logger.setLevel(was)
