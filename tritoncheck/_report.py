@@ -209,6 +209,57 @@ class Report:
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), **kwargs)
 
+    def failure_cases(self, batch: Any, spec: Any, *, limit: int | None = 1000) -> FailureCases:
+        """Every failing element of each violated check (pandera's `failure_cases`), not only the first.
+
+        A report keeps no reference to its batch (it may be pickled to another process, or outlive
+        GPU memory), so the batch and spec it was made from are passed again; the violated data checks
+        run a second time with torch ops, the others not at all (a valid report costs nothing).
+
+        Args:
+            batch, spec: what `tc.check` or `tc.validate` checked to make this report.
+            limit: at most this many elements per violated check (row-major over the stored values);
+                None for all of them.
+
+        Returns one record per failing element (field, code, severity, rule, row: its batch position,
+        index, value), `FailureCases.to_pandas()` as a DataFrame. A violation without elements (a
+        dtype, a missing field, a length past a limit) is one record with its own index and value.
+        """
+        from ._checks import message
+        from ._plan import RuleCheck, bind, compile_plan
+        from ._torch_backend import Context
+
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, got {limit}")
+        if not self.violations:
+            return FailureCases()
+        plan = compile_plan(spec)
+        bound = bind(plan, batch)
+        ctx = Context(plan, bound)
+        severity = {(v.field, v.code): v.severity for v in self.violations}
+        out = FailureCases()
+        elementwise = set()
+        for check in bound.runnable:
+            key = (check.field, check.code)
+            if key not in severity:
+                continue
+            bad = ctx.bad_mask(check)
+            if bad is None:
+                continue
+            elementwise.add(key)
+            values = ctx.values(check.subject, check.axes) if isinstance(check, RuleCheck) else ctx.stored(check.field)
+            rule = message(check, bound)
+            row_axis = check.axes.index(plan.batch_dim) if plan.batch_dim in check.axes else None
+            for index, value in _failing(bad, values, [ctx.sizes[a] for a in check.axes], limit):
+                out.append({"field": check.field, "code": check.code, "severity": severity[key], "rule": rule,
+                            "row": None if row_axis is None else index[row_axis], "index": index, "value": value})
+        for v in self.violations:
+            if (v.field, v.code) not in elementwise:
+                row = v.samples[0] if len(v.samples) == 1 else None
+                out.append({"field": v.field, "code": v.code, "severity": v.severity, "rule": v.rule, "row": row,
+                            "index": None if v.index is None else list(v.index), "value": _jsonable(v.value)})
+        return out
+
     def table(self, width: int | None = None):
         """A `rich` table of the violations, for terminals: every cell is literal `Text`, never markup.
 
@@ -284,6 +335,46 @@ class Report:
         if self.skipped:
             out.append(f"<p>not checked because of the above: {escape(printable('; '.join(self.skipped)))}</p>")
         return "\n".join(out)
+
+
+class FailureCases(list):
+    """The records of `Report.failure_cases`: a list of dicts, and a table with `to_pandas()`."""
+
+    COLUMNS = ("field", "code", "severity", "rule", "row", "index", "value")
+
+    def to_pandas(self) -> Any:
+        """The records as a pandas DataFrame, one row per failing element (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise ImportError("failure_cases().to_pandas() needs pandas: pip install pandas") from exc
+        return pd.DataFrame(list(self), columns=list(self.COLUMNS))
+
+
+def _failing(bad: Any, values: Any, sizes: list[int], limit: int | None) -> Any:
+    """(index, value) of each True entry of `bad`, at most `limit`. `bad` and `values` may keep size 1
+    along an axis of larger `sizes` (an expanded view): an entry there stands for the whole axis, so
+    indices are spread over it lazily, never allocating the view's logical size."""
+    import itertools
+
+    import torch
+
+    found = torch.nonzero(bad)
+    if limit is not None:
+        found = found[:limit]  # enough: each stored entry gives at least one element
+    if len(found) == 0:
+        return
+    stored = values[tuple(found[:, d] if values.shape[d] > 1 else torch.zeros_like(found[:, d])
+                          for d in range(found.shape[1]))]  # a size-1 axis of `values` holds one value for all
+    spread = [range(n) if m == 1 and n > 1 else None for m, n in zip(bad.shape, sizes)]
+    emitted = 0
+    for position, value in zip(found.tolist(), stored.tolist()):
+        axes = [r if r is not None else (p,) for p, r in zip(position, spread)]
+        for index in itertools.product(*axes):
+            if limit is not None and emitted >= limit:
+                return
+            emitted += 1
+            yield list(index), _jsonable(value)
 
 
 def report_json(kind: str, spec: str, violations: list[dict[str, Any]], *, unchecked: Sequence[Any] = (),

@@ -1,0 +1,85 @@
+"""`report.failure_cases(batch, spec, limit=...)` (issue 21): every failing element of each violated check, as
+records and as a DataFrame; its counts, first index and value agree with the report of every backend."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+import tritoncheck as tc
+
+SPEC = {
+    "name": "boxes",
+    "params": {"vocab_size": 50},
+    "fields": {
+        "input_ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0, "max": "vocab_size - 1"},
+        "mask": {"dtype": "int64", "shape": ["B", "L"], "values": [0, 1], "severity": {"not_in_set": "warning"}},
+        "bbox": {"dtype": "int64", "shape": ["B", "L", 4]},
+        "score": {"dtype": "float", "shape": ["B"], "finite": True},
+    },
+    "rules": [{"rule": "bbox[..., 0] <= bbox[..., 2]", "code": "box_corners"}],
+}
+
+
+def bad_batch(device: str) -> dict[str, torch.Tensor]:
+    ids = torch.tensor([[1, 60, 3], [4, 99, 70]])
+    bbox = torch.zeros(2, 3, 4, dtype=torch.long)
+    bbox[1, 2, 0] = 9  # x0 > x2
+    batch = {"input_ids": ids, "mask": torch.tensor([[1, 1, 2], [1, 1, 1]]), "bbox": bbox,
+             "score": torch.tensor([0.5, float("nan")])}
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def test_every_failing_element_with_its_row_index_and_value():
+    spec = tc.BatchSpec.model_validate(SPEC)
+    batch = bad_batch("cpu")
+    cases = tc.check(batch, spec, backend="torch").failure_cases(batch, spec)
+    assert [(c["field"], c["code"], c["severity"], c["row"], c["index"], c["value"]) for c in cases] == [
+        ("input_ids", "above_max", "error", 0, [0, 1], 60),
+        ("input_ids", "above_max", "error", 1, [1, 1], 99),
+        ("input_ids", "above_max", "error", 1, [1, 2], 70),
+        ("mask", "not_in_set", "warning", 0, [0, 2], 2),
+        ("score", "non_finite", "error", 1, [1], "nan"),
+        ("bbox", "box_corners", "error", 1, [1, 2], 9),
+    ]
+    assert cases[0]["rule"] == "input_ids <= vocab_size - 1 = 49"
+    frame = cases.to_pandas()
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns) == ["field", "code", "severity", "rule", "row",
+                                                                      "index", "value"]
+    assert frame["row"].tolist() == [0, 1, 1, 0, 1, 1]
+    assert len(tc.check(batch, spec).failure_cases(batch, spec, limit=1)) == 4  # one per violated check
+
+
+def test_counts_first_index_and_value_agree_with_every_backend(backend, device):
+    spec = tc.BatchSpec.model_validate(SPEC)
+    batch = bad_batch("cpu" if backend == "c" else device)
+    report = tc.check(batch, spec, backend=backend)
+    cases = report.failure_cases(batch, spec, limit=None)
+    for v in report.violations:
+        mine = [c for c in cases if (c["field"], c["code"]) == (v.field, v.code)]
+        assert len(mine) == v.count
+        assert mine[0]["index"] == list(v.index)
+        assert mine[0]["value"] == ("nan" if v.value != v.value else v.value)
+        assert sorted({c["row"] for c in mine}) == list(v.samples)
+
+
+def test_metadata_violations_and_expanded_views():
+    spec = tc.BatchSpec.model_validate(SPEC)
+    batch = {**bad_batch("cpu"), "score": torch.tensor([1, 2])}  # int score: a dtype violation, no elements
+    cases = tc.check(batch, spec).failure_cases(batch, spec)
+    (dtype,) = [c for c in cases if c["field"] == "score"]
+    assert (dtype["code"], dtype["row"], dtype["index"]) == ("dtype", None, None)
+    big = {**bad_batch("cpu"), "input_ids": torch.tensor([99]).expand(2, 3)}  # one stored value, every element bad
+    cases = tc.check(big, spec).failure_cases(big, spec, limit=None)
+    assert [c["index"] for c in cases if c["field"] == "input_ids"] == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    assert tc.check(big, spec).failure_cases(big, spec, limit=4)[3]["index"] == [1, 0]
+
+
+def test_a_valid_report_has_no_failure_cases_and_no_second_pass():
+    spec = tc.BatchSpec.model_validate(SPEC)
+    good = {"input_ids": torch.ones(2, 3, dtype=torch.long), "mask": torch.ones(2, 3, dtype=torch.long),
+            "bbox": torch.zeros(2, 3, 4, dtype=torch.long), "score": torch.zeros(2)}
+    assert tc.check(good, spec).failure_cases(None, None) == []  # the batch is never read again
+    with pytest.raises(ValueError, match="limit must be >= 0"):
+        tc.check(bad_batch("cpu"), spec).failure_cases(bad_batch("cpu"), spec, limit=-1)
