@@ -183,3 +183,42 @@ def test_a_warning_passes_the_guard_and_is_logged(bert, spec, calls, caplog):
         assert calls[0] == 1 and "attention_mask" in caplog.text
     finally:
         handle.remove()
+
+
+# --- @tc.checked: a plain function's batch, validated before the call (issue 21) ------------------
+
+
+def test_checked_validates_a_batch_argument_before_the_call(spec):
+    runs = []
+
+    @tc.checked(spec)
+    def train_step(model, batch, step=0):
+        """Docstring kept."""
+        runs.append(step)
+        return "ran"
+
+    assert train_step(None, good(), step=1) == "ran"
+    with pytest.raises(tc.BatchValidationError, match="above_max") as info:
+        train_step(None, bad(), step=2)
+    assert runs == [1]  # the bad batch never reached the function
+    assert info.value.__notes__[-1] == "(the batch passed to test_checked_validates_a_batch_argument_before_the_call.<locals>.train_step)"
+    assert train_step.__name__ == "train_step" and train_step.__doc__ == "Docstring kept."
+
+
+def test_checked_reads_the_arguments_the_spec_names(spec, monkeypatch):
+    @tc.checked(spec, backend="torch")
+    def loss(input_ids, attention_mask=None, labels=None):
+        return input_ids.shape
+
+    assert loss(**good()) == good()["input_ids"].shape
+    with pytest.raises(tc.BatchValidationError, match="input_ids"):
+        loss(bad()["input_ids"], attention_mask=good()["attention_mask"])
+    monkeypatch.setenv("TRITONCHECK_DISABLE", "1")
+    assert loss(bad()["input_ids"]) == bad()["input_ids"].shape
+
+
+def test_checked_needs_a_spec():
+    with pytest.raises(TypeError, match=r"write @tc.checked\(spec\)"):
+        @tc.checked
+        def f(batch):
+            return batch

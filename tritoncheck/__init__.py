@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these load on 
     from ._data import IndexedDataset as IndexedDataset
     from ._data import ValidatingCollate as ValidatingCollate
     from ._derive import spec_for as spec_for
+    from ._guard import checked as checked
     from ._guard import guard as guard
     from ._scan import scan as scan
     from ._triton.deferred import wait as wait
@@ -41,6 +42,7 @@ _LAZY = {
     "ValidatingCollate": ("tritoncheck._data", "ValidatingCollate"),
     "IndexedDataset": ("tritoncheck._data", "IndexedDataset"),
     "guard": ("tritoncheck._guard", "guard"),
+    "checked": ("tritoncheck._guard", "checked"),
     "scan": ("tritoncheck._scan", "scan"),
     "wait": ("tritoncheck._triton.deferred", "wait"),
 }

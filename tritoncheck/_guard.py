@@ -1,4 +1,5 @@
-"""`tc.guard(model)`: check a module's inputs in a forward pre-hook, before its forward runs.
+"""`tc.guard(model)`: check a module's inputs in a forward pre-hook, before its forward runs;
+`@tc.checked(spec)`: the same for a plain function (pandera's `check_input`, jaxtyping's `@jaxtyped`).
 
 The hook maps positional and keyword arguments to `forward`'s parameter names, keeps the ones the
 spec names (flags such as `output_attentions=False` and `None` values are left out), and
@@ -7,12 +8,14 @@ validates them. A bad batch raises `BatchValidationError` before a single kernel
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from ._api import Backend, disabled, validate
+from ._report import BatchValidationError
 from ._spec import BatchSpec
 
 
@@ -69,6 +72,50 @@ def guard(
         return None
 
     return model.register_forward_pre_hook(hook, with_kwargs=True, prepend=True)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def checked(spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, strict: bool = False) -> Callable[[F], F]:
+    """Decorate a function so that its batch is validated against `spec` before each call.
+
+        @tc.checked(spec)
+        def train_step(model, batch): ...            # the one mapping argument is the batch
+
+        @tc.checked(spec)
+        def loss(input_ids, labels, attention_mask=None): ...   # or the arguments the spec names
+
+    The arguments are read as `tc.guard` reads a forward's: those the spec names, by parameter name
+    (None left out); where there are none, the one mapping among the arguments. A bad batch raises
+    `BatchValidationError` (a note names the function) and the function does not run.
+
+    Args:
+        spec: the contract of the batch.
+        backend, group, strict: as for `tc.validate`.
+    """
+    if not isinstance(spec, BatchSpec):
+        hint = " (write @tc.checked(spec), with the spec)" if callable(spec) else ""
+        raise TypeError(f"checked needs a BatchSpec (from tc.load_spec or tc.spec_for){hint}, got {type(spec).__name__}")
+    fields = set(spec.fields)
+
+    def decorate(fn: F) -> F:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not disabled():
+                try:
+                    validate(_inputs(signature, fields, args, kwargs), spec, backend=backend, group=group, strict=strict)
+                except BatchValidationError as exc:
+                    if hasattr(exc, "add_note"):  # Python >= 3.11
+                        exc.add_note(f"(the batch passed to {fn.__qualname__})")
+                    raise
+            return fn(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return decorate
 
 
 def _inputs(signature: inspect.Signature, fields: set[str], args: tuple, kwargs: dict) -> dict[str, Any]:
