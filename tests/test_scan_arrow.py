@@ -140,26 +140,32 @@ def test_extension_type_over_numbers_is_refused_too(pickled_type):
     assert "extension type" in refusal(Numbers()) and "extension type" in refusal(pa.list_(pickled_type))
 
 
-def test_columns_read_from_buffers_are_what_torch_makes_of_the_rows():
+def test_columns_read_from_buffers_are_their_rows():
     ragged = pa.array([[1, 2, 3], [4], [5, 6], []], pa.list_(pa.int16()))
-    cases = [
-        (pa.array([1, -2, 3], pa.int32()), [[1, -2, 3]]), (pa.array([0.1, 2.5]), None),
-        (pa.array([True, False]), None), (ragged, None), (ragged.slice(1, 2), None),
-        (pa.chunked_array([pa.array([[7], [8, 9]]), pa.array([[10, 11, 12]])]), None),
-        (pa.array([[[1, 2], [3, 4]], [[5, 6]]], pa.list_(pa.list_(pa.int64(), 2))).slice(1), None),
-        (pa.array([[[1, 2], [3, 4]], [[5, 6]], []]), None),
-        (pa.array([1, 2, 1]).dictionary_encode(), None),
+    cases = [  # (column, the dtype its values get: every integer type int64, as a collator makes them)
+        (pa.array([1, -2, 3], pa.int32()), torch.int64), (pa.array([0.1, 2.5]), torch.float64),
+        (pa.array([0.5, 2.5], pa.float32()), torch.float32), (pa.array([True, False]), torch.bool),
+        (ragged, torch.int64), (ragged.slice(1, 2), torch.int64),
+        (pa.chunked_array([pa.array([[7], [8, 9]]), pa.array([[10, 11, 12]])]), torch.int64),
+        (pa.array([[[1, 2], [3, 4]], [[5, 6]]], pa.list_(pa.list_(pa.uint8(), 2))).slice(1), torch.int64),
+        (pa.array([[[1, 2], [3, 4]], [[5, 6]], []]), torch.int64),
+        (pa.array([1, 2, 1]).dictionary_encode(), torch.int64),
     ]
-    for column, _ in cases:
+    for column, dtype in cases:
         col = read_column(column)
-        rows = column.to_pylist()  # (plain types: the test's own reference)
-        for r, row in enumerate(rows):
+        assert col.values.dtype == dtype and not col.nulls.any() and not col.jagged.any()
+        for r, row in enumerate(column.to_pylist()):  # (plain types: the test's own reference)
             own = col.take(torch.tensor([r]), 0)[0]
-            expected = torch.tensor(row)
-            assert own.dtype == (torch.float32 if expected.is_floating_point() else expected.dtype) or not row
-            assert own.tolist() == (expected.float() if expected.is_floating_point() else expected).tolist() or (
-                not row and own.numel() == 0), (column, r)
-        assert not col.nulls.any() and not col.jagged.any()
+            assert own.tolist() == row or (row == [] and own.numel() == 0), (column, r)
+        every = col.take(torch.arange(len(column)), -1)  # padded with -1, each row in its corner
+        for r, row in enumerate(column.to_pylist()):
+            assert (every[r].tolist() if every.dim() == 1 else _unpad(every[r].tolist())) == row, (column, r)
+
+
+def _unpad(value):
+    if isinstance(value, list):
+        return [_unpad(v) for v in value if v != -1 and v != [-1] * len(v if isinstance(v, list) else [])]
+    return value
 
 
 def test_nulls_and_jagged_rows_are_marked():
@@ -274,3 +280,33 @@ def test_a_damaged_column_the_spec_does_not_read_costs_only_its_bad_rows_file(tm
     assert "--bad-rows: cannot read the bad rows of" in report["violations"][1]["message"]
     assert [p.name for p in (tmp_path / "bad").iterdir()] == ["bad-rows-00001.parquet"]
     assert pq.read_table(tmp_path / "bad").column("tritoncheck_row").to_pylist() == [5]
+
+
+# --- each value checked as the file holds it; nulls are findings of their own -----------------------------
+
+
+def test_float64_columns_are_checked_as_float64(tmp_path):
+    values = [[0.5, 0.25], [1.00000001, 0.0], [0.5, 3.5e38], [1.0, 0.0]]  # 1.00000001 is 1.0 in float32; 3.5e38 inf
+    pq.write_table(pa.table({"input": pa.array(values, pa.list_(pa.float64(), 2)),
+                             "target": pa.array(values, pa.list_(pa.float64(), 2))}), tmp_path / "x.parquet")
+    report = scan(tc.load_spec("bce"), tmp_path / "x.parquet", backend="torch")
+    got = {(e["sample"], e["field"], e["code"], e["value"]) for e in report["violations"]}
+    assert got == {(1, f, "above_max", 1.00000001) for f in ("input", "target")} | {
+        (2, f, "above_max", 3.5e38) for f in ("input", "target")}
+
+
+def test_a_null_is_a_finding_of_its_own_with_its_global_row(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table(rows(0, 5, bad={0})), tmp_path / "d" / "a.parquet")
+    table = pa.table({"input_ids": pa.array([[1, 2], [3, None], [4, 60], None, [5]]),
+                      "labels": pa.array([0, 1, None, 2, 9])})
+    pq.write_table(table, tmp_path / "d" / "b.parquet")
+    assert main(["scan", "bert-sequence-classification", str(tmp_path / "d"), *BERT, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    got = [(e["source"].rsplit("/", 1)[1], e["sample"], e["row"], e["field"], e["code"]) for e in report["violations"]]
+    assert got == [("a.parquet", 0, 0, "input_ids", "above_max"), ("b.parquet", 6, 1, "input_ids", "null"),
+                   ("b.parquet", 7, 2, "labels", "null"), ("b.parquet", 8, 3, "input_ids", "null"),
+                   ("b.parquet", 9, 4, "labels", "above_max")]
+    assert report["violations"][1]["message"] == (
+        "input_ids: a null (missing value) in the row; the row is not checked further; 1 element(s) in sample(s) 6")
+    assert report["batches"] == 2  # one chunk per shard: a null sends nothing row by row

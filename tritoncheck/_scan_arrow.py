@@ -50,7 +50,7 @@ def refusal(kind: Any) -> str | None:
 class Column:
     """A column's leaf values, flat, and per row where they start, its shape, and what is wrong with it."""
 
-    values: Any  # tensor [elements]: int64, float32 or bool, as torch.tensor makes the same Python values
+    values: Any  # tensor [elements]: int64 for every integer type; floats and bools in their own dtype
     starts: Any  # tensor [n] int64
     sizes: Any  # tensor [n, depth] int64: each row's shape (depth = the number of list levels)
     nulls: Any  # tensor [n] bool: a null somewhere in the row
@@ -140,7 +140,7 @@ def read_column(array: Any) -> Column:
     if types.is_dictionary(leaf.type):
         leaf = leaf.dictionary_decode()
     shape = _shapes(sizes, n)
-    values = _values(leaf, torch)
+    values = _values(leaf)
     with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
         warnings.simplefilter("ignore", UserWarning)
         flat = torch.from_numpy(values)
@@ -177,9 +177,10 @@ def _any_in(mask: Any, lo: Any, hi: Any) -> Any:
     return total[hi] > total[lo]
 
 
-def _values(leaf: Any, torch: Any) -> Any:
-    """A leaf array's values as numpy, in the dtype torch.tensor gives the same Python values (ints as int64,
-    floats as float32, bools), nulls as zeros (their rows are reported, not checked)."""
+def _values(leaf: Any) -> Any:
+    """A leaf array's values as numpy: integers as int64 (as a collator's torch.tensor makes them), floats and
+    bools as they are (float64 checked as float64: no bound or finiteness verdict on a rounded value); nulls
+    as zeros (their rows are reported, not checked)."""
     import numpy as np
     from pyarrow import types
 
@@ -193,5 +194,4 @@ def _values(leaf: Any, torch: Any) -> Any:
         if types.is_uint64(kind) and len(raw) and int(raw.max()) > INT64_MAX:
             raise ValueError(f"uint64 value {int(raw.max())} is past int64, the integer type of a torch batch")
         return raw.astype(np.int64, copy=False)
-    with np.errstate(over="ignore"):  # a float64 past float32 becomes inf, as in torch.tensor: a finite check says so
-        return raw.astype(np.float32, copy=False)
+    return raw
