@@ -310,3 +310,16 @@ def test_a_null_is_a_finding_of_its_own_with_its_global_row(tmp_path, capsys):
     assert report["violations"][1]["message"] == (
         "input_ids: a null (missing value) in the row; the row is not checked further; 1 element(s) in sample(s) 6")
     assert report["batches"] == 2  # one chunk per shard: a null sends nothing row by row
+
+
+def test_a_whole_chunk_problem_is_said_once_per_file_with_global_rows(tmp_path):
+    ids = [[1, 2, 3]] * 600
+    ids[300] = [1, 2, 60]
+    pq.write_table(pa.table({"input_ids": ids, "labels": pa.array([0.0] * 600)}), tmp_path / "x.parquet")
+    report = scan(bert(), tmp_path / "x.parquet", backend="torch")  # three chunks of 256, labels float64 in each
+    got = [(e["sample"], e["code"], e["index"], e["message"].split("\n")[0]) for e in report["violations"]]
+    assert got == [
+        (None, "dtype", None, "labels: labels must have dtype int64, got float64"),
+        # a data check of a chunk with a metadata problem is reported for the chunk, counted from the dataset
+        (None, "above_max", [300, 2], "input_ids[300, 2]: input_ids <= vocab_size - 1 = 49 (found 60); "
+                                      "1 element(s) in sample(s) 300")]

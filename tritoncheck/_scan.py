@@ -225,6 +225,7 @@ class _Scan:
         self.entries: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.checks = self.samples = self.unread = 0  # unread: rows (or files) that could not be read
+        self.said: set[tuple[Any, ...]] = set()
         self.backends: set[str] = set()  # what actually ran (auto: "c", or "torch" where no compiler exists)
 
     def add(self, item: _Item) -> None:
@@ -250,7 +251,12 @@ class _Scan:
         self.checks += 1
         self.samples += size
         self.backends.add(ran)
-        self.entries += _entries(item, found, spec)
+        for e in _entries(item, found, spec):  # a problem of a whole chunk (a column's dtype) is said once per file
+            key = (e["source"], e["field"], e["code"], e["message"])
+            if e["row"] is None and key in self.said:
+                continue
+            self.said.add(key)
+            self.entries.append(e)
 
     def part(self) -> dict[str, Any]:
         """What `merge` takes: JSON-able, so that a shard's result travels from a Ray task as it is."""
