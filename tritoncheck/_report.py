@@ -317,24 +317,37 @@ class Report:
 
     def _repr_html_(self) -> str:
         """The report as an HTML table, for notebooks; every piece of spec and batch text is escaped."""
+        return self.html()
+
+    def html(self, dataset_indices: Sequence[Any] = (), notes: Sequence[str] = ()) -> str:
+        """The HTML table: errors on a red ground, warnings on an amber one with their severity
+        spelled out; `dataset_indices` (a batch position's row in the dataset) beside each sample."""
         from html import escape
 
         head = escape(self.headline())
+        tail = [f"<p>{escape(printable_lines(n))}</p>" for n in notes]
         if not self.violations:
-            return f"<p style='color:green'>{head}</p>"
-        cells = ("location", "code", "rule", "found", "count", "samples")
+            return "\n".join([f"<p style='color:green'>{head}</p>", *tail])
+        cells = ("severity", "location", "code", "rule", "found", "count", "samples")
         out = [f"<p><b>{head}</b></p>", "<table>", "<tr>" + "".join(f"<th>{c}</th>" for c in cells) + "</tr>"]
         for v in self.violations:
             rule = escape(printable(v.rule)) + (f"<br><i>hint: {escape(printable(v.hint))}</i>" if v.hint else "")
             found = "" if v.value is None else escape(_fmt(v.value))
             code = escape(printable(v.code)) + ("" if v.is_error else " <i>(warning)</i>")
-            row = (escape(printable(v.location)), code, rule, found, str(v.count),
-                   escape(_samples_text(v)))
-            out.append("<tr>" + "".join(f"<td style='text-align:left'>{c}</td>" for c in row) + "</tr>")
+            severity = "<b>error</b>" if v.is_error else "<b>warning</b>"
+            row = (severity, escape(printable(v.location)), code, rule, found, str(v.count),
+                   escape(_samples_text(v, dataset_indices)))
+            style = _HTML_ERROR if v.is_error else _HTML_WARNING
+            out.append(f"<tr class='tritoncheck-{v.severity if v.severity in ('error', 'warning') else 'error'}' "
+                       f"style='{style}'>" + "".join(f"<td style='text-align:left'>{c}</td>" for c in row) + "</tr>")
         out.append("</table>")
         if self.skipped:
             out.append(f"<p>not checked because of the above: {escape(printable('; '.join(self.skipped)))}</p>")
-        return "\n".join(out)
+        return "\n".join(out + tail)
+
+
+_HTML_ERROR = "background-color:#fde2e1;color:#5c0000"  # a red ground: the step must not run
+_HTML_WARNING = "background-color:#fff3cd;color:#4d3800"  # amber: a data bug the step runs through
 
 
 class FailureCases(list):
@@ -398,8 +411,13 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
-def _samples_text(v: Violation) -> str:
-    return ", ".join(map(str, v.samples[:MAX_SAMPLES_SHOWN])) + (" ..." if len(v.samples) > MAX_SAMPLES_SHOWN else "")
+def _samples_text(v: Violation, dataset_indices: Sequence[Any] = ()) -> str:
+    """`1, 3`; with the batch's dataset indices `1 (dataset index 17), 3 (dataset index 40)`."""
+    def named(p: int) -> str:
+        known = p < len(dataset_indices) and dataset_indices[p] is not None
+        return f"{p} (dataset index {printable(dataset_indices[p])})" if known else str(p)
+
+    return ", ".join(map(named, v.samples[:MAX_SAMPLES_SHOWN])) + (" ..." if len(v.samples) > MAX_SAMPLES_SHOWN else "")
 
 
 def _code_text(v: Violation) -> Any:
@@ -475,12 +493,42 @@ class BatchValidationError(ValueError):
         return self.report if self.report is not None else Text(printable_lines(str(self)))
 
     def _repr_html_(self) -> str:
-        """In a notebook: the report as an HTML table, every piece of text escaped."""
+        """In a notebook: the report as an HTML table with the dataset indices and notes (every piece
+        of text escaped)."""
         from html import escape
 
+        notes = getattr(self, "__notes__", ())
         if self.report is not None:
-            return self.report._repr_html_()
-        return f"<pre>{escape(printable_lines(str(self)))}</pre>"
+            return self.report.html(getattr(self, "dataset_indices", ()) or (), notes)
+        return f"<pre>{escape(printable_lines(chr(10).join([str(self), *notes])))}</pre>"
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython shows a raised exception through this, instead of its traceback: in a notebook
+        (a Jupyter kernel) the HTML table is displayed and a one-line summary follows; in a
+        terminal, the table as text. The line that raised it comes last, so it can still be found."""
+        where = _raised_at(self)
+        shell = _ipython()
+        if getattr(shell, "kernel", None) is not None:  # a Jupyter kernel, not the terminal IPython
+            from IPython.display import display
+
+            display(self)  # text/html from _repr_html_, text/plain from repr
+            head = self.report.headline() if self.report is not None else printable((str(self).splitlines() or [""])[0])
+            return [f"{type(self).__name__}: {head} (the table above)", *where]
+        return [type(self).__name__ + ":", *self._terminal_lines(), *where]
+
+    def _terminal_lines(self) -> list[str]:
+        import io
+        import shutil
+
+        from rich.console import Console
+
+        out = io.StringIO()
+        console = Console(file=out, force_terminal=True, width=shutil.get_terminal_size().columns, markup=False,
+                          emoji=False, highlight=False)
+        console.print(self.__rich__())
+        for note in getattr(self, "__notes__", ()):
+            console.print(printable_lines(note))
+        return out.getvalue().rstrip("\n").split("\n")
 
     def __reduce__(self):
         # Pickle (DataLoader workers, copy, deepcopy) rebuilds from the message text, then restores
@@ -489,6 +537,32 @@ class BatchValidationError(ValueError):
 
 
 BatchValidationError.__module__ = "tritoncheck"
+
+
+def _ipython() -> Any:
+    """The running IPython shell, or None (IPython is only imported where it already is)."""
+    import sys
+
+    module = sys.modules.get("IPython")
+    return None if module is None else module.get_ipython()
+
+
+def _raised_at(exc: BaseException) -> list[str]:
+    """Where the user's code raised or called into tritoncheck: the last frame outside this package
+    and installed libraries (the DataLoader's own frames say nothing about which loop it was)."""
+    import os
+    import sysconfig
+    import traceback
+
+    paths = sysconfig.get_paths()
+    libraries = [os.path.dirname(os.path.abspath(__file__)), *{paths[k] for k in ("purelib", "platlib", "stdlib")}]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not any(os.path.abspath(f.filename).startswith(lib + os.sep) for lib in libraries)]
+    if not frames:
+        return []
+    f = frames[-1]
+    return [printable(f'  File "{f.filename}", line {f.lineno}, in {f.name}')] + (
+        [printable(f"    {f.line}")] if f.line else [])
 
 
 def _fmt(value: Any) -> str:
