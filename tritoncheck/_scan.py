@@ -1,32 +1,41 @@
 """`tritoncheck scan SPEC DATA` and `scan()`: check a whole dataset offline and list every bad sample.
 
 DATA is a saved batch file (.pt, .safetensors, .npz), a directory of them (searched recursively),
-a dataset saved with `datasets.Dataset.save_to_disk`, or Parquet or Arrow files (one, or a
-directory of shards, searched recursively and taken in sorted path order). Datasets and shards
-are read in chunks of --batch-size rows (a chunk never spans two shards), only the columns the
-spec names; a row's index is global: the rows of the shards before it, plus its row in its shard.
+Parquet or Arrow files (one, or a directory of shards, searched recursively and taken in sorted
+path order), or a dataset saved with `datasets.Dataset.save_to_disk` (read as the Arrow files its
+state.json lists, each split numbered from 0). Tables are read in chunks of --batch-size rows (a
+chunk never spans two shards), only the columns the spec names, through their Arrow buffers only
+(`tritoncheck._scan_arrow`: a column of any other type is refused, never converted). Every number
+is global: a row's `sample` is the rows of the shards before it (from each file's metadata) plus
+its row in its shard (`row`), and a violation's samples, index and message count from there too.
 Shards can be checked on Ray Data (`--engine ray`, see `tritoncheck._ray_scan`) with the same
-code and the same report; `--bad-rows DIR` writes the bad rows of shards to Parquet. A bad batch is narrowed down to its bad samples
-(see `tritoncheck._data.split_bad`), and each is checked alone so that its reported value is its
-own. A batch that cannot be read, or whose check fails with any exception, is recorded (source,
-error type, one line) and the scan goes on. A sample with only warnings is listed as well, its
-entries marked `severity: warning`. Exit code 0: clean, or warnings only; 1: errors (or unreadable
-files); 2: usage or spec error; 3: some batch could not be checked (an internal error: please report).
+code and the same report; `--bad-rows DIR` writes the bad rows of shards to Parquet. A bad batch
+is narrowed down to its bad samples (see `tritoncheck._data.split_bad`), and each is checked alone
+so that its reported value is its own. A file, or part of one, that cannot be read is recorded
+(`unreadable`: which file, which rows, why) and the scan goes on; so is a batch whose check fails
+inside tritoncheck (under `errors`). A sample with only warnings is listed as well, its entries
+marked `severity: warning`. Exit code 0: clean, or warnings only; 1: errors, or data that cannot
+be read; 2: usage or spec error (before the scan starts); 3: a batch whose check failed inside
+tritoncheck (an internal error: please report).
 
 Columns are renamed as the Hugging Face collators rename them (`label` and `label_ids` become
-`labels`) when the spec names the new name and not the old one; `--rename OLD=NEW` adds more.
+`labels`) when the spec names the new name and not the old one; `--rename OLD=NEW` adds more (a
+column the data lacks is a usage error). A column that no field takes and that is close to a
+field the data lacks (`lables`) is a usage error too: it is almost surely that field, misspelled.
 A contract field the data lacks is reported once: a required one as `missing_field`, an optional
 one in `absent_fields`, so that nothing goes unchecked without a word.
 
-Ragged rows (token lists of different lengths) are padded per chunk, as a collator pads them:
-`*input_ids` with the spec's `pad_token_id` (else 0), a field that allows a sentinel such as
--100 with it, every other field with 0. The result stays what checking each row alone gives:
-a row the padded chunk flags is checked alone (its own values, no padding); a row whose fields
-disagree on a padded length, or that breaks a rule over dims (`L >= min_length`) at its own
-length, is checked alone too; and rows are grouped by their length in any dim a data check
-reads (`arange(L)`, `lengths <= T`) so that no padding changes such a check. One case is left to
-the pad values: a rule that a pad value itself satisfies (`any(x == 0, dim=L)` with 0 padding)
-holds for the padded row, as it does for the same row padded by the collator in training.
+Ragged rows (token lists of different lengths) are padded as a collator pads them, only among
+the rows checked together: `*input_ids` with the spec's `pad_token_id` (else 0), a field that
+allows a sentinel such as -100 with it, every other field with 0. Rows are grouped by their length
+in any dim a data check reads (`arange(L)`, `lengths <= T`) so that no padding changes such a
+check, and a group is split by length where padding would more than double it, so memory follows
+the data (one long row does not make its chunk as long). The result stays what checking each row
+alone gives: a row the padded group flags is checked alone (its own values, no padding); a row
+whose fields disagree on a padded length, or that breaks a rule over dims (`L >= min_length`) at
+its own length, is checked alone too. One case is left to the pad values: a rule that a pad value
+itself satisfies (`any(x == 0, dim=L)` with 0 padding) holds for the padded row, as it does for
+the same row padded by the collator in training.
 """
 
 from __future__ import annotations
