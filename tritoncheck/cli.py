@@ -22,6 +22,7 @@ from typing import Any
 
 from . import __version__
 from ._cli_commands import EXIT_INTERNAL, say
+from ._report import printable
 
 # One module per subcommand; each has add_parser(subparsers) that sets the `run` default. `bench`
 # is not among them: its harness is imported only when `tritoncheck bench` runs (see _add_bench).
@@ -55,7 +56,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         args, rest = parser.parse_known_args(argv)
         if rest and args.command != "bench":
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            parser.error(f"unrecognized arguments: {printable(' '.join(rest))}")
         args.rest = rest
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
