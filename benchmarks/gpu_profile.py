@@ -5,9 +5,12 @@
 Per case (issue 22's batches: BERT 32x128, BART 16x1024, causal LM 8x4096, LayoutLMv3 8x512, and
 1 GiB of LayoutLMv3 with float32 and bfloat16 pixels and of causal LM), on a warm kernel:
 
-- per check, from the profiler over `CALLS` checks: CUDA kernels launched, device-to-host and
-  host-to-device copies, memsets, and host synchronisations (`cuda*Synchronize` calls), for the
-  valid batch, for a broken copy, and for deferred validation of the valid batch;
+- per check, from the profiler over `CALLS` checks (`bench.profile_device`): CUDA kernels
+  launched, device-to-host and host-to-device copies, memsets, and the host's synchronisation
+  calls (`cuda*Synchronize`, `cudaMemcpy`) inside the checks' own range, for the valid batch, a
+  broken copy, and deferred validation of the valid batch. A call is counted whether or not it
+  waits: deferred mode reads a verdict only once its event says it is done (`event.query()`),
+  so its calls return at once;
 - the kernel's device time (the median over those checks' kernel events), and its bandwidth:
   batch bytes / kernel time, as a share of the copy bandwidth measured in the same run
   (a 1 GiB `copy_`, bytes read plus bytes written, over its device time);
@@ -33,8 +36,6 @@ from tritoncheck import bench
 
 CALLS = 20  # checks under the profiler per case
 GIB = 2**30
-MARK = "tritoncheck-checks"  # the profiler range around the profiled calls
-SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 
 
 @dataclass
@@ -98,40 +99,12 @@ def cases(device: str, big: bool) -> list[Case]:
 
 
 def profile(fn: Any, calls: int) -> dict[str, Any]:
-    """Per-call counts and the median kernel time (us) of `calls` calls of fn under the profiler.
-    Syncs are counted inside the calls' own range only (not the synchronize that ends the profile)."""
-    from torch.profiler import ProfilerActivity, profile as torch_profile, record_function
-
-    torch.cuda.synchronize()
-    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        with record_function(MARK):
-            for _ in range(calls):
-                fn()
-        torch.cuda.synchronize()
-    events = prof.events()
-    mark = next(e.time_range for e in events if e.name == MARK and e.device_type != torch.autograd.DeviceType.CUDA)
-    counts = {"kernels": 0, "dtoh": 0, "htod": 0, "memset": 0, "syncs": 0}
-    kernel_us, names = [], set()
-    for e in events:
-        if e.name == MARK:
-            continue
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            if "Memcpy DtoH" in e.name:
-                counts["dtoh"] += 1
-            elif "Memcpy HtoD" in e.name:
-                counts["htod"] += 1
-            elif "Memset" in e.name:
-                counts["memset"] += 1
-            elif not e.name.startswith("Memcpy"):
-                counts["kernels"] += 1
-                names.add(e.name)
-                if "tritoncheck" in e.name:  # the check's own kernel, not torch's (a broken batch's decode)
-                    kernel_us.append(e.time_range.elapsed_us())
-        elif e.name in SYNCS and mark.start <= e.time_range.start and e.time_range.end <= mark.end:
-            counts["syncs"] += 1
-    per: dict[str, Any] = {k: v / calls for k, v in counts.items()}
-    per["kernel_us"] = statistics.median(kernel_us) if kernel_us else None
-    per["names"] = ",".join(sorted(names))
+    """Per-call counts and the median time (us) of the check's own kernel over `calls` calls."""
+    c, _ = bench.profile_device(fn, calls)
+    own = [us for name, us in c.kernel_times if "tritoncheck" in name]  # not torch's (a broken batch's decode)
+    per: dict[str, Any] = {k: getattr(c, k) / calls for k in ("kernels", "dtoh", "htod", "memsets", "syncs")}
+    per["kernel_us"] = statistics.median(own) if own else None
+    per["names"] = ",".join(sorted({name for name, _ in c.kernel_times}))
     return per
 
 
@@ -198,7 +171,7 @@ def _n(v: Any, digits: int) -> str:
 
 
 def fmt_row(r: dict[str, Any]) -> str:
-    return (f"kernels {r['kernels']:g}, DtoH {r['dtoh']:g}, HtoD {r['htod']:g}, memset {r['memset']:g}, "
+    return (f"kernels {r['kernels']:g}, DtoH {r['dtoh']:g}, HtoD {r['htod']:g}, memsets {r['memsets']:g}, "
             f"syncs {r['syncs']:g}, kernel {_n(r['kernel_us'], 1)} us, {_n(r['gb_per_s'], 1)} GB/s, "
             f"wall {_n(r['wall_us'], 1)} us")
 
@@ -210,7 +183,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         share = "" if r["of_copy"] is None else f"{r['of_copy']:.2f}"
         out.append(f"| {r['case']} | {r['batch']} | {r['bytes'] / 1e6:.1f} | {r['ok']} | {r['backend']} "
-                   f"| {r['kernels']:g} | {r['dtoh']:g} | {r['htod']:g} | {r['memset']:g} | {r['syncs']:g} "
+                   f"| {r['kernels']:g} | {r['dtoh']:g} | {r['htod']:g} | {r['memsets']:g} | {r['syncs']:g} "
                    f"| {_n(r['kernel_us'], 1)} | {_n(r['gb_per_s'], 1)} | {share} | {_n(r['wall_us'], 1)} |")
     return "\n".join(out)
 
@@ -238,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - one case failing is recorded, the others still run
             log(f"{case.name}: FAILED {type(exc).__name__}: {exc}")
             rows.append(dict(case=case.name, batch=f"FAILED: {type(exc).__name__}: {str(exc)[:200]}", ok=None,
-                             backend="", bytes=bench.batch_bytes(case.batch), kernels=0, dtoh=0, htod=0, memset=0,
+                             backend="", bytes=bench.batch_bytes(case.batch), kernels=0, dtoh=0, htod=0, memsets=0,
                              syncs=0, kernel_us=None, gb_per_s=None, of_copy=None, wall_us=None))
         del case
         torch.cuda.empty_cache()

@@ -209,6 +209,66 @@ def compare_table(rows: list[bench.Result], main: str) -> str:
     return "\n".join(out)
 
 
+PROFILE = RESULTS / "gpu-profile-cuda.md"  # written by benchmarks/gpu_profile.py on a GPU
+
+
+def profile_rows(path: Path) -> list[dict[str, str]]:
+    """The table rows of a page benchmarks/gpu_profile.py wrote, by column name."""
+    lines = [line for line in path.read_text().splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[1:]]
+
+
+@dataclass
+class GpuTarget:
+    """A "done when" bound of issue 22 on one column of gpu_profile.py's valid-batch rows (the worst counts)."""
+
+    text: str
+    cases: tuple[str, ...]  # case names ("1GiB": every 1 GiB case); empty: every case
+    column: str
+    op: str  # "<=" or ">="
+    bound: float
+
+    def covers(self, case: str) -> bool:
+        return not self.cases or case in self.cases or ("1GiB" in self.cases and case.endswith("1GiB"))
+
+    def worst(self, rows: list[dict[str, str]]) -> dict[str, str] | None:
+        found = [r for r in rows if r["batch"] == "valid" and r[self.column] and self.covers(r["case"])]
+        pick = max if self.op == "<=" else min
+        return pick(found, key=lambda r: float(r[self.column])) if found else None
+
+    def met(self, value: float) -> bool:
+        return value <= self.bound if self.op == "<=" else value >= self.bound
+
+
+GPU_TARGETS = [
+    GpuTarget("BERT 32x128, BART 16x1024, causal LM 8x4096: <= 10 us of device time per check",
+              ("bert-32x128", "bart-16x1024", "causal-lm-8x4096"), "kernel us (median)", "<=", 10),
+    GpuTarget("1 GiB (LayoutLMv3 with fp32 and bf16 pixels, causal LM): >= 0.85 of the copy bandwidth",
+              ("1GiB",), "of copy bandwidth", ">=", 0.85),
+    GpuTarget("one kernel per valid check", (), "kernels / check", "<=", 1),
+    GpuTarget("one device-to-host copy per valid check", (), "DtoH / check", "<=", 1),
+]
+
+
+def gpu_profile_block(rows: list[dict[str, str]]) -> str:
+    """The valid-batch rows of gpu_profile.py's page, and issue 22's targets judged from them."""
+    out = ["| batch (valid) | MB | kernel, us | GB/s | of copy bandwidth | kernels, DtoH copies, syncs per check "
+           "| wall per check, us |", "|---|---:|---:|---:|---:|---|---:|"]
+    out += [f"| {r['case']} | {r['MB']} | {r['kernel us (median)']} | {r['GB/s']} | {r['of copy bandwidth']} "
+            f"| {r['kernels / check']}, {r['DtoH / check']}, {r['syncs / check']} | {r['wall us / check']} |"
+            for r in rows if r["batch"] == "valid"]
+    out += ["", "| target (issue 22) | measured | row | met |", "|---|---:|---|---|"]
+    for t in GPU_TARGETS:
+        r = t.worst(rows)
+        if r is None:
+            out.append(f"| {t.text} | not measured | | |")
+        else:
+            met = "yes" if t.met(float(r[t.column])) else "**no**"
+            out.append(f"| {t.text} | {r[t.column]} | {r['case']} | {met} |")
+    return "\n".join(out)
+
+
 def readme_block(all_rows: list[bench.Result]) -> str:
     """README.md's benchmark section: the newest CPU run (the C backend, issue 11's targets), then
     the newest GPU run (the Triton backend), or a sentence saying no GPU run is recorded."""
@@ -224,6 +284,10 @@ def readme_block(all_rows: list[bench.Result]) -> str:
                      "[benchmarks/results/gpu-profile-cuda.md](benchmarks/results/gpu-profile-cuda.md) the kernels, "
                      "copies and syncs per check from the profiler, and the kernel's bandwidth at 1 GiB."),
                 "", header(gpu), "", compare_table(gpu, "tc-triton")]
+        if PROFILE.exists():
+            out += ["", (f"Per check on the {gpu[0].device} (`benchmarks/gpu_profile.py`, from torch.profiler; the "
+                         "kernel's device time, bandwidth as batch bytes / kernel time; wall: one whole `tc.check`):"),
+                    "", gpu_profile_block(profile_rows(PROFILE))]
     else:
         out += ["", "No GPU run is recorded, so the Triton backend has no timings yet "
                     "(`python benchmarks/run.py --device cuda` records them, with the device named)."]

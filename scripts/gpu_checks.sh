@@ -5,6 +5,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 # Steps, each bounded by `timeout` and never stopping the ones after it:
 #   1. the GPU tests: tests marked gpu and every backend-parity test whose `device` fixture now
 #      gives CUDA tensors (tests/conftest.py leaves TRITON_INTERPRET unset where CUDA is present);
+#      failures.txt gets each failure as it happens;
 #   2. the profiler: kernels, copies and syncs per check, the kernel's device time and bandwidth
 #      (benchmarks/gpu_profile.py);
 #   3. benchmarks/run.py --device cuda, every scenario, its rows appended as each one finishes.
@@ -38,11 +39,15 @@ step() {  # step NAME SECONDS LOG COMMAND...: the command bounded by SECONDS, it
   echo "== steps (rc 124: timed out)"
 } >"$SUMMARY"
 
-# 1. the GPU tests, spread over pytest-xdist's workers where it is installed; one test at most 60 s
+# 1. the GPU tests, spread over pytest-xdist's workers where it is installed; one test at most 60 s.
+# Each failure is written to failures.txt as it happens (scripts/pytest_failures.py): on 2026-11-26
+# every test had run after 150 s, but pytest hung at its session's end and its summary was lost.
 PAR=$(python3 -c "import xdist" 2>/dev/null && echo "-n 12")
 TMO=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=60")
 # shellcheck disable=SC2086
-step tests 170 "$OUT/tests.log" python3 -m pytest -q -p no:benchmark -rfE --tb=short --durations=15 $PAR $TMO --junitxml="$OUT/tests.xml" \
+step tests 170 "$OUT/tests.log" env GPU_FAILURES="$OUT/failures.txt" PYTHONPATH="$PYTHONPATH:$PWD/scripts" \
+  TORCHINDUCTOR_COMPILE_THREADS=1 python3 -m pytest -q -p pytest_failures -p no:benchmark -rfE --tb=short \
+  --durations=15 $PAR $TMO \
   tests/test_triton_gpu.py tests/test_triton_backend.py tests/test_triton_split.py tests/test_backends.py \
   tests/test_hostile_codegen.py tests/test_hostile_runtime.py tests/test_inputs.py tests/test_bench.py \
   tests/test_differential_fuzz.py
@@ -56,8 +61,9 @@ step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-sta
 
 {
   echo "== tests"
-  grep -E "^(FAILED|ERROR) " "$OUT/tests.log" | cut -c1-220 | head -40
-  tail -n 1 "$OUT/tests.log"
+  grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$OUT/tests.log" | tail -n 1
+  echo "failed: $(cat "$OUT/failures.txt" 2>/dev/null | grep -c "^FAILED ")"
+  grep "^FAILED " "$OUT/failures.txt" 2>/dev/null | cut -c1-200 | head -40
   echo "== profiler (per check)"
   if [ -s "$OUT/gpu-profile-cuda.md" ]; then grep -E "^\| " "$OUT/gpu-profile-cuda.md"; else tail -n 5 "$OUT/profile.log"; fi
   echo "== benchmarks (do_bench median ms; wall: one call with its sync)"

@@ -673,28 +673,82 @@ def _quantiles(ms: list[float]) -> list[float]:
     return [statistics.median(s), q(0.2), q(0.8)]
 
 
+PROFILED = "tritoncheck-profiled"  # the profiler range around the calls being counted
+DEVICE_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+@dataclass
+class DeviceCounts:
+    """What the profiled calls did on a GPU, in all (divide by the calls for per-call figures)."""
+
+    kernels: int = 0
+    dtoh: int = 0  # device-to-host copies
+    htod: int = 0
+    memsets: int = 0
+    syncs: int = 0  # host calls that wait on the device, made inside the profiled range
+    kernel_times: list[tuple[str, float]] = field(default_factory=list)  # (name, device us) of each kernel
+
+
+def device_counts(events: Any) -> DeviceCounts:
+    """Count a profile's device work and the host's synchronisations inside the `PROFILED` range.
+
+    Only syncs inside the range count: the profiler and the synchronize that ends a profile make
+    their own (a GPU run of 2026-11-26 counted one too many per check without this). The range's
+    own annotation on the device timeline is not a kernel.
+    """
+    cuda = torch.autograd.DeviceType.CUDA
+    marks = [e.time_range for e in events if e.name == PROFILED and e.device_type != cuda]
+    out = DeviceCounts()
+    for e in events:
+        if e.name == PROFILED:
+            continue
+        if e.device_type == cuda:
+            if e.name.startswith("Memcpy DtoH"):
+                out.dtoh += 1
+            elif e.name.startswith("Memcpy HtoD"):
+                out.htod += 1
+            elif e.name.startswith("Memset"):
+                out.memsets += 1
+            elif not e.name.startswith("Memcpy"):
+                out.kernels += 1
+                out.kernel_times.append((e.name, e.time_range.elapsed_us()))
+        elif e.name in DEVICE_SYNCS and any(m.start <= e.time_range.start and e.time_range.end <= m.end
+                                            for m in marks):
+            out.syncs += 1
+    return out
+
+
+def profile_device(fn: Callable[[], Any], calls: int = 1) -> tuple[DeviceCounts, Any]:
+    """`calls` calls of fn under torch.profiler on a GPU: their `DeviceCounts` and the events."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function(PROFILED):
+            for _ in range(calls):
+                fn()
+        torch.cuda.synchronize()  # every kernel ends inside the profile
+    events = prof.events()
+    return device_counts(events), events
+
+
 def count_ops(fn: Callable[[], Any], device: torch.device) -> tuple[int, int]:
     """(launches, syncs) for one call, from torch.profiler.
 
-    GPU: device kernels (memcpy/memset excluded) and host synchronisations. CPU: top-level aten
-    ops dispatched, and host reads of a tensor value (`aten::_local_scalar_dense`: `.item()`,
-    `bool(t)`), each of which is a sync on a GPU.
+    GPU: device kernels (memcpy/memset excluded) and host synchronisations (`device_counts`). CPU:
+    top-level aten ops dispatched, and host reads of a tensor value (`aten::_local_scalar_dense`:
+    `.item()`, `bool(t)`), each of which is a sync on a GPU.
     """
     from torch.profiler import ProfilerActivity, profile
 
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=acts) as prof:
+    if device.type == "cuda":
+        counts, events = profile_device(fn)
+        reads = sum(1 for e in events if e.name == "aten::_local_scalar_dense")
+        return counts.kernels, max(counts.syncs, reads)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
     events = prof.events()
     reads = sum(1 for e in events if e.name == "aten::_local_scalar_dense")
-    if device.type == "cuda":
-        kernels = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA
-                      and not e.name.startswith(("Memcpy", "Memset")))
-        syncs = sum(1 for e in events if e.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize",
-                                                    "cudaEventSynchronize", "cudaMemcpy"))
-        return kernels, max(syncs - 1, reads)  # minus the synchronize above
     top = 0
     for e in events:
         if e.name.startswith("aten::"):
