@@ -36,6 +36,9 @@ step() {  # step NAME SECONDS LOG COMMAND...: the command bounded by SECONDS, it
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, '| triton', triton.__version__,
 '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA DEVICE')" 2>&1
   echo "C compiler: $(cc --version 2>/dev/null | head -1 || echo none)"
+  # what was tested: the tree travels with uncommitted edits (another session's too, if mid-edit)
+  echo "tree: $(git log -1 --format='%h %ad' --date=iso 2>/dev/null || echo 'no .git here'), $(git status --short 2>/dev/null | wc -l) paths differ from it"
+  git status --short 2>/dev/null | head -20
   echo "== steps (rc 124: timed out)"
 } >"$SUMMARY"
 
