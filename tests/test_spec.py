@@ -52,6 +52,7 @@ fields:
         (GOOD.replace("[B, L]", "[B, 'L +']"), "fields.input_ids.shape", "not a valid expression"),
         (GOOD.replace("min: 0", "minimum: 0"), "fields.input_ids.minimum", "unknown key (did you mean 'min'?)"),
         (GOOD.replace("name: mine", "name: mine\nfeilds: {}"), "feilds", "unknown key (did you mean 'fields'?)"),
+        ("extend: cross-entropy\n" + GOOD, "extend", "unknown key (did you mean 'extends'?)"),
         (GOOD.replace("dtype: int64", "dtpye: int64"), "fields.input_ids.dtpye", "unknown key (did you mean 'dtype'?)"),
         (GOOD.replace("min: 0", "optinal: true"), "fields.input_ids.optinal", "unknown key (did you mean 'optional'?)"),
         (GOOD + "rules: [{rule: 'input_ids >= 0', feild: input_ids}]", "rules.0.feild", "(did you mean 'field'?)"),

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _expr
-from ._spec import SpecError, _builtin_dir, _import_yaml, builtin_spec_names, split_where
+from ._spec import SpecError, builtin_dir, builtin_spec_names, import_yaml, split_where
 
 MAX_DEPTH = 16
 MAX_NODES = 100_000  # a spec has tens of nodes; a YAML alias bomb has billions
@@ -129,7 +129,7 @@ def _locate(ref: str, child: Path) -> Path:
     """The base file `ref` names: a built-in, or a YAML file beside `child` (elsewhere only with the opt-in)."""
     if not Path(ref).suffix:
         if ref in builtin_spec_names():
-            return _builtin_dir() / f"{ref}.yaml"
+            return builtin_dir() / f"{ref}.yaml"
         raise SpecError(f"{child}: extends {ref!r}: no such file and no built-in spec of that name (a file must end in "
                         f".yaml or .yml); built-ins: {', '.join(builtin_spec_names())}")
     candidate = child.parent / ref  # an absolute ref stays absolute
@@ -146,7 +146,7 @@ def _locate(ref: str, child: Path) -> Path:
 
 def read_yaml(path: Path, what: str) -> Any:
     """Parse a YAML file of at most MAX_BYTES; errors start with `what` and never quote the file's content."""
-    yaml = _import_yaml()
+    yaml = import_yaml()
     try:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):

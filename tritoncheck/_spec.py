@@ -392,7 +392,7 @@ class BatchSpec(_SpecModel):
 
     def to_yaml(self) -> str:
         """The YAML form; `load_spec` on it gives back an equal spec."""
-        yaml = _import_yaml()
+        yaml = import_yaml()
         data = self.model_dump(mode="json", exclude_defaults=True)
         data["name"] = self.name  # always written, so the file says what it is
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
@@ -436,7 +436,7 @@ def _config_entry(config: Any, name: str) -> Any:
         return None
 
 
-def _import_yaml():
+def import_yaml():
     try:
         import yaml
     except ImportError as exc:
@@ -460,8 +460,10 @@ def spec_error(source: str, exc: ValidationError, model: type[BaseModel]) -> Spe
         path = ".".join(str(p) for p in loc)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            keys = list(_model_at(model, loc[:-1]).model_fields)
-            msg = f"unknown key{closest(str(loc[-1]), keys)}; known: {', '.join(keys)}"
+            part = _model_at(model, loc[:-1])
+            keys = list(part.model_fields)
+            meant = [*keys, "extends"] if part is BatchSpec else keys  # a spec file's `extends:` is read before
+            msg = f"unknown key{closest(str(loc[-1]), meant)}; known: {', '.join(keys)}"
         lines.append(f"  {path}: {msg}" if path else f"  {msg}")  # whole-spec checks name their own path
     return SpecError(f"{source}: {len(lines)} error(s) in spec\n" + "\n".join(lines))
 
@@ -474,10 +476,10 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel]:
 
 
 def builtin_spec_names() -> list[str]:
-    return sorted(p.stem for p in _builtin_dir().glob("*.yaml"))
+    return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
 
 
-def _builtin_dir() -> Path:
+def builtin_dir() -> Path:
     from importlib.resources import files
 
     return Path(str(files("tritoncheck.specs")))
@@ -490,7 +492,7 @@ def _spec_path(name_or_path: str | Path) -> Path:
         if str(name_or_path) not in builtin_spec_names():
             raise SpecError(f"no built-in spec named {str(name_or_path)!r}{closest(name_or_path, builtin_spec_names())}; "
                             f"built-ins: {', '.join(builtin_spec_names())}")
-        path = _builtin_dir() / f"{name_or_path}.yaml"
+        path = builtin_dir() / f"{name_or_path}.yaml"
     return path
 
 
