@@ -77,24 +77,37 @@ class Column:
         starts = self.starts.index_select(0, rows)
         if not self.sizes.shape[1]:
             return self.values.index_select(0, starts)
-        counts = sizes.prod(dim=1)
         longest = sizes.max(dim=0).values.tolist() if len(rows) else [0] * sizes.shape[1]
         if len(rows) and bool((sizes == sizes[:1]).all()):
-            count = int(counts[0])
+            count = int(sizes[0].prod())
             if bool((starts == starts[0] + torch.arange(len(rows)) * count).all()):  # one slice: a view
                 first = int(starts[0])
                 return self.values[first:first + count * len(rows)].view(len(rows), *longest)
-        total = int(counts.sum())
-        ends = counts.cumsum(0)
-        index = torch.repeat_interleave(starts - (ends - counts), counts) + torch.arange(total)
-        mask = torch.ones((len(rows), *longest), dtype=torch.bool)
-        for d, size in enumerate(longest):  # inside row r along axis d: position < sizes[r, d]
-            shape = [len(rows)] + [1] * len(longest)
-            shape[d + 1] = size
-            mask &= (torch.arange(size).view(1, size) < sizes[:, d:d + 1]).view(shape)
-        out = torch.full((len(rows), *longest), pad, dtype=self.values.dtype)
-        # row-major order inside the padded row is the row's own order, so one scatter places every row
-        return out.masked_scatter_(mask, self.values.index_select(0, index))
+        m, depth = len(rows), len(longest)
+        counts = sizes.prod(dim=1)
+        if bool((starts[1:] == starts[:-1] + counts[:-1]).all()):  # rows one after another: one scatter of a slice
+            inside = torch.ones((m, *longest), dtype=torch.bool)
+            for d, size in enumerate(longest):  # inside row r along axis d: position < sizes[r, d]
+                shape = [m] + [1] * depth
+                shape[d + 1] = size
+                inside &= (torch.arange(size).view(1, size) < sizes[:, d:d + 1]).view(shape)
+            out = torch.full((m, *longest), pad, dtype=self.values.dtype)
+            first = int(starts[0])  # (row-major order inside the padded row is the row's own order)
+            return out.masked_scatter_(inside, self.values[first:first + int(counts.sum())])
+        # else each padded position's element: the row's start plus its coordinates times the row's own strides
+        strides = torch.ones_like(sizes)
+        for d in range(depth - 2, -1, -1):
+            strides[:, d] = strides[:, d + 1] * sizes[:, d + 1]
+        index = starts.view(m, *[1] * depth)
+        inside = torch.ones((m, *[1] * depth), dtype=torch.bool)
+        for d, size in enumerate(longest):
+            coord = torch.arange(size).view([1] * (d + 1) + [size] + [1] * (depth - d - 1))
+            index = index + coord * strides[:, d].view(m, *[1] * depth)
+            inside = inside & (coord < sizes[:, d].view(m, *[1] * depth))
+        if not self.values.numel():
+            return torch.full((m, *longest), pad, dtype=self.values.dtype)
+        out = self.values[torch.where(inside, index, 0)]
+        return out.masked_fill_(~inside, pad)
 
 
 def read_column(array: Any) -> Column:
