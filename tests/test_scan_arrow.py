@@ -314,3 +314,51 @@ def test_a_whole_chunk_problem_is_said_once_per_file_with_global_rows(tmp_path):
         # a data check of a chunk with a metadata problem is reported for the chunk, counted from the dataset
         (None, "above_max", [300, 2], "input_ids[300, 2]: input_ids <= vocab_size - 1 = 49 (found 60); "
                                       "1 element(s) in sample(s) 300")]
+
+
+def _reference(row):
+    """(has a null, is jagged) of a Python row, as read_column must mark it."""
+    if row is None:
+        return True, False
+    if not isinstance(row, list):
+        return False, False
+    marks = [_reference(v) for v in row]
+    null = any(n for n, _ in marks)
+    inner = {len(v) if isinstance(v, list) else -1 for v in row if v is not None}
+    return null, any(j for _, j in marks) or len(inner) > 1
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_nested_columns_read_as_python_reads_them(seed):
+    import random
+
+    rng = random.Random(seed)
+    depth, fixed = rng.choice([0, 1, 2]), rng.random() < 0.3  # fixed: the innermost list is fixed_size_list(3)
+
+    def value(level, width=None):
+        if rng.random() < 0.08:
+            return None
+        if level == depth:
+            return rng.randint(-5, 5)
+        n = 3 if fixed and level == depth - 1 else width if width is not None else rng.randint(0, 5)
+        inner = rng.randint(0, 4) if rng.random() < 0.7 else None  # most rows rectangular, some jagged
+        return [value(level + 1, inner) for _ in range(n)]
+
+    kind = pa.int64()
+    for level in range(depth):  # innermost first
+        kind = pa.list_(kind, 3) if fixed and level == 0 else pa.large_list(kind) if rng.random() < 0.5 else pa.list_(kind)
+    column = pa.array([value(0) for _ in range(rng.randint(1, 30))], kind)
+    if rng.random() < 0.5 and len(column) > 2:
+        column = column.slice(1, len(column) - 2)
+    if rng.random() < 0.5 and len(column) > 1:
+        column = pa.chunked_array([column.slice(0, 1), column.slice(1)])
+    col = read_column(column)
+    expected = column.to_pylist()  # (plain int64 lists: the test's own reference)
+    marks = [_reference(row) for row in expected]
+    assert col.nulls.tolist() == [null for null, _ in marks]
+    assert [j for j, (null, _) in zip(col.jagged.tolist(), marks, strict=True) if not null] == [
+        jagged for null, jagged in marks if not null]
+    for r, row in enumerate(expected):
+        if not any(marks[r]):
+            own = col.take(torch.tensor([r]), 0)[0]
+            assert own.tolist() == row or (own.numel() == 0 and not torch.tensor(row).numel()), (row, own)
