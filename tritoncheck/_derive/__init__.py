@@ -32,6 +32,8 @@ LABEL_FIELDS = ("labels", "start_positions", "end_positions")
 MASK_DTYPES = hints.MASK_DTYPES
 EVERY_DTYPE = ["bool", "int", "float"]
 COPY_LIMIT = 20_000_000  # parameters: a smaller model is traced on a copy
+HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs",
+         "_forward_hooks_always_called", "_backward_hooks", "_backward_pre_hooks")
 
 
 def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValue) -> BatchSpec:
@@ -121,7 +123,9 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
         data["description"] += " Dropped by the self-check (they rejected a batch the model ran cleanly): " + "; ".join(dropped) + "."
     how = (f"derived by tc.spec_for from a trace of {name}.forward ({derivation.forwards} forwards); "
            "'#' lines name the module and op each bound came from")
-    return rules.build(_described(data, notes), origins, how, f"spec_for({name})"), notes
+    spec = rules.build(_described(data, notes), origins, how, f"spec_for({name})")
+    spec._example = {k: v.detach().cpu() for k, v in derivation.batch.items()}
+    return spec, notes
 
 
 @contextlib.contextmanager
@@ -132,9 +136,15 @@ def _untouched(model: nn.Module):
     config = getattr(model, "config", None)
     saved = dict(vars(config)) if config is not None and hasattr(config, "__dict__") else None
     small = sum(p.numel() for p in model.parameters()) <= COPY_LIMIT
+    target = copy.deepcopy(model) if small else model
+    hooks = [(m, name, getattr(m, name)) for m in target.modules() for name in HOOKS if getattr(m, name, None)]
+    for m, name, _ in hooks:  # the user's hooks (a tc.guard, a counter, a logger) never see the probe forwards
+        setattr(m, name, type(getattr(m, name))())
     try:
-        yield copy.deepcopy(model) if small else model
+        yield target
     finally:
+        for m, name, value in hooks:
+            setattr(m, name, value)
         if saved is not None:
             vars(config).clear()
             vars(config).update(saved)
@@ -213,7 +223,7 @@ class _Tracing:
         labelled = {k: v for k, v in fields.items() if not v.get("optional") or k in required or k in LABEL_FIELDS}
         bare = {k: v for k, v in fields.items() if not v.get("optional") or k in required}
         out = []
-        for subset in (fields, labelled, bare):
+        for subset in (fields, labelled, bare, _choices(labelled)):
             if subset not in out:
                 out.append(subset)
         return out
@@ -224,6 +234,7 @@ class _Tracing:
                 made = example.from_fields(subset, self.data["params"], self.data["rules"], sizes, self.compute)
                 batch = self._complete(made, sizes)
                 if batch is not None:
+                    self.data["fields"].update(subset)  # the shapes that ran (a choices axis, where one was needed)
                     return batch
         return None
 
@@ -276,13 +287,7 @@ class _Tracing:
             fields[p]["dtype"] = dtypes
             origins[f"fields.{p}"].append("dtype: the forward runs on another float dtype (it casts)" if dtypes == ["float"]
                                           else f"dtype: the forward raises on another float dtype than {dtypes[0]}")
-        indices = sorted({f.field for f in findings if f.field in batch and f.field not in self.hinted
-                          and not batch[f.field].is_floating_point()})
-        for p, dtypes in probes.int_dtypes(self.call, batch, indices).items():
-            self.forwards += 1
-            fields[p]["dtype"] = dtypes
-            if dtypes == ["int64"]:
-                origins[f"fields.{p}"].append("dtype: the forward raises on int32")
+        self._probe_values(batch, findings, origins)
         for p, messages in self.messages.items():
             if p in fields and fields[p].get("max") is not None and messages:
                 fields[p].setdefault("hints", {}).update(messages)
@@ -293,6 +298,31 @@ class _Tracing:
         source = f"spec_for({type(self.model).__name__})"
         dropped = probes.self_check(data, [batch], lambda d: rules.build(d, {}, "", source))
         return data, origins, dropped
+
+    def _probe_values(self, batch: dict[str, torch.Tensor], findings: list[trace.Finding],
+                      origins: dict[str, list[str]]) -> None:
+        """Integer fields: the dtypes the forward takes; for a bound no traced op puts on the field (a hint's),
+        a warning instead of an error on each side the forward runs past."""
+        fields, params = self.data["fields"], self.data["params"]
+        indexed = {f.field for f in findings}
+        for name, t in batch.items():
+            if t.is_floating_point() or t.dtype == torch.bool:
+                continue
+            field = fields[name]
+            dtypes = probes.int_dtypes(self.call, batch, name, name in indexed)
+            self.forwards += 3
+            if set(field["dtype"]) <= {"int64", "int32"} or name not in self.hinted or set(dtypes) - set(field["dtype"]):
+                field["dtype"] = sorted(set(field["dtype"]) | set(dtypes)) if name in self.hinted else dtypes
+            if name in indexed or name in LABEL_FIELDS:
+                continue
+            low, high = example.evaluate(field.get("min"), params), example.evaluate(field.get("max"), params)
+            soft = probes.value_severity(self.call, batch, name, low, high)
+            self.forwards += 2
+            for code in soft:
+                if field.get("severity", {}).get(code) != "warning":
+                    field.setdefault("severity", {})[code] = "warning"
+                    origins.setdefault(f"fields.{name}", []).append(
+                        f"{code}: a warning, the forward runs past it (no op indexes with {name})")
 
     def _new_field(self, name: str, kind: str, shape: list[int | str], t: torch.Tensor) -> dict[str, Any]:
         required = any(q.required for q in self.accepted if q.name == name)
@@ -401,6 +431,16 @@ class _Tracing:
                 "describe it in a YAML contract (tc.load_spec) if you use it"})
             origins[f"fields.{p.name}"] = ["a parameter of forward, not traced: any dtype, rank guessed from the name"]
             origins[f"rules.{rule}"] = [f"{p.name} is accepted but unchecked: a warning, never unexpected_field"]
+
+
+def _choices(fields: dict[str, dict]) -> dict[str, dict]:
+    """The fields with a choices axis after B (`[B, C, L]`), for heads that score several candidates per sample
+    (multiple choice): every `[B, L, ...]` field gets one."""
+    out = {}
+    for name, f in fields.items():
+        shape = f["shape"]
+        out[name] = {**f, "shape": ["B", "C", *shape[1:]]} if len(shape) >= 2 and shape[1] == "L" else f
+    return out
 
 
 def _narrowed(batch: dict[str, torch.Tensor], fields: dict[str, dict], dim: str, n: int) -> dict[str, torch.Tensor]:

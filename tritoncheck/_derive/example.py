@@ -21,7 +21,6 @@ from .._dtypes import DTYPES, GROUPS
 B = 2  # every example has two samples: a per-sample rule sees two rows
 # Sizes of the dims besides B, tried in turn: equal, longer, and sequences long against their targets.
 SIZES = ({"*": 8}, {"*": 32}, {"*": 4, "N": 64, "L": 16}, {"*": 128})
-EVERY_DTYPE = ["bool", "int", "float"]
 
 
 def evaluate(text: int | float | str | None, names: dict[str, Any]) -> Any:

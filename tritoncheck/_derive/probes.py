@@ -57,14 +57,32 @@ def float_dtypes(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], na
     return out
 
 
-def int_dtypes(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], names: list[str]) -> dict[str, list[str]]:
-    """Per index field: `["int64", "int32"]` where the forward also runs with it in int32, else `["int64"]`
-    (`cross_entropy` targets and, in older torch, `gather` indices take int64 only)."""
+def int_dtypes(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], name: str, indexes: bool) -> list[str]:
+    """The dtypes an integer field runs in: its own, int32/int64, and, for a field no op indexes with, float
+    (and bool for a mask) where the forward takes them (`cross_entropy` targets take int64 only)."""
+    t = batch[name]
+    tries = [torch.int32 if t.dtype == torch.int64 else torch.int64]
+    if not indexes:
+        tries += [torch.float32, *([torch.bool] if "mask" in name else [])]
+    out = [dtype_name(t.dtype)]
+    for dtype in tries:
+        if clean(call, {**batch, name: t.to(dtype)}) is None:
+            out.append("float" if dtype.is_floating_point else dtype_name(dtype))
+    return out
+
+
+def value_severity(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], name: str, low: Any, high: Any) -> dict[str, str]:
+    """For a bound the trace did not see an op put on the field: 'warning' for each side the forward runs past
+    (rotary position ids, a mask value): the model takes it, but it is almost surely a data bug."""
     out = {}
-    for name in names:
-        other = torch.int32 if batch[name].dtype == torch.int64 else torch.int64
-        runs = clean(call, {**batch, name: batch[name].to(other)}) is None
-        out[name] = ["int64", "int32"] if runs else [dtype_name(batch[name].dtype)]
+    for code, value in (("below_min", low - 1 if isinstance(low, int) else None),
+                        ("above_max", high + 1 if isinstance(high, int) else None)):
+        if value is None:
+            continue
+        t = batch[name].clone()
+        t.view(-1)[-1] = value
+        if clean(call, {**batch, name: t}) is None:
+            out[code] = "warning"
     return out
 
 
@@ -109,7 +127,7 @@ def _drop(data: dict[str, Any], field: str | None, code: str, batches: list[dict
         f["shape"] = ["B", *(f"{field}_{i}" for i in range(1, rank))]
         return f"fields.{field}.shape"
     for r in list(data["rules"]):
-        if r.get("code", "rule_failed") == code and (r.get("field") in (None, field)) and (field is None or field in r["rule"]):
+        if r.get("code", "rule_failed") == code and (field is None or r.get("field") == field or field in r["rule"]):
             data["rules"].remove(r)
             return f"rule {r['rule']!r}"
     return None

@@ -26,11 +26,17 @@ class DerivedSpec(BatchSpec):
 
     _origins: dict[str, list[str]] = PrivateAttr(default_factory=dict)  # "fields.<name>" / "rules.<text>" -> origins
     _how: str = PrivateAttr(default="")  # one line: traced, or derived by fallback and why
+    _example: dict[str, Any] | None = PrivateAttr(default=None)  # the batch the trace ran cleanly on
 
     @property
     def origins(self) -> dict[str, list[str]]:
         """Where each derived field and rule came from: `{"fields.input_ids": ["max: bert.embeddings... (embedding)"]}`."""
         return dict(self._origins)
+
+    @property
+    def example(self) -> dict[str, Any] | None:
+        """The batch the model ran cleanly on when this contract was traced (None for a fallback): a copy."""
+        return None if self._example is None else {k: v.clone() for k, v in self._example.items()}
 
     @property
     def derivation(self) -> str:

@@ -1,0 +1,224 @@
+"""The (architecture, head) pairs of transformers' own auto-model mappings, and probes whose truth is the forward.
+
+Issue 19: `tc.spec_for` is tried as a new user would, on every head class whose tiny config builds and
+runs a forward on CPU within a budget, not on a hand-written list. Per pair:
+
+- the model is built from its config class's defaults, shrunk (`SMALL`: one layer, width 16, ...);
+  a pair that does not build or has more than `MAX_PARAMETERS` is left out (and counted as such);
+- its contract is `tc.spec_for(model)`; a pair where that raises counts as a failed derivation;
+- the probes are mutations of the batch the derivation traced (`spec.example`), each run through the
+  real model: a probe the model raises on or turns into a non-finite loss is *breaking*, and must get
+  an error; one it runs cleanly must get none (else a false alarm).
+
+`python scripts/models_table.py --sweep` runs it and writes docs/models_sweep.json, which
+docs/models.md's figures are rendered from; the slow test re-runs it and compares.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+HEADS = ("SEQUENCE_CLASSIFICATION", "TOKEN_CLASSIFICATION", "QUESTION_ANSWERING", "MASKED_LM", "CAUSAL_LM",
+         "MULTIPLE_CHOICE", "IMAGE_CLASSIFICATION", "CTC", "SEQ_TO_SEQ_CAUSAL_LM", "AUDIO_CLASSIFICATION")
+SMALL = {
+    "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 32,
+    "vocab_size": 99, "max_position_embeddings": 64, "d_model": 16, "encoder_layers": 1, "decoder_layers": 1,
+    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32, "decoder_ffn_dim": 32,
+    "n_layer": 1, "n_head": 2, "n_embd": 16, "num_layers": 1, "num_heads": 2, "d_ff": 32, "d_kv": 8, "dim": 16,
+    "n_layers": 1, "n_heads": 2, "hidden_dim": 32, "embedding_size": 16, "head_dim": 8, "num_decoder_layers": 1,
+    "ffn_dim": 32, "projection_dim": 16, "image_size": 32, "patch_size": 8, "num_labels": 3,
+}
+STEP = 3  # the sweep takes every third pair of the sorted list (about 230 of 700): minutes, not an hour
+MAX_PARAMETERS = 3_000_000
+BIG = 10**6  # an id past any tiny table
+
+
+@dataclass
+class Probe:
+    name: str
+    field: str | None  # the field it mutates (None: the whole batch)
+    batch: dict
+
+
+@dataclass
+class Result:
+    """One pair's outcome: `status` is 'ok', 'skipped: why' or 'derivation failed: why'."""
+
+    pair: str
+    status: str
+    breaking: int = 0
+    caught: int = 0
+    clean: int = 0
+    false_alarms: int = 0
+    missed: tuple[str, ...] = ()
+    alarms: tuple[str, ...] = ()
+    fallback: bool = False
+
+
+def pairs() -> list[tuple[str, str, str]]:
+    """(head, model_type, class name) for every head mapping in HEADS, sorted."""
+    from transformers.models.auto import modeling_auto
+
+    out = set()
+    for head in HEADS:
+        mapping = getattr(modeling_auto, f"MODEL_FOR_{head}_MAPPING_NAMES", {})
+        for model_type, cls in mapping.items():
+            for name in (cls if isinstance(cls, (tuple, list)) else (cls,)):
+                out.add((head, model_type, name))
+    return sorted(out)
+
+
+def _shrink(config) -> None:
+    for key, value in SMALL.items():
+        if hasattr(config, key) and isinstance(getattr(config, key), int) and not isinstance(getattr(config, key), bool):
+            try:
+                setattr(config, key, value)
+            except Exception:  # a read-only property: keep the default
+                pass
+    for key in list(vars(config)):
+        sub = getattr(config, key, None)
+        if hasattr(sub, "to_dict") and hasattr(sub, "model_type") and sub is not config:
+            _shrink(sub)
+
+
+def build(model_type: str, cls_name: str):
+    """The tiny model, or a string saying why not."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    cls = getattr(transformers, cls_name, None)
+    if cls is None:
+        return f"skipped: {cls_name} is not importable"
+    try:
+        config = CONFIG_MAPPING[model_type]()
+        _shrink(config)
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = cls(config).eval()
+    except Exception as exc:  # a config our shrinking breaks, an optional dependency missing
+        return f"skipped: does not build ({type(exc).__name__})"
+    if sum(p.numel() for p in model.parameters()) > MAX_PARAMETERS:
+        return "skipped: too large when shrunk"
+    return model
+
+
+def outcome(model, batch: dict) -> str:
+    """'runs' (loss, or every float output, finite), 'raises' or 'nan'."""
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = model(**batch)
+    except Exception:  # the oracle: any error the model raises counts
+        return "raises"
+    loss = out.get("loss") if hasattr(out, "get") else None
+    values = [loss] if isinstance(loss, torch.Tensor) else [
+        v for v in (out.values() if hasattr(out, "values") else [out]) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    return "runs" if all(bool(torch.isfinite(v).all()) for v in values) else "nan"
+
+
+def _edit(batch: dict, name: str, change: Callable[[torch.Tensor], torch.Tensor]) -> dict:
+    return {**{k: v.clone() for k, v in batch.items()}, name: change(batch[name].clone())}
+
+
+def _poke(value) -> Callable[[torch.Tensor], torch.Tensor]:
+    def change(t):
+        t.view(-1)[-1] = value
+        return t
+
+    return change
+
+
+def probes(example: dict, required: set[str]) -> list[Probe]:
+    """Mutations of a batch the model ran cleanly on: some break it, some do not; the forward decides."""
+    out = [Probe("the traced batch", None, example)]
+    ints = [k for k, v in example.items() if not v.is_floating_point() and v.dtype != torch.bool]
+    floats = [k for k, v in example.items() if v.is_floating_point()]
+    for k in ints:
+        out += [Probe(f"{k}: a value past any table", k, _edit(example, k, _poke(BIG))),
+                Probe(f"{k}: -7", k, _edit(example, k, _poke(-7))),
+                Probe(f"{k}: float", k, _edit(example, k, lambda t: t.float())),
+                Probe(f"{k}: int32", k, _edit(example, k, lambda t: t.int()))]
+        if "mask" in k:
+            out.append(Probe(f"{k}: bool", k, _edit(example, k, lambda t: t.bool())))
+    for k in floats:
+        out += [Probe(f"{k}: NaN", k, _edit(example, k, _poke(float("nan")))),
+                Probe(f"{k}: float16", k, _edit(example, k, lambda t: t.half()))]
+    for k, v in example.items():
+        if v.dim() >= 2:
+            out.append(Probe(f"{k}: last axis dropped", k, _edit(example, k, lambda t: t[..., 0])))
+        if k in required:
+            out.append(Probe(f"{k}: left out", k, {q: w for q, w in example.items() if q != k}))
+    longest = [k for k, v in example.items() if v.dim() == 2 and not v.is_floating_point()]
+    if longest:
+        out.append(Probe("every [B, L] field 8x longer", None,
+                         {k: (v.repeat(1, 8) if k in longest and v.shape[1] == example[longest[0]].shape[1] else v.clone())
+                          for k, v in example.items()}))
+    if next(iter(example.values())).shape[0] > 1:
+        out.append(Probe("one sample", None, {k: v[:1].clone() for k, v in example.items()}))
+    return out
+
+
+def sweep_pair(head: str, model_type: str, cls_name: str) -> Result:
+    import tritoncheck as tc
+
+    pair = f"{cls_name}"
+    model = build(model_type, cls_name)
+    if isinstance(model, str):
+        return Result(pair, model)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            spec = tc.spec_for(model)
+    except Exception as exc:  # counted: a pair where derivation fails
+        return Result(pair, f"derivation failed: {type(exc).__name__}: {str(exc)[:160]}")
+    example = spec.example
+    if example is None:
+        return Result(pair, "ok", fallback=True)
+    if outcome(model, example) != "runs":
+        return Result(pair, "skipped: does not run on its own traced batch")
+    required = {k for k, f in spec.fields.items() if not f.optional}
+    result = Result(pair, "ok")
+    missed, alarms = [], []
+    for probe in probes(example, required):
+        truth = outcome(model, probe.batch)
+        errors = tc.check(probe.batch, spec, backend="torch").errors
+        if truth == "runs":
+            result.clean += 1
+            if errors:
+                result.false_alarms += 1
+                alarms.append(f"{probe.name}: {sorted({(v.field, v.code) for v in errors})}")
+        else:
+            result.breaking += 1
+            if errors:
+                result.caught += 1
+            else:
+                missed.append(f"{probe.name} ({truth})")
+    result.missed, result.alarms = tuple(missed), tuple(alarms)
+    return result
+
+
+def swept() -> list[tuple[str, str, str]]:
+    return pairs()[::STEP]
+
+
+def to_json(r: Result) -> dict:
+    return {"pair": r.pair, "status": r.status, "breaking": r.breaking, "caught": r.caught, "clean": r.clean,
+            "false_alarms": r.false_alarms, "missed": list(r.missed), "alarms": list(r.alarms), "fallback": r.fallback}
+
+
+def summary(results: list[Result]) -> dict:
+    ok = [r for r in results if r.status == "ok"]
+    breaking = sum(r.breaking for r in ok)
+    clean = sum(r.clean for r in ok)
+    return {
+        "pairs": len(ok), "skipped": sum(r.status.startswith("skipped") for r in results),
+        "derivation_failed": sum(r.status.startswith("derivation failed") for r in results),
+        "fallback": sum(r.fallback for r in ok),
+        "breaking": breaking, "caught": sum(r.caught for r in ok), "clean": clean,
+        "false_alarms": sum(r.false_alarms for r in ok),
+    }
