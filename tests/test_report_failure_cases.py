@@ -6,8 +6,17 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tritoncheck as tc
+from tritoncheck._plan import compile_plan
+from tritoncheck._spec import read_spec
+
+# Small parameters: every built-in contract takes what it needs from this (as in test_strategies.py).
+SMALL = dict(vocab_size=11, max_position_embeddings=12, pad_token_id=1, type_vocab_size=2,
+             max_2d_position_embeddings=1024, num_channels=3, input_size=4, num_labels=5, in_channels=3,
+             num_classes=4, min_length=3)
 
 SPEC = {
     "name": "boxes",
@@ -20,6 +29,11 @@ SPEC = {
     },
     "rules": [{"rule": "bbox[..., 0] <= bbox[..., 2]", "code": "box_corners"}],
 }
+
+
+def small_spec(name: str) -> tc.BatchSpec:
+    params = read_spec(name).params
+    return tc.load_spec(name, **{k: v for k, v in SMALL.items() if k in params})
 
 
 def bad_batch(device: str) -> dict[str, torch.Tensor]:
@@ -76,6 +90,14 @@ def test_metadata_violations_and_expanded_views():
     assert tc.check(big, spec).failure_cases(big, spec, limit=4)[3]["index"] == [1, 0]
 
 
+def test_a_batch_level_rule_is_one_case_without_a_row():
+    batch = {"input": torch.randn(2, 3), "target": torch.tensor([-100, -100])}
+    spec = tc.load_spec("cross-entropy")
+    assert tc.check(batch, spec).failure_cases(batch, spec) == [
+        {"field": "target", "code": "all_ignored", "severity": "error", "rule": "any(target != -100)", "row": None,
+         "index": [], "value": False}]
+
+
 def test_a_valid_report_has_no_failure_cases_and_no_second_pass():
     spec = tc.BatchSpec.model_validate(SPEC)
     good = {"input_ids": torch.ones(2, 3, dtype=torch.long), "mask": torch.ones(2, 3, dtype=torch.long),
@@ -83,3 +105,25 @@ def test_a_valid_report_has_no_failure_cases_and_no_second_pass():
     assert tc.check(good, spec).failure_cases(None, None) == []  # the batch is never read again
     with pytest.raises(ValueError, match="limit must be >= 0"):
         tc.check(bad_batch("cpu"), spec).failure_cases(bad_batch("cpu"), spec, limit=-1)
+
+
+@pytest.mark.parametrize("name", tc.builtin_spec_names())
+@settings(max_examples=3)  # the strategies draw slowly; test_strategies.py draws the full profile
+@given(data=st.data())
+def test_failure_cases_of_every_builtin_contract_count_what_the_report_counts(name, data):
+    """Malformed batches of every built-in contract: a data check's records are as many as its count, the
+    first at its first index; any other violation is one record of its own."""
+    from tritoncheck.strategies import malformed_batches
+
+    spec = small_spec(name)
+    batch, _ = data.draw(malformed_batches(spec))
+    report = tc.check(batch, spec, backend="torch")
+    cases = report.failure_cases(batch, spec, limit=None)
+    data_checks = {(c.field, c.code) for c in compile_plan(spec).checks}
+    for key in {(v.field, v.code) for v in report.violations}:
+        violations = [v for v in report.violations if (v.field, v.code) == key]
+        mine = [c for c in cases if (c["field"], c["code"]) == key]
+        first = violations[0].index
+        assert mine[0]["index"] == (None if first is None else list(first)), (key, str(report))
+        expected = sum(v.count for v in violations) if key in data_checks and first else len(violations)
+        assert len(mine) == expected, (key, str(report))

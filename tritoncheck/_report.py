@@ -378,7 +378,7 @@ def _failing(bad: Any, values: Any, sizes: list[int], limit: int | None) -> Any:
     if len(found) == 0:
         return
     stored = values[tuple(found[:, d] if values.shape[d] > 1 else torch.zeros_like(found[:, d])
-                          for d in range(found.shape[1]))]  # a size-1 axis of `values` holds one value for all
+                          for d in range(found.shape[1]))].reshape(-1)  # a size-1 axis holds one value for all
     spread = [range(n) if m == 1 and n > 1 else None for m, n in zip(bad.shape, sizes)]
     emitted = 0
     for position, value in zip(found.tolist(), stored.tolist()):
