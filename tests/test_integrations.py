@@ -43,8 +43,10 @@ def test_hf_collator_standalone(hf, tmp_path):
     transformers, ValidatingDataCollator = hf
     spec = tc.load_spec("bert-sequence-classification", config=bert_config(transformers))
     feats = [Features(4, bad={2})[i] for i in range(4)]
-    with pytest.raises(tc.BatchValidationError, match="input_ids"):
+    with pytest.raises(tc.BatchValidationError, match="input_ids") as info:
         ValidatingDataCollator(None, spec)(feats)
+    collated = transformers.default_data_collator(feats)
+    assert info.value.report.backend == tc.check(collated, spec).backend  # C where a compiler exists, as documented
     collate = ValidatingDataCollator(None, spec, on_error="skip", log_dir=tmp_path)
     batch = collate(feats)  # default_data_collator turns "label" into "labels"
     assert batch["input_ids"][:, 0].tolist() == [0, 1, 3] and batch["labels"].tolist() == [0, 1, 0]

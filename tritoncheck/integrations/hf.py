@@ -6,7 +6,8 @@
                       data_collator=ValidatingDataCollator(DataCollatorWithPadding(tok), spec, on_error="skip"))
 
 It runs wherever the Trainer's DataLoader runs the collator (its workers with
-`dataloader_num_workers > 0`), with the torch backend on CPU tensors.
+`dataloader_num_workers > 0`), on CPU tensors: the contract compiled to C, as `tc.ValidatingCollate`
+does (the torch backend where no C compiler exists).
 
 `tc.IndexedDataset(ds)` is optional: it makes skip records and errors name dataset rows. On a
 `datasets.Dataset` it returns a `datasets.Dataset`, so the Trainer still removes the columns the
@@ -43,7 +44,7 @@ class ValidatingDataCollator(ValidatingCollate):
         quarantine_dir: Any = None,
         *,
         log_dir: Any = None,
-        backend: Any = "torch",
+        backend: Any = "auto",
         strict: bool = False,
     ):
         if data_collator is None:
