@@ -21,7 +21,7 @@ from importlib import import_module
 from typing import Any
 
 from . import __version__
-from ._cli_commands import EXIT_INTERNAL, say
+from ._cli_commands import EXIT_INTERNAL, EXIT_VIOLATIONS, say
 from ._report import printable
 
 # One module per subcommand; each has add_parser(subparsers) that sets the `run` default. `bench`
@@ -62,6 +62,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return int(exc.code or 0)
     try:
         return int(args.run(args))
+    except BrokenPipeError:  # a write past _ClosablePipe (none is known): the verdict was not reached
+        return EXIT_VIOLATIONS  # never 0 for a batch that was not seen through: a CI step must not pass
     except Exception as exc:  # every user mistake is handled below this: what is left is a bug
         if args.debug or os.environ.get("TRITONCHECK_DEBUG", "") not in ("", "0"):
             say(traceback.format_exc().rstrip(), file=sys.stderr)
