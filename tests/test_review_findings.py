@@ -157,7 +157,7 @@ def test_a_rule_on_a_selection_leaves_the_rest_of_the_field_free(b):
 def test_malformed_batches_of_a_rule_on_a_selection(case):
     b, expected = case
     want = reference(b, SELECTED)
-    assert [(v["field"], v["code"], tuple(v["samples"])) for v in tc.check(b, SELECTED).to_dict()["violations"]] == [
+    assert [(v["field"], v["code"], tuple(v["rows"])) for v in tc.check(b, SELECTED).to_dict()["violations"]] == [
         (expected.field, expected.code, expected.samples)]
     for backend in ("c", "triton"):
         assert comparable(tc.check(b, SELECTED, backend=backend).to_dict()) | {"backend": None} == want | {"backend": None}
