@@ -11,7 +11,9 @@ from collections import UserDict
 
 import pytest
 import torch
-from transformers import BatchEncoding, PreTrainedTokenizerFast
+
+transformers = pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
+BatchEncoding, PreTrainedTokenizerFast = transformers.BatchEncoding, transformers.PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.slow  # each test starts the command (torch's import)
 

@@ -3,7 +3,6 @@ records and as a DataFrame; its counts, first index and value agree with the rep
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 import torch
 from hypothesis import given, settings
@@ -12,6 +11,8 @@ from hypothesis import strategies as st
 import tritoncheck as tc
 from tritoncheck._plan import compile_plan
 from tritoncheck._spec import read_spec
+
+pd = pytest.importorskip("pandas", reason="FailureCases.to_pandas: pip install pandas (in the test extra)")
 
 # Small parameters: every built-in contract takes what it needs from this (as in test_strategies.py).
 SMALL = dict(vocab_size=11, max_position_embeddings=12, pad_token_id=1, type_vocab_size=2,
