@@ -362,3 +362,24 @@ def test_random_nested_columns_read_as_python_reads_them(seed):
         if not any(marks[r]):
             own = col.take(torch.tensor([r]), 0)[0]
             assert own.tolist() == row or (own.numel() == 0 and not torch.tensor(row).numel()), (row, own)
+
+
+def test_a_shard_with_no_column_to_read_ends(tmp_path):
+    # both spec columns are text: refused, and nothing else of the spec to read (a table of no columns
+    # sliced without a length keeps its rows: the chunk loop must not spin on it)
+    pq.write_table(pa.table({"input_ids": pa.array(["a", "b"]), "labels": pa.array(["x", "y"])}), tmp_path / "x.parquet")
+    report = scan(bert(), tmp_path / "x.parquet", backend="torch")
+    assert [(e["field"], e["code"]) for e in report["violations"]] == [
+        ("input_ids", "unsupported_type"), ("labels", "unsupported_type")]
+    assert (report["samples"], report["ok"]) == (0, False)
+    # no spec column at all (main: the chunk loop never ended)
+    pq.write_table(pa.table({"text": pa.array(["a", "b", "c"])}), tmp_path / "y.parquet")
+    report = scan(bert(), tmp_path / "y.parquet", backend="torch", batch_size=2)
+    assert [(e["field"], e["code"]) for e in report["violations"]] == [("input_ids", "missing_field")]
+
+
+def test_chunks_of_a_table_of_no_columns_end():
+    from tritoncheck._scan import _chunks
+
+    table = pa.table({"a": [1, 2, 3, 4, 5]})
+    assert [n for n, _ in _chunks([(5, lambda cols: table.select(cols))], [], 2)] == [2, 2, 1]

@@ -470,6 +470,9 @@ class ShardJob:
                                f"{self.columns[c]}: column {c!r} of {shard.path}: {why}; the column is not checked")
                         for c, why in refused.items()], 0)
                 columns = {c: f for c, f in self.columns.items() if c not in refused}
+                if not columns:  # nothing of the spec to read here: its rows are not checked (and not counted)
+                    yield _Item(shard.path, shard.offset, [], shard.rows)
+                    return
                 spec = _optional(self.spec, [self.columns[c] for c in refused])
                 for n, table in _chunks(pieces, list(columns), self.batch_size):
                     offset = None if shard.offset is None else shard.offset + start
@@ -614,10 +617,11 @@ def _chunks(pieces: list[tuple[int, Callable[[list[str] | None], Any]]], columns
                 yield have, pa.concat_tables(pending)
             raise
         while table is not None and table.num_rows:
-            part = table.slice(0, size - have)
+            part = table.slice(0, min(size - have, table.num_rows))
             pending.append(part)
             have += part.num_rows
-            table = table.slice(part.num_rows)
+            # (lengths within the table: pyarrow does not clamp them for a table of no columns)
+            table = table.slice(part.num_rows, table.num_rows - part.num_rows)
             if have == size:
                 yield have, pa.concat_tables(pending)
                 pending, have = [], 0
