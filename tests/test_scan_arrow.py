@@ -383,3 +383,16 @@ def test_chunks_of_a_table_of_no_columns_end():
 
     table = pa.table({"a": [1, 2, 3, 4, 5]})
     assert [n for n, _ in _chunks([(5, lambda cols: table.select(cols))], [], 2)] == [2, 2, 1]
+
+
+def test_a_group_of_a_chunk_reports_rows_of_the_dataset(tmp_path):
+    # the long row 100 splits chunk 0 into groups by length; labels float64 makes every finding one of a whole
+    # group, whose samples must still be the dataset's rows (the short rows' group has row 200 at its 199th place)
+    ids = [[1, 2, 3]] * 300
+    ids[100], ids[200] = [1] * 70_000, [1, 2, 60]
+    pq.write_table(pa.table({"input_ids": ids, "labels": pa.array([0.0] * 300)}), tmp_path / "x.parquet")
+    report = scan(bert(), tmp_path / "x.parquet", backend="torch")
+    above = [(e["sample"], e["index"], e["message"].split("\n")[0]) for e in report["violations"]
+             if e["code"] == "above_max"]
+    assert above == [(None, [200, 2], "input_ids[200, 2]: input_ids <= vocab_size - 1 = 49 (found 60); "
+                                      "1 element(s) in sample(s) 200")]

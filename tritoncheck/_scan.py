@@ -783,7 +783,8 @@ class _Ragged:
                 batch = self.take(members)
                 rows, _, ran = scan_batch(batch, spec, backend,
                                           take=lambda pos, m=members: self.take([m[p] for p in pos]))
-                found += [(None, v) if p is None else (members[p], relocate(v, members[p], plan)) for p, v in rows]
+                found += [(None, _moved(v, members.__getitem__, plan)) if p is None else
+                          (members[p], relocate(v, members[p], plan)) for p, v in rows]
                 if any(p is None for p, _ in rows):
                     continue  # a metadata problem of the whole group: no row is to blame
                 bad = {members[p] for p, _ in rows}
@@ -865,25 +866,26 @@ def _entries(item: _Item, found: list[tuple[int | None, Any]], spec: Any) -> lis
     first = item.row if item.offset is None else item.offset
     out = []
     for pos, v in found:
-        v = _shifted(v, first, plan)
+        v = _moved(v, lambda s: s + first, plan)
         sample = None if pos is None or item.offset is None else item.offset + pos
         out.append(_entry(item.source, sample, v.field, v.code, v.message, v.to_dict()["value"], v.index,
                           v.severity, None if pos is None else item.row + pos))
     return out
 
 
-def _shifted(v: Any, shift: int, plan: Any) -> Any:
-    """A violation found in a chunk, its samples and the batch coordinate of its index moved by `shift`; an index
-    whose batch coordinate is not certain (see `relocate`) is dropped rather than left counting from the chunk."""
+def _moved(v: Any, where: Callable[[int], int], plan: Any) -> Any:
+    """A violation found in a batch, its samples and the batch coordinate of its index mapped by `where` (into
+    its chunk, or onto the dataset's rows); an index whose batch coordinate is not certain (see `relocate`) is
+    dropped rather than left counting from the batch it was found in."""
     from dataclasses import replace
 
     from ._data import relocate
 
-    if not shift or not v.samples:
+    if not v.samples or all(where(s) == s for s in v.samples):
         return v
-    moved = relocate(v, v.samples[0] + shift, plan)
+    moved = relocate(v, where(v.samples[0]), plan)
     index = None if v.index is not None and moved.index == v.index else moved.index
-    return replace(moved, samples=tuple(s + shift for s in v.samples), index=index)
+    return replace(moved, samples=tuple(where(s) for s in v.samples), index=index)
 
 
 def _error(source: str, offset: int | None, exc: BaseException) -> dict[str, Any]:
