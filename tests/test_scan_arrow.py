@@ -396,3 +396,15 @@ def test_a_group_of_a_chunk_reports_rows_of_the_dataset(tmp_path):
              if e["code"] == "above_max"]
     assert above == [(None, [200, 2], "input_ids[200, 2]: input_ids <= vocab_size - 1 = 49 (found 60); "
                                       "1 element(s) in sample(s) 200")]
+
+
+def test_a_datasets_directory_is_read_only_from_its_own_files(tmp_path, capsys):
+    (tmp_path / "ds").mkdir()
+    arrow_file(tmp_path / "outside.arrow", pa.table(rows(0, 2, bad={0})))
+    (tmp_path / "ds" / "dataset_info.json").write_text("{}")
+    (tmp_path / "ds" / "state.json").write_text(json.dumps({"_data_files": [{"filename": "../outside.arrow"}]}))
+    assert main(["scan", "bert-sequence-classification", str(tmp_path / "ds"), *BERT]) == 2
+    assert f"{tmp_path / 'ds' / 'state.json'} names data files that are not in {tmp_path / 'ds'}" in capsys.readouterr().err
+    (tmp_path / "ds" / "state.json").write_text("{not json")
+    assert main(["scan", "bert-sequence-classification", str(tmp_path / "ds"), *BERT]) == 2
+    assert "cannot read" in capsys.readouterr().err
