@@ -408,3 +408,7 @@ def test_a_datasets_directory_is_read_only_from_its_own_files(tmp_path, capsys):
     (tmp_path / "ds" / "state.json").write_text("{not json")
     assert main(["scan", "bert-sequence-classification", str(tmp_path / "ds"), *BERT]) == 2
     assert "cannot read" in capsys.readouterr().err
+    (tmp_path / "dd").mkdir()
+    (tmp_path / "dd" / "dataset_dict.json").write_text(json.dumps({"splits": ["../ds"]}))
+    assert main(["scan", "bert-sequence-classification", str(tmp_path / "dd"), *BERT]) == 2
+    assert "names splits that are not folders of" in capsys.readouterr().err

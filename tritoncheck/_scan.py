@@ -403,6 +403,8 @@ def _dataset_files(path: Path) -> list[tuple[str, Path]] | None:
             splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"cannot read {path / 'dataset_dict.json'}: {one_line(exc)}") from None
+        if not isinstance(splits, list) or any(Path(str(x)).name != str(x) or str(x) in ("", ".", "..") for x in splits):
+            raise UsageError(f"{path / 'dataset_dict.json'} names splits that are not folders of {path}")
         return [(str(split), f) for split in splits for _, f in _dataset_files(path / str(split)) or []]
     if not ((path / "state.json").is_file() and (path / "dataset_info.json").is_file()):
         return None
