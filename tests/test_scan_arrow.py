@@ -412,3 +412,18 @@ def test_a_datasets_directory_is_read_only_from_its_own_files(tmp_path, capsys):
     (tmp_path / "dd" / "dataset_dict.json").write_text(json.dumps({"splits": ["../ds"]}))
     assert main(["scan", "bert-sequence-classification", str(tmp_path / "dd"), *BERT]) == 2
     assert "names splits that are not folders of" in capsys.readouterr().err
+
+
+def test_rows_after_a_shard_that_cannot_be_counted_claim_no_global_number(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.parquet").write_bytes(b"PAR1 truncated")
+    pq.write_table(pa.table(rows(0, 3, bad={1})), tmp_path / "d" / "b.parquet")
+    argv = ["scan", "bert-sequence-classification", str(tmp_path / "d"), *BERT, "--format", "text"]
+    assert main([*argv, "--bad-rows", str(tmp_path / "bad")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    shard = tmp_path / "d" / "b.parquet"
+    assert lines[-2].startswith(f"  {shard} row 1: input_ids[1, 3]: input_ids <= vocab_size - 1 = 49 (found 50)"), lines
+    assert lines[-3].startswith(f"  {tmp_path / 'd' / 'a.parquet'}: cannot read ") and lines[-3].endswith(
+        "; the rows of later files are numbered within their file")
+    written = pq.read_table(tmp_path / "bad" / "bad-rows-00000.parquet").to_pydict()
+    assert (written["tritoncheck_row"], written["text"]) == ([None], ["row 1"])
