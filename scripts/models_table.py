@@ -1,19 +1,24 @@
 """Write docs/models.md: the (architecture, head) pairs the contracts were checked against, and how.
 
     python scripts/models_table.py          # rewrite docs/models.md
+    python scripts/models_table.py --sweep  # also re-run the sweep over transformers' auto mappings (minutes)
     python scripts/models_table.py --check  # exit 1 if docs/models.md is stale
 
-The table is rendered from the case list of tests/test_model_agreement.py (the one source of truth);
-that suite runs every case against the real model and its contracts, and checks this file is current.
+The hand-written table is rendered from the case list of tests/test_model_agreement.py; the sweep's
+figures from docs/models_sweep.json, which `--sweep` writes by running tests/model_sweep.py (every
+probe's truth is the real model's forward). The suite checks this file is current, and its slow
+test re-runs the sweep and compares it with the JSON.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "models.md"
+SWEEP = ROOT / "docs" / "models_sweep.json"
 KINDS = ("encoder", "decoder", "encoder-decoder", "vision", "audio", "multimodal")
 
 HEADER = """\
@@ -93,13 +98,60 @@ Batches where a contract and the model still disagree, not claimed by the table 
 """
 
 
-def _cases():
+def _tests_module(name: str):
     sys.path.insert(0, str(ROOT / "tests"))
     try:
-        import test_model_agreement as cases
+        return __import__(name)
     finally:
         sys.path.remove(str(ROOT / "tests"))
-    return cases
+
+
+def _cases():
+    return _tests_module("test_model_agreement")
+
+
+def run_sweep() -> dict:
+    """Every swept pair's result and the totals, as docs/models_sweep.json holds them."""
+    sweep = _tests_module("model_sweep")
+    results = [sweep.sweep_pair(*p) for p in sweep.swept()]
+    return {"summary": sweep.summary(results), "pairs": [sweep.to_json(r) for r in results]}
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "n/a"
+
+
+def render_sweep() -> list[str]:
+    if not SWEEP.exists():
+        return ["## Transformers' auto mappings\n", "Not measured yet: run `python scripts/models_table.py --sweep`.\n"]
+    data = json.loads(SWEEP.read_text(encoding="utf-8"))
+    s = data["summary"]
+    dropped = sum(a.split(": [")[0].endswith("last axis dropped") for r in data["pairs"] for a in r["alarms"])
+    lines = [
+        "## Transformers' auto mappings (generated sweep)\n",
+        "Every third (head, architecture) pair of transformers' own auto-model mappings for the heads in "
+        "`tests/model_sweep.py` (`HEADS`), built from its config class's defaults shrunk to one tiny layer. "
+        "A pair is kept when it builds within the parameter budget and runs its own traced batch; its probes "
+        "are mutations of that batch (a value past any table, -7, float and int32 ids, NaN and fp16 floats, an axis "
+        "dropped, a required field left out, [B, L] fields 8x longer, one sample), each run through the real model.\n",
+        f"- pairs kept: **{s['pairs']}** (left out: {s['skipped']}, not built or not run by the shrunk config); "
+        f"derivation failed: **{s['derivation_failed']}**; derived by fallback (no trace): **{s['fallback']}**",
+        f"- model-breaking probes caught with an error: **{s['caught']} of {s['breaking']} "
+        f"({_percent(s['caught'], s['breaking'])})**",
+        f"- probes the model runs cleanly that get an error (false alarms): **{s['false_alarms']} of {s['clean']} "
+        f"({_percent(s['false_alarms'], s['clean'])})**; of these, {dropped} are a field with its last axis dropped "
+        "that the model broadcasts and runs on (a rank the contract cannot make a warning), leaving "
+        f"{s['false_alarms'] - dropped} ({_percent(s['false_alarms'] - dropped, s['clean'])}) others",
+        "- the figures count the probes of traced pairs only: a pair derived by fallback has no batch it ran "
+        "cleanly on to mutate\n",
+        "| pair | status | breaking caught | false alarms | missed / false alarms |",
+        "|---|---|---|---|---|",
+    ]
+    for r in data["pairs"]:
+        status = "fallback" if r["fallback"] else r["status"]
+        notes = "; ".join([*(f"missed {m}" for m in r["missed"]), *r["alarms"]]).replace("|", "/")
+        lines.append(f"| {r['pair']} | {status} | {r['caught']}/{r['breaking']} | {r['false_alarms']}/{r['clean']} | {notes} |")
+    return [*lines, ""]
 
 
 def _describe(c) -> str:
@@ -129,11 +181,14 @@ def render() -> str:
             drawn = "no" if p.draws is None else ", ".join(["B", *p.draws])
             lines.append(f"| {p.arch} | {contracts} | {drawn} | " + " | ".join("; ".join(g) for g in groups.values()) + " |")
         lines.append("")
+    lines += render_sweep()
     lines += [FAMILIES, GAPS]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def main(argv: list[str]) -> int:
+    if "--sweep" in argv:
+        SWEEP.write_text(json.dumps(run_sweep(), indent=1) + "\n", encoding="utf-8")
     text = render()
     if "--check" in argv:
         if DOC.read_text(encoding="utf-8") != text:

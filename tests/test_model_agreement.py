@@ -742,3 +742,34 @@ def test_the_c_backend_reports_what_torch_does(arch):
         assert got.pop("backend") == "c", c.name
         want.pop("backend")
         assert comparable(got) == comparable(want), c.name
+
+
+# --- the generated sweep over transformers' own auto-model mappings (issue 19) -------------------
+# tests/model_sweep.py builds every head class of the mappings from a shrunk config, derives its contract and
+# runs mutations of the traced batch through the real model; docs/models.md's figures come from the recorded
+# run (docs/models_sweep.json, written by `python scripts/models_table.py --sweep`).
+
+SWEEP_JSON = Path(__file__).resolve().parent.parent / "docs" / "models_sweep.json"
+FAST_SWEPT = ("GPTNeoForCausalLM", "BloomForQuestionAnswering", "FlaubertForMultipleChoice", "LongT5ForConditionalGeneration")
+
+
+def _recorded() -> dict:
+    return json.loads(SWEEP_JSON.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("cls", FAST_SWEPT)
+def test_a_swept_pair_gives_what_was_recorded(cls):
+    """A few pairs of the sweep, re-run: the same probes caught and the same false alarms as docs/models.md says."""
+    import model_sweep
+
+    index, (head, model_type, name) = next((i, p) for i, p in enumerate(model_sweep.swept()) if p[2] == cls)
+    assert model_sweep.to_json(model_sweep.sweep_pair(head, model_type, name)) == _recorded()["pairs"][index]
+
+
+@pytest.mark.slow
+def test_the_whole_sweep_gives_what_docs_models_md_says():
+    """Every swept pair re-run (minutes): the figures in docs/models.md are the ones this transformers gives."""
+    import model_sweep
+
+    results = [model_sweep.sweep_pair(*p) for p in model_sweep.swept()]
+    assert {"summary": model_sweep.summary(results), "pairs": [model_sweep.to_json(r) for r in results]} == _recorded()

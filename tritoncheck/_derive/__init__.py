@@ -184,6 +184,8 @@ class _Tracing:
         self.model, self.data, self.hf, self.messages = model, data, hf, messages
         self.accepted = accepted
         self.names = {p.name for p in accepted}
+        # a training step's forward: no generation cache (hybrid and MLA caches refuse some batches in eval mode)
+        self.flags = {"use_cache": False} if "use_cache" in signature.forward_args(model)[0] else {}
         param = next((p for p in model.parameters() if p.is_floating_point()), None)
         self.compute = param.dtype if param is not None else torch.get_default_dtype()
         self.device = param.device if param is not None else torch.device("cpu")
@@ -198,7 +200,7 @@ class _Tracing:
     def call(self, batch: dict[str, torch.Tensor]) -> Any:
         self.forwards += 1
         inputs = {k: v.to(self.device) for k, v in batch.items() if k in self.names}
-        return self.model(**inputs)
+        return self.model(**inputs, **self.flags)
 
     def run(self) -> tuple[dict[str, Any], dict[str, list[str]], list[str]] | None:
         """(spec mapping, origins, what the self-check dropped), or None (`why` says why) where no batch built
