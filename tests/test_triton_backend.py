@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import threading
 
@@ -313,6 +314,25 @@ def test_more_checks_than_one_flag_word_holds(device):
     assert len(report.violations) == 5
 
 
+@pytest.fixture(params=["installed", "0 - x"])
+def negation(request, monkeypatch):
+    """Triton's float negation as installed, and as Triton 3.6 compiles it for GPUs: `0 - x`, which
+    makes -(+0.0) +0.0 (3.9 emits an fneg). The interpreter runs the second spelling too, so code
+    that would lose a zero's sign on a 3.6 GPU fails here. (On a GPU the compiler's own counts.)"""
+    if request.param != "installed":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("the compiled kernel negates as the installed Triton does")
+        from triton.language.semantic import TritonSemantic
+
+        def zero_minus_x(self, x):
+            scalar = x.type.scalar
+            make = getattr(self, "make_tensor", None) or self.tensor  # (3.6 calls it `tensor`)
+            return self.sub(make(self.builder.get_null_value(scalar.to_ir(self.builder)), scalar), x, True)
+
+        monkeypatch.setattr(TritonSemantic, "minus", zero_minus_x)
+    return request.param
+
+
 _FMOD_KERNEL = """
 import triton
 import triton.language as tl
@@ -329,7 +349,7 @@ def fmod_kernel(x_ptr, y_ptr, o_ptr, n):
 """
 
 
-_FMOD_EDGES = [(2.9999998, 1.0), (16777217.0, 0.1), (1e30, 3.3), (-1e30, 0.1), (3.0, 0.1), (-0.0, 2.0), (0.0, -3.0),
+_FMOD_EDGES = [(-4.0, 2.0), (2.9999998, 1.0), (16777217.0, 0.1), (1e30, 3.3), (-1e30, 0.1), (3.0, 0.1), (-0.0, 2.0), (0.0, -3.0),
                (float("inf"), 2.0), (5.0, float("inf")), (7.0, 0.0), (1e-40, 3e-41), (-1e-40, 7e-45), (float("nan"), 1.0),
                (1.0, float("nan")), (-7.5, -2.0)]
 _FMOD_EDGES_64 = [(1e308, 5e-324), (-1.7976931348623157e308, 3e-310), (2.0**53 + 2, 0.1), (1e300, 3.3),
@@ -337,10 +357,11 @@ _FMOD_EDGES_64 = [(1e308, 5e-324), (-1.7976931348623157e308, 3e-310), (2.0**53 +
 
 
 @pytest.mark.parametrize(("dtype", "bits"), [(torch.float32, torch.int32), (torch.float64, torch.int64)])
-def test_fmod_is_exact(tmp_path, device, dtype, bits):
+def test_fmod_is_exact(tmp_path, device, dtype, bits, negation):
     """The kernel's float fmod (behind `%` and `//`) is C's fmod to the bit, however large the
     quotient (Triton's own `%` is a - trunc(a / b) * b on GPUs, wrong when a / b rounds across an
-    integer or overflows); checked against numpy's fmod over random bit patterns and edge cases."""
+    integer or overflows); checked against numpy's fmod over random bit patterns and edge cases,
+    a zero result with the dividend's sign (-0.0 from -0.0 or -4.0) under either negation."""
     import importlib.util
 
     import numpy as np
@@ -367,6 +388,18 @@ def test_fmod_is_exact(tmp_path, device, dtype, bits):
     got = od.cpu()
     same = (got.view(bits) == want.view(bits)) | (got.isnan() & want.isnan())
     assert bool(same.all()), (x[~same][:5], y[~same][:5], got[~same][:5], want[~same][:5])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_zeros_sign_follows_torch(device, dtype, negation):
+    """-(+0.0) is -0.0 and a zero remainder has the dividend's sign, as in torch; `1 // z` tells the
+    zeros apart (-inf or +inf), so a kernel that loses the sign gives another verdict."""
+    spec = _custom(["1 // -y >= 0", "1 // (y % 2) >= 0", "1 // (y % -3) <= 0"],
+                   fields={"y": {"dtype": dtype, "shape": ["B"]}})
+    y = torch.tensor([0.0, -4.0, 3.0, -0.0, 6.0], dtype=getattr(torch, dtype), device=device)
+    report = assert_same({"y": y}, spec, device)
+    assert [(v.rule, v.count, v.index) for v in report.violations] == [
+        ("1 // -y >= 0", 3, (0,)), ("1 // (y % 2) >= 0", 2, (1,)), ("1 // (y % -3) <= 0", 3, (0,))]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])

@@ -87,7 +87,8 @@ def _fmod_f(a, b):
         s = d * ((tl.maximum(e - 28, 0) + 1023) << 52).to(tl.float64, bitcast=True)
         rest = r - tl.floor(r / s) * s
         r = tl.where(r >= d, tl.where(rest < 0, rest + s, rest), r)  # the quotient rounded up: one s back
-    r = tl.where(a.to(tl.int32, bitcast=True) < 0, -r, r).to(tl.float32)  # the sign of a, -0.0 included
+    # the sign of a, -0.0 included: r * -1.0, as `-r` is 0 - r in Triton 3.6 (+0.0 for r = +0.0)
+    r = tl.where(a.to(tl.int32, bitcast=True) < 0, r * -1.0, r).to(tl.float32)
     r = tl.where(d - d != 0, a, r)  # b = +-inf: a
     nan = tl.full(r.shape, 2143289344, tl.int32).to(tl.float32, bitcast=True)
     return tl.where((d == 0) | (a - a != 0) | (b != b), nan, r)  # b = 0, a = +-inf or NaN, b NaN
@@ -115,7 +116,7 @@ def _fmod_d(a, b):
         rest = tl.fma(-tl.floor(r / s), s, r)
         r = tl.where(go, tl.where(rest < 0, rest + s, rest), r)  # the quotient rounded up: one s back
         go = go & (r >= d)
-    r = tl.where(a.to(tl.int64, bitcast=True) < 0, -r, r)  # the sign of a, -0.0 included
+    r = tl.where(a.to(tl.int64, bitcast=True) < 0, r * -1.0, r)  # the sign of a, -0.0 included (as in _fmod_f)
     r = tl.where(d - d != 0, a, r)  # b = +-inf: a
     nan = tl.full(r.shape, 9221120237041090560, tl.int64).to(tl.float64, bitcast=True)
     return tl.where((d == 0) | (a - a != 0) | (b != b), nan, r)  # b = 0, a = +-inf or NaN, b NaN
@@ -791,6 +792,8 @@ class TritonCodegen:
         return self.let(op, f"{x}.to({_TL[op.kind]})")
 
     def neg(self, op: Op, x: str) -> str:
+        if op.kind in ("f", "d"):  # Triton 3.6 spells -x as 0 - x, +0.0 for x = +0.0; LLVM makes the product an fneg
+            return self.let(op, f"{x} * -1.0")
         return self.let(op, f"-{x}")  # int64 wraps
 
     def abs(self, op: Op, x: str) -> str:
