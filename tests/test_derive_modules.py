@@ -255,3 +255,14 @@ def test_guard_binds_a_plain_modules_call_by_forwards_names():
             model(torch.randn(2, 3, 7, 9))
     finally:
         handle.remove()
+
+
+def test_a_model_on_the_device_is_traced_there(device):
+    """The trace follows the very tensors it feeds: a model on CUDA gets the same bounds as on the CPU."""
+    cache.clear()
+    cpu = tc.spec_for(Recommender())
+    model = Recommender().to(device)
+    spec = tc.spec_for(model)
+    assert spec.to_yaml() == cpu.to_yaml()
+    batch = {k: v.to(device) for k, v in _set(rec, "user_ids", 0, 10).items()}
+    assert {(v.field, v.code) for v in tc.check(batch, spec).errors} == {("user_ids", "above_max")}

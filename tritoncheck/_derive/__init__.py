@@ -199,8 +199,7 @@ class _Tracing:
 
     def call(self, batch: dict[str, torch.Tensor]) -> Any:
         self.forwards += 1
-        inputs = {k: v.to(self.device) for k, v in batch.items() if k in self.names}
-        return self.model(**inputs, **self.flags)
+        return self.model(**{k: v for k, v in batch.items() if k in self.names}, **self.flags)
 
     def run(self) -> tuple[dict[str, Any], dict[str, list[str]], list[str]] | None:
         """(spec mapping, origins, what the self-check dropped), or None (`why` says why) where no batch built
@@ -245,7 +244,9 @@ class _Tracing:
         missing = [p.name for p in self.accepted if p.required and p.name not in batch]
         shapes = {p: ("int", ["B", "L"]) for p in missing}
         for _ in range(3 * len(missing) + 1):
-            full = {**batch, **{p: example.make(*shapes[p], sizes, self.compute, seed=i) for i, p in enumerate(missing)}}
+            made = {p: example.make(*shapes[p], sizes, self.compute, seed=i) for i, p in enumerate(missing)}
+            # on the model's device from the start: the trace follows these very tensors
+            full = {k: v.to(self.device) for k, v in {**batch, **made}.items()}
             watcher = example.FirstUse(full)
             failure = watcher.watch(lambda full=full: self.call(full)) or probes.clean(self.call, full)
             if failure is None:
@@ -357,7 +358,7 @@ class _Tracing:
                 if kind != "flat" and template is None:
                     continue
                 size = list(template.shape) if template is not None else [example.B]
-                made = example.make("float" if kind == "float" else "int", size, {"*": 1}, self.compute, seed=7)
+                made = example.make("float" if kind == "float" else "int", size, {"*": 1}, self.compute, seed=7).to(self.device)
                 found = self._traced({**batch, p.name: made})
                 self.forwards += 1
                 if found is None or p.name not in found.used:
