@@ -567,8 +567,25 @@ def _raised_at(exc: BaseException) -> list[str]:
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return _float_text(value)
     return printable(value)
+
+
+def _float_text(value: float) -> str:
+    """The shortest text, 6 digits or more, that reads back as `value` (as an fp32 where it is one:
+    the data's dtype is not known here). Six digits alone print fp32 1.0000001 past `<= 1` as `1`."""
+    import struct
+
+    try:
+        as32 = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        as32 = None
+    for digits in range(6, 18):
+        text = f"{value:.{digits}g}"
+        back = float(text)
+        if back == value or (as32 == value and struct.unpack("f", struct.pack("f", back))[0] == value):
+            return text
+    return repr(value)  # nan and inf
 
 
 def _jsonable(value: Any) -> Any:

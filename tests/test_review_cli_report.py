@@ -1,0 +1,33 @@
+"""An adversarial review of the CLI, the report and the spec's Python API (issues 20.6 and 21), as a
+user meets them: every number printed true, a clear error for every bad input, nothing silent."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from rich.console import Console
+
+import tritoncheck as tc
+
+
+def test_a_float_found_past_its_bound_is_never_printed_as_the_bound(backend):
+    """fp32 1.0000001 breaks `input <= 1`; printed to 6 digits it read `(found 1)`, a number that is
+    not true. A float is printed with as many digits as it takes to be itself (in fp32 where it is one)."""
+    spec = tc.load_spec("bce")
+    batch = {"input": torch.tensor([[0.5, 1.0000001, 1234567.8]]), "target": torch.tensor([[0.0, 1.0, 1.0]])}
+    report = tc.check(batch, spec, backend=backend)
+    text = str(report)
+    assert "input[0, 1]: input <= 1 = 1.0 (found 1.0000001); 2 element(s) in sample(s) 0" in text
+    assert "[code=above_max, count=2, value=1.0000001]" in text
+    assert "1.0000001" in report.html()
+    table = Console(file=io.StringIO(), width=60, color_system=None)
+    table.print(report)
+    assert "1.0000001" in table.file.getvalue()
+    small = tc.check({"input": torch.tensor([[0.25, -1e-9]]), "target": torch.tensor([[0.0, 1.0]])}, spec,
+                     backend=backend)
+    assert "(found -1e-09)" in str(small)  # short where short is exact (in the data's fp32)
+    double = tc.check({"input": torch.tensor([[0.5, 1 + 2**-40]], dtype=torch.float64),
+                       "target": torch.tensor([[0.0, 1.0]], dtype=torch.float64)}, spec, backend=backend)
+    assert f"(found {1 + 2**-40!r})" in str(double)
