@@ -19,7 +19,7 @@ import torch
 
 import tritoncheck as tc
 from tritoncheck._expr import Ref
-from tritoncheck._plan import FiniteCheck, RangeCheck, RuleCheck, ValueSetCheck, compile_plan, evaluate_scalar
+from tritoncheck._plan import FiniteCheck, RangeCheck, RuleCheck, ValueSetCheck, compact, compile_plan, evaluate_scalar
 
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
@@ -189,13 +189,17 @@ def key(v: tc.Violation):
 
 
 def to_device(batch: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
-    """The batch on `device`, each tensor with its own strides (a strided view stays strided)."""
-    if device == "cpu":
-        return batch
+    """The batch on `device`, each tensor with its own strides (a strided view stays strided, an
+    expanded one expanded: its stored values are copied, then expanded again)."""
     out = {}
     for k, t in batch.items():
-        out[k] = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
-        out[k].copy_(t)
+        if t.device.type == torch.device(device).type:
+            out[k] = t
+            continue
+        stored = compact(t)
+        out[k] = torch.empty_strided(stored.shape, stored.stride(), dtype=t.dtype, device=device)
+        out[k].copy_(stored)
+        out[k] = out[k].expand(t.shape)
     return out
 
 
@@ -529,7 +533,11 @@ def test_a_valid_batch_writes_nothing(device):
     pending = tb.launch(plan, tc._plan.bind(plan, good))
     assert pending.slot is slot
     assert set(slot.device.tolist()) == {-7}
-    slot.device.zero_()
+    if pending.event is not None:  # on a GPU the launch also started the copy back, which read the poison
+        pending.event.synchronize()
+    assert set(slot.host.tolist()) == {-7}
+    slot.device.zero_()          # unpoison what result() reads, so the slot goes back to the pool clean
+    slot.host.zero_()
     assert pending.result() == []
     bad = make_batch(spec)
     bad["input"][1, 1] = float("nan")

@@ -1,4 +1,6 @@
-"""The Triton backend: one generated kernel launch per `check`, one small read-back.
+"""The Triton backend: one generated kernel launch per `check`, one small read-back; on a failing
+batch, per violation, one more small copy: the value it shows, read from the batch at its first
+offending index (for a rule, computed there with torch ops on the device).
 
 `launch` finds the batch's *launch* -- the program for its signature and every argument but the
 tensors' pointers -- in `bound.memo` (shared by every batch of the signature `bind` has seen), so
