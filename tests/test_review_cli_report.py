@@ -4,6 +4,7 @@ user meets them: every number printed true, a clear error for every bad input, n
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 import torch
@@ -31,3 +32,18 @@ def test_a_float_found_past_its_bound_is_never_printed_as_the_bound(backend):
     double = tc.check({"input": torch.tensor([[0.5, 1 + 2**-40]], dtype=torch.float64),
                        "target": torch.tensor([[0.0, 1.0]], dtype=torch.float64)}, spec, backend=backend)
     assert f"(found {1 + 2**-40!r})" in str(double)
+
+
+def test_a_spec_from_json_raises_spec_error_not_pydantics():
+    """Every way pydantic builds a spec reports a mistake as tc.SpecError, with the key that was meant."""
+    data = {"name": "s", "fields": {"x": {"dtpye": "int64", "shape": ["B"]}}}
+    with pytest.raises(tc.SpecError, match=r"BatchSpec: 2 error\(s\) in spec\n.*\n  fields\.x\.dtpye: unknown key \(did you mean 'dtype'\?\)"):
+        tc.BatchSpec.model_validate_json(json.dumps(data))
+    with pytest.raises(tc.SpecError, match=r"  optinal: unknown key \(did you mean 'optional'\?\)"):
+        tc.FieldSpec.model_validate_json(json.dumps({"dtype": "int64", "shape": ["B"], "optinal": True}))
+    with pytest.raises(tc.SpecError, match=r"BatchSpec: 1 error\(s\) in spec\n  Invalid JSON: key must be a string"):
+        tc.BatchSpec.model_validate_json("{not json")
+    with pytest.raises(tc.SpecError, match="fields: Field required"):
+        tc.BatchSpec.model_validate_strings({"name": "s"})
+    spec = tc.BatchSpec.model_validate_json(json.dumps({"name": "s", "fields": {"x": {"dtype": "int64", "shape": ["B"]}}}))
+    assert tc.check({"x": torch.zeros(2, dtype=torch.long)}, spec).ok

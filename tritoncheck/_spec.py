@@ -62,15 +62,29 @@ class _SpecMeta(type(BaseModel)):  # type: ignore[misc]
 
 
 class _SpecModel(BaseModel, metaclass=_SpecMeta):
-    """`model_validate` raises SpecError too; `context={"source": path}` names the file in its message."""
+    """`model_validate` (and its `_json` and `_strings` forms) raise SpecError too;
+    `context={"source": path}` names the file in its message."""
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().model_validate(obj, *args, **kwargs)
-        except ValidationError as exc:
-            source = (kwargs.get("context") or {}).get("source") or _source(cls, obj)
-            raise spec_error(source, exc, cls) from None
+        return _validated(cls, super().model_validate, obj, *args, **kwargs)
+
+    @classmethod
+    def model_validate_json(cls, json_data: Any, *args: Any, **kwargs: Any) -> Any:
+        return _validated(cls, super().model_validate_json, json_data, *args, **kwargs)
+
+    @classmethod
+    def model_validate_strings(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        return _validated(cls, super().model_validate_strings, obj, *args, **kwargs)
+
+
+def _validated(cls: type, validate: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """`validate(obj)` with pydantic's ValidationError turned into a SpecError."""
+    try:
+        return validate(obj, *args, **kwargs)
+    except ValidationError as exc:
+        source = (kwargs.get("context") or {}).get("source") or _source(cls, obj)
+        raise spec_error(source, exc, cls) from None
 
 
 def _source(cls: type, data: Any) -> str:
