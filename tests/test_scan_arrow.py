@@ -236,7 +236,7 @@ def test_a_value_pyarrow_cannot_convert_is_refused_and_the_scan_goes_on(tmp_path
         ("a.parquet", 1, "input_ids", "above_max"), ("b.parquet", None, "labels", "unsupported_type"),
         ("b.parquet", 6, "input_ids", "above_max")]
     assert "Arrow type date32[day] is not read by the scan" in report["violations"][1]["message"]
-    assert report["errors"] == []
+    assert report["unchecked"] == []
     written = [pq.read_table(f).column("tritoncheck_row").to_pylist() for f in sorted((tmp_path / "bad").iterdir())]
     assert written == [[1], [6]]  # the bad row of b.parquet copied with its date column as it is (not converted)
 
@@ -254,7 +254,7 @@ def test_damaged_list_offsets_are_recorded_and_the_next_chunk_and_shard_scanned(
     assert found == [("a.arrow", 0, 0, "above_max"), ("a.arrow", None, None, "unreadable"),
                      ("a.arrow", 5, 5, "above_max"), ("b.parquet", 7, 1, "above_max")]
     assert report["violations"][1]["message"].startswith(f"cannot read rows 2-3 of {tmp_path / 'd' / 'a.arrow'}: ")
-    assert code == 1 and report["errors"] == [] and report["samples"] == 7  # rows checked: all but 2 and 3
+    assert code == 1 and report["unchecked"] == [] and report["samples"] == 7  # rows checked: all but 2 and 3
 
 
 def test_a_damaged_column_the_spec_does_not_read_costs_only_its_bad_rows_file(tmp_path, capsys):
@@ -427,3 +427,35 @@ def test_rows_after_a_shard_that_cannot_be_counted_claim_no_global_number(tmp_pa
         "; the rows of later files are numbered within their file")
     written = pq.read_table(tmp_path / "bad" / "bad-rows-00000.parquet").to_pydict()
     assert (written["tritoncheck_row"], written["text"]) == ([None], ["row 1"])
+
+
+VIOLATION_KEYS = ["field", "code", "severity", "rule", "hint", "count", "value", "index", "rows", "message"]
+
+
+def test_check_and_scan_print_one_json_schema(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    table = pa.table(rows(0, 4, bad={1}))
+    table = table.set_column(1, "input_ids", pa.array([[1, 2], None, [3, 60], [4]], pa.list_(pa.int64())))
+    pq.write_table(table, tmp_path / "d" / "a.parquet")
+    day = pa.array([0, 0], pa.int32()).view(pa.date32())
+    pq.write_table(pa.table(rows(4, 2)).set_column(2, "labels", day), tmp_path / "d" / "b.parquet")
+    (tmp_path / "d" / "c.parquet").write_bytes(b"not parquet")
+    torch.save({"input_ids": torch.tensor([[1, 60]]), "labels": torch.tensor([0])}, tmp_path / "batch.pt")
+    assert main(["check", "bert-sequence-classification", str(tmp_path / "batch.pt"), *BERT, "--format=json"]) == 1
+    checked = json.loads(capsys.readouterr().out)
+    assert main(["scan", "bert-sequence-classification", str(tmp_path / "d"), *BERT, "--format=json"]) == 1
+    scanned = json.loads(capsys.readouterr().out)
+    shared = ["schema", "kind", "spec", "ok", "errors", "warnings"]
+    assert list(checked)[:6] == list(scanned)[:6] == shared and list(checked)[-2:] == list(scanned)[-2:] == [
+        "violations", "unchecked"]
+    assert (checked["schema"], checked["kind"], scanned["kind"]) == (scanned["schema"], "check", "scan")
+    assert scanned["errors"] == len(scanned["violations"]) == 4 and scanned["unchecked"] == []
+    assert sorted(v["code"] for v in scanned["violations"]) == ["above_max", "null", "unreadable", "unsupported_type"]
+    for v in scanned["violations"]:  # scan-only codes too: every key of a check's violation, then where it is
+        assert list(v) == VIOLATION_KEYS + ["source", "sample", "row"], v
+    by_code = {v["code"]: v for v in scanned["violations"]}
+    assert {k: by_code["above_max"][k] for k in ("value", "index", "rows", "count", "sample", "row")} == {
+        "value": 60, "index": [2, 1], "rows": [2], "count": 1, "sample": 2, "row": 2}
+    assert (by_code["null"]["rows"], by_code["null"]["sample"], by_code["unreadable"]["rows"]) == ([1], 1, [])
+    assert by_code["unsupported_type"]["field"] == "labels" and by_code["unreadable"]["field"] is None
+    assert all(isinstance(by_code[c]["rule"], str) and by_code[c]["count"] == 1 for c in by_code)

@@ -116,7 +116,7 @@ def test_json_report_and_bad_rows_use_the_same_global_rows(data, tmp_path, capsy
         ("part-2.parquet", 5999, 1999, "input_ids", "above_max", [5999, 6], 50),
     ]
     assert (report["samples"], report["unread_samples"], report["bad_samples"], report["ok"]) == (4500, 1500, 5, False)
-    assert report["errors"] == [] and report["renamed"] == {"lables": "labels"}
+    assert report["unchecked"] == [] and report["renamed"] == {"lables": "labels"}
     written = {f.name: pq.read_table(f).column("tritoncheck_row").to_pylist() for f in (tmp_path / "bad").iterdir()}
     assert written == {"bad-rows-00000.parquet": [5, 1999], "bad-rows-00001.parquet": [2207],
                        "bad-rows-00002.parquet": [4001, 5999]}

@@ -13,7 +13,7 @@ code and the same report; `--bad-rows DIR` writes the bad rows of shards to Parq
 is narrowed down to its bad samples (see `tritoncheck._data.split_bad`), and each is checked alone
 so that its reported value is its own. A file, or part of one, that cannot be read is recorded
 (`unreadable`: which file, which rows, why) and the scan goes on; so is a batch whose check fails
-inside tritoncheck (under `errors`). A sample with only warnings is listed as well, its entries
+inside tritoncheck (under `unchecked`). A sample with only warnings is listed as well, its entries
 marked `severity: warning`. Exit code 0: clean, or warnings only; 1: errors, or data that cannot
 be read; 2: usage or spec error (before the scan starts); 3: a batch whose check failed inside
 tritoncheck (an internal error: please report).
@@ -66,7 +66,7 @@ from ._cli_commands import (
     spec_from_args,
     write_json,
 )
-from ._report import WARNING_PREFIX, Violation, fitted_table, printable
+from ._report import WARNING_PREFIX, Violation, fitted_table, printable, report_json
 from ._scan_arrow import Column, read_column, refusal
 from ._spec import close_match, closest
 
@@ -84,6 +84,9 @@ SHOWN = 10  # violations printed; the JSON report has them all
 # Rows checked together are padded to the longest of them only while that stays small (elements, all columns)
 # or at most twice their own size; else they are split by length (see _Ragged._buckets).
 PADDED_ENOUGH = 1 << 16
+# The rule of a scan's findings about files and columns (`unreadable`, `unsupported_type`), in words.
+READABLE = "the data can be read as Parquet, Arrow or a batch file"
+READ_TYPES = "a column of bools, integers or floats (any width), dictionary-encoded ones, or lists of them"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -144,7 +147,7 @@ def run_scan(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         _show(report, table=fmt == "table")
-    return EXIT_INTERNAL if report["errors"] else EXIT_OK if report["ok"] else EXIT_VIOLATIONS
+    return EXIT_INTERNAL if report["unchecked"] else EXIT_OK if report["ok"] else EXIT_VIOLATIONS
 
 
 def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", backend: str = "auto",
@@ -192,7 +195,8 @@ def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", back
         items, total, unit, absent = _sources(path, spec, renames, applied)
     for source, fields in absent.items():  # said once, not once per chunk
         for name in fields["required"]:
-            result.entries.append(_entry(source, None, name, "missing_field", fields["message"][name]))
+            result.entries.append(_entry(source, name, "missing_field", fields["message"][name],
+                                         f"required field {name} is missing from the dataset"))
     with _progress(f"scanning {unit}", total, progress) as advance:
         if shards is None:
             for item in items:
@@ -227,12 +231,12 @@ def _progress(what: str, total: int, show: bool) -> Iterator[Callable[[int], Non
 
 
 class _Scan:
-    """Checks items one by one and collects bad samples (`entries`) and checks that failed (`errors`)."""
+    """Checks items one by one and collects bad samples (`entries`) and batches whose check failed (`unchecked`)."""
 
     def __init__(self, spec: Any, backend: str):
         self.spec, self.backend = spec, backend
         self.entries: list[dict[str, Any]] = []
-        self.errors: list[dict[str, Any]] = []
+        self.unchecked: list[dict[str, Any]] = []
         self.checks = self.samples = self.unread = 0  # unread: rows (or files) that could not be read
         self.said: set[tuple[Any, ...]] = set()
         self.backends: set[str] = set()  # what actually ran (auto: "c", or "torch" where no compiler exists)
@@ -242,11 +246,11 @@ class _Scan:
             self.entries += item.data
             return
         if isinstance(item.data, UsageError):  # an unreadable file is a finding, not a reason to stop
-            self.entries.append(_entry(item.source, None, None, "unreadable", str(item.data)))
+            self.entries.append(_entry(item.source, None, "unreadable", str(item.data), READABLE))
             self.unread += item.rows
             return
         if isinstance(item.data, Exception):
-            self.errors.append(_error(item.source, item.offset, item.data))
+            self.unchecked.append(_error(item.source, item.offset, item.data))
             return
         spec = item.spec or self.spec
         try:
@@ -255,7 +259,7 @@ class _Scan:
             else:
                 found, size, ran = scan_batch(item.data, spec, self.backend)
         except Exception as exc:  # a bug in one batch's check must not hide the rest of the data
-            self.errors.append(_error(item.source, item.offset, exc))
+            self.unchecked.append(_error(item.source, item.offset, exc))
             return
         self.checks += 1
         self.samples += size
@@ -269,12 +273,12 @@ class _Scan:
 
     def part(self) -> dict[str, Any]:
         """What `merge` takes: JSON-able, so that a shard's result travels from a Ray task as it is."""
-        return {"entries": self.entries, "errors": self.errors, "checks": self.checks, "samples": self.samples,
+        return {"entries": self.entries, "unchecked": self.unchecked, "checks": self.checks, "samples": self.samples,
                 "unread": self.unread, "backends": sorted(self.backends)}
 
     def merge(self, part: dict[str, Any]) -> None:
         self.entries += part["entries"]
-        self.errors += part["errors"]
+        self.unchecked += part["unchecked"]
         self.checks += part["checks"]
         self.samples += part["samples"]
         self.unread += part["unread"]
@@ -453,9 +457,9 @@ class ShardJob:
             try:
                 self._write_bad_rows(shard, result.entries)
             except Exception as exc:  # a damaged column the check did not read: the findings stand
-                result.entries.append(_entry(shard.path, None, None, "unreadable",
+                result.entries.append(_entry(shard.path, None, "unreadable",
                                              f"--bad-rows: cannot read the bad rows of {shard.path}, so none are "
-                                             f"written: {one_line(exc)}"))
+                                             f"written: {one_line(exc)}", READABLE))
         return result.part()
 
     def _items(self, shard: Shard) -> Iterator[_Item]:
@@ -468,8 +472,9 @@ class ShardJob:
                 refused = {c: why for c, why in refused.items() if why is not None}
                 if refused:
                     yield _Item(shard.path, shard.offset, [
-                        _entry(shard.path, None, self.columns[c], "unsupported_type",
-                               f"{self.columns[c]}: column {c!r} of {shard.path}: {why}; the column is not checked")
+                        _entry(shard.path, self.columns[c], "unsupported_type",
+                               f"{self.columns[c]}: column {c!r} of {shard.path}: {why}; the column is not checked",
+                               READ_TYPES)
                         for c, why in refused.items()], 0)
                 columns = {c: f for c, f in self.columns.items() if c not in refused}
                 if not columns:  # nothing of the spec to read here: its rows are not checked (and not counted)
@@ -555,9 +560,9 @@ def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: st
             with _open_shard(str(path)) as (schema, pieces):
                 rows = sum(n for n, _ in pieces)
         except Exception as exc:  # not Parquet or Arrow after all, or damaged: pyarrow raises many types
-            unreadable.append(_entry(str(path), None, None, "unreadable",
+            unreadable.append(_entry(str(path), None, "unreadable",
                                      f"cannot read {path}: {one_line(exc)}" + ("" if path == files[-1][1] else
-                                     "; the rows of later files are numbered within their file")))
+                                     "; the rows of later files are numbered within their file"), READABLE))
             offset = None  # its row count is unknown: so is every later row's global index
             continue
         columns = [c for c in schema.names if c not in ignore]
@@ -851,17 +856,17 @@ def _pad_value(name: str, spec: Any) -> float:
     return 0
 
 
-def _entry(source: str, sample: int | None, field: str | None, code: str, message: str, value: Any = None,
-           index: Any = None, severity: str = "error", row: int | None = None) -> dict[str, Any]:
-    """One finding. `sample`: the global row of a dataset (or the sample of a batch file), None for a problem of
-    a whole batch or file, or where the global row is unknown; `row`: its row in `source` itself."""
-    return {"source": source, "sample": sample, "row": row, "field": field, "code": code, "severity": severity,
-            "value": value, "index": None if index is None else list(index), "message": message}
+def _entry(source: str, field: str | None, code: str, message: str, rule: str) -> dict[str, Any]:
+    """A finding of a whole file or column (unreadable, unsupported_type, a missing column): the keys of every
+    violation (`Violation.to_dict`), no row (`sample`, `row` null), `message` as given."""
+    return Violation(field, code, rule).to_dict(source=source, sample=None, row=None, message=message)  # type: ignore[arg-type]
 
 
 def _entries(item: _Item, found: list[tuple[int | None, Any]], spec: Any) -> list[dict[str, Any]]:
     """The entries of an item's violations, every number counted from the first row of the dataset (of the
-    file where the global row is unknown): `sample`, `row`, and the violation's own samples, index and message."""
+    file where the global row is unknown): `sample`, `row`, and the violation's own samples, index and message.
+    `sample` is the global row (None for a problem of a whole batch, or where it is unknown), `row` its row in
+    `source` itself."""
     from ._plan import compile_plan
 
     plan = compile_plan(spec)
@@ -870,8 +875,7 @@ def _entries(item: _Item, found: list[tuple[int | None, Any]], spec: Any) -> lis
     for pos, v in found:
         v = _moved(v, lambda s: s + first, plan)
         sample = None if pos is None or item.offset is None else item.offset + pos
-        out.append(_entry(item.source, sample, v.field, v.code, v.message, v.to_dict()["value"], v.index,
-                          v.severity, None if pos is None else item.row + pos))
+        out.append(v.to_dict(source=item.source, sample=sample, row=None if pos is None else item.row + pos))
     return out
 
 
@@ -909,24 +913,21 @@ def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, st
     per: Counter[tuple[str, str, str]] = Counter()  # bad rows (or samples; a whole file counts one)
     for key in {(e["source"], e["row"], e["code"], e["field"], e["severity"]) for e in entries}:
         per[(key[2], key[3] or "", key[4])] += 1
-    return {
-        "spec": spec,
-        "data": data,
-        "ok": not any(e["severity"] == "error" for e in entries) and not scan.errors,  # warnings may remain
-        "unit": unit,  # "rows" of a dataset, or "files" of saved batches
-        "batches": scan.checks,  # batch files, or dataset chunks, that were checked
-        "samples": scan.samples,  # checked; not those that could not be read:
-        "unread_samples": scan.unread,  # in files read in part (a file not read at all: unknown, not counted)
-        "bad_samples": len(bad),
-        "sources_with_batch_problems": len(whole),
-        "failed_batches": len(scan.errors),
-        "backends": sorted(scan.backends),  # what checked the data: "c" (the compiled kernel), "torch", ...
-        "renamed": renamed,
-        "absent_fields": {src: {"required": a["required"], "optional": a["optional"]} for src, a in absent.items()},
-        "summary": [{"code": c, "field": f, "severity": sev, "samples": n} for (c, f, sev), n in sorted(per.items())],
-        "violations": entries,
-        "errors": scan.errors,
-    }
+    return report_json(
+        "scan", spec, entries, unchecked=scan.unchecked,
+        data=data,
+        unit=unit,  # "rows" of a dataset, or "files" of saved batches
+        batches=scan.checks,  # batch files, or dataset chunks, that were checked
+        samples=scan.samples,  # checked; not those that could not be read:
+        unread_samples=scan.unread,  # in files read in part (a file not read at all: unknown, not counted)
+        bad_samples=len(bad),
+        sources_with_batch_problems=len(whole),
+        failed_batches=len(scan.unchecked),  # batches whose check failed inside tritoncheck (see `unchecked`)
+        backends=sorted(scan.backends),  # what checked the data: "c" (the compiled kernel), "torch", ...
+        renamed=renamed,
+        absent_fields={src: {"required": a["required"], "optional": a["optional"]} for src, a in absent.items()},
+        summary=[{"code": c, "field": f, "severity": sev, "samples": n} for (c, f, sev), n in sorted(per.items())],
+    )
 
 
 def _plural(n: int, word: str, many: str | None = None) -> str:
@@ -996,10 +997,10 @@ def _show(report: dict[str, Any], table: bool) -> None:
         say(f"  {_where(e, report['unit'])}: {e['message']}")  # the message keeps its hint on its own line
     if len(report["violations"]) > SHOWN:
         say(f"  ... and {len(report['violations']) - SHOWN} more (see --json or --output FILE)")
-    if report["errors"]:
-        failed = _plural(len(report["errors"]), "batch", "batches")
+    if report["unchecked"]:
+        failed = _plural(len(report["unchecked"]), "batch", "batches")
         say(f"{failed} could not be checked (internal error: please report):")
-        for e in report["errors"][:SHOWN]:
+        for e in report["unchecked"][:SHOWN]:
             where = e["source"] + (f" from row {e['offset']}" if e["offset"] else "")
             say(f"  {where}: {e['error']}: {e['message']}")
 
