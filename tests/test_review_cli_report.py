@@ -11,6 +11,7 @@ import torch
 from rich.console import Console
 
 import tritoncheck as tc
+from tritoncheck.cli import main
 
 
 def test_a_float_found_past_its_bound_is_never_printed_as_the_bound(backend):
@@ -47,3 +48,16 @@ def test_a_spec_from_json_raises_spec_error_not_pydantics():
         tc.BatchSpec.model_validate_strings({"name": "s"})
     spec = tc.BatchSpec.model_validate_json(json.dumps({"name": "s", "fields": {"x": {"dtype": "int64", "shape": ["B"]}}}))
     assert tc.check({"x": torch.zeros(2, dtype=torch.long)}, spec).ok
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (b"garbage", "Unsupported operand 103"),  # not a pickle: torch's reason, not its advice to turn weights_only off
+    (b"", "the file is empty or cut short"),  # was the bare 'EOFError'
+    (b"PK\x03\x04junk", "PytorchStreamReader failed reading zip archive: not a ZIP archive."),  # one sentence, not cut
+])
+def test_an_unreadable_batch_file_is_one_whole_line_without_torchs_advice(tmp_path, capsys, content, reason):
+    (tmp_path / "batch.pt").write_bytes(content)
+    assert main(["check", "cross-entropy", str(tmp_path / "batch.pt")]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"tritoncheck: error: cannot read batch file {tmp_path / 'batch.pt'}: {reason}\n"

@@ -235,9 +235,11 @@ def _load_error(exc: Exception) -> str:
     if refused:
         return (f"it holds a {refused.group(1)}, which tritoncheck does not unpickle (torch.load with "
                 "weights_only=True runs no code from a file); save a dict of tensors: torch.save(dict(batch), path)")
-    reason = re.search(r"WeightsUnpickler error: (.+)", text)
-    lines = [reason.group(1)] if reason else text.strip().splitlines()
-    return lines[0].strip()[:300] if lines else type(exc).__name__
+    if isinstance(exc, EOFError):
+        return "the file is empty or cut short"
+    reason = re.search(r"WeightsUnpickler error:\s*(\S.*)", text)  # torch puts its reason on a line of its own
+    line = reason.group(1) if reason else (text.strip().splitlines() or [type(exc).__name__])[0]
+    return re.sub(r"(?<=\.)\s.*", "", line.strip())[:300]  # its first sentence: the advice that follows is not ours
 
 
 def spec_from_args(args: argparse.Namespace, fill: bool = True):
