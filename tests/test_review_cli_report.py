@@ -61,3 +61,23 @@ def test_an_unreadable_batch_file_is_one_whole_line_without_torchs_advice(tmp_pa
     out, err = capsys.readouterr()
     assert out == ""
     assert err == f"tritoncheck: error: cannot read batch file {tmp_path / 'batch.pt'}: {reason}\n"
+
+
+def test_failure_cases_refuses_a_batch_or_spec_the_report_was_not_made_from():
+    """The report keeps no batch, so a different one (the next batch, a fixed copy) or another spec
+    gave records that the report's numbers contradict: a clean batch listed a failing element."""
+    spec = tc.load_spec("cross-entropy")
+    bad = {"input": torch.randn(6, 4), "target": torch.tensor([0, 9, 2, 7, 1, 5])}
+    report = tc.check(bad, spec)
+    assert [c["index"] for c in report.failure_cases(bad, spec)] == [[1], [3], [5]]
+    assert [c["index"] for c in report.strict().failure_cases(bad, spec)] == [[1], [3], [5]]
+    for batch in ({"input": bad["input"], "target": torch.zeros(6, dtype=torch.long)},
+                  {"input": bad["input"], "target": torch.tensor([0, 9, 2, 1, 1, 1])}):
+        with pytest.raises(ValueError, match="not the batch and spec this report was made from"):
+            report.failure_cases(batch, spec)
+    with pytest.raises(ValueError, match="not the batch and spec this report was made from"):
+        report.failure_cases(bad, tc.load_spec("bce"))
+    with pytest.raises(TypeError, match="spec must be a BatchSpec"):
+        report.failure_cases(bad, "cross-entropy")
+    with pytest.raises(TypeError, match="limit must be an int or None, got float"):
+        report.failure_cases(bad, spec, limit=2.5)

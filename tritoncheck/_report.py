@@ -213,8 +213,10 @@ class Report:
         """Every failing element of each violated check (pandera's `failure_cases`), not only the first.
 
         A report keeps no reference to its batch (it may be pickled to another process, or outlive
-        GPU memory), so the batch and spec it was made from are passed again; the violated data checks
-        run a second time with torch ops, the others not at all (a valid report costs nothing).
+        GPU memory), so the batch and spec it was made from are passed again. They are checked again
+        with the torch backend (a different batch or spec is a ValueError: its records would
+        contradict the report), then the violated data checks list their elements; a valid report
+        costs nothing.
 
         Args:
             batch, spec: what `tc.check` or `tc.validate` checked to make this report.
@@ -225,14 +227,24 @@ class Report:
         index, value), `FailureCases.to_pandas()` as a DataFrame. A violation without elements (a
         dtype, a missing field, a length past a limit) is one record with its own index and value.
         """
+        from ._api import check
         from ._checks import message
         from ._plan import RuleCheck, bind, compile_plan
+        from ._spec import BatchSpec
         from ._torch_backend import Context
 
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be >= 0 or None, got {limit}")
         if not self.violations:
             return FailureCases()
+        if not isinstance(spec, BatchSpec):
+            raise TypeError(f"spec must be a BatchSpec (the one the report was made with), got {type(spec).__name__}")
+        if spec.name != self.spec or _found(check(batch, spec, backend="torch")) != _found(self):
+            # Records of another batch would contradict the report's own counts and indices.
+            raise ValueError(f"failure_cases: these are not the batch and spec this report was made from "
+                             f"({printable(spec.name)} finds other violations in this batch than the report lists)")
         plan = compile_plan(spec)
         bound = bind(plan, batch)
         ctx = Context(plan, bound)
@@ -348,6 +360,12 @@ class Report:
 
 _HTML_ERROR = "background-color:#fde2e1;color:#5c0000"  # a red ground: the step must not run
 _HTML_WARNING = "background-color:#fff3cd;color:#4d3800"  # amber: a data bug the step runs through
+
+
+def _found(report: Report) -> list[tuple[Any, ...]]:
+    """What a report found, whatever its severities (strict) or the ranks' verdict (rank_failed) say."""
+    return sorted((v.field, v.code, v.count, tuple(v.index or ()), tuple(v.samples)) for v in report.violations
+                  if v.code != "rank_failed")
 
 
 class FailureCases(list):
