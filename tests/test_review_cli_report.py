@@ -4,6 +4,9 @@ user meets them: every number printed true, a clear error for every bad input, n
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 import json
 
 import pytest
@@ -81,3 +84,33 @@ def test_failure_cases_refuses_a_batch_or_spec_the_report_was_not_made_from():
         report.failure_cases(bad, "cross-entropy")
     with pytest.raises(TypeError, match="limit must be an int or None, got float"):
         report.failure_cases(bad, spec, limit=2.5)
+
+
+def _ce(bad: bool) -> dict[str, torch.Tensor]:
+    return {"input": torch.randn(2, 3), "target": torch.tensor([0, 7 if bad else 1])}
+
+
+@pytest.mark.parametrize(("bad", "code"), [(True, 1), (False, 0)])
+def test_a_stdout_closed_from_the_start_keeps_the_verdict(tmp_path, capsys, monkeypatch, bad, code):
+    """`tritoncheck check BAD >&-` (cron, a daemon): Python's sys.stdout is None; it was an internal
+    error with a traceback, exit code 120."""
+    torch.save(_ce(bad), tmp_path / "b.pt")
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["check", "cross-entropy", str(tmp_path / "b.pt"), "--backend", "torch"]) == code
+    assert sys.stdout is None
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow  # starts the command (torch's import)
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize(("bad", "code"), [(True, 1), (False, 2)])
+def test_a_stdout_that_cannot_be_written_is_one_line_on_stderr(tmp_path, bad, code):
+    """stdout on a full disk: one line on stderr, and never exit code 0 for output that was lost (it was
+    'internal error: please report', exit code 3)."""
+    torch.save(_ce(bad), tmp_path / "b.pt")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "tritoncheck.cli", "check", "cross-entropy", "b.pt",
+                               "--backend", "torch"], cwd=tmp_path, stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    assert done.stderr == "tritoncheck: error: cannot write to stdout: No space left on device\n"
+    assert done.returncode == code

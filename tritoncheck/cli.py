@@ -3,7 +3,7 @@
 Exit codes, the same for every subcommand:
   0  valid (or nothing to report)
   1  violations found (`scan`: bad samples or unreadable files)
-  2  usage or spec error, said in one line on stderr
+  2  usage or spec error, said in one line on stderr (also: stdout could not be written, e.g. a full disk)
   3  internal error: a bug in tritoncheck, please report it; `--debug` or TRITONCHECK_DEBUG=1
      prints the traceback (`scan` also exits 3 when a batch could not be checked, after
      scanning the rest)
@@ -21,7 +21,7 @@ from importlib import import_module
 from typing import Any
 
 from . import __version__
-from ._cli_commands import EXIT_INTERNAL, EXIT_VIOLATIONS, say
+from ._cli_commands import EXIT_INTERNAL, EXIT_USAGE, EXIT_VIOLATIONS, say
 from ._report import printable
 
 # One module per subcommand; each has add_parser(subparsers) that sets the `run` default. `bench`
@@ -37,9 +37,13 @@ EPILOG = """exit codes:
 def main(argv: Sequence[str] | None = None) -> int:
     pipe = sys.stdout = _ClosablePipe(sys.stdout)
     try:
-        return _main(argv)
+        code = _main(argv)
     finally:
         sys.stdout = pipe.close()
+    if pipe.failed is not None:  # a full disk, not a reader gone: the output was lost, so never 0
+        say(f"tritoncheck: error: cannot write to stdout: {pipe.failed.strerror or pipe.failed}", file=sys.stderr)
+        return code or EXIT_USAGE
+    return code
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -77,11 +81,15 @@ class _ClosablePipe:
     dropped and the command still exits with its verdict (CI under `pipefail` sees exit code 1).
 
     Text the stream cannot encode (a non-UTF-8 file name under a UTF-8 locale, anything past ASCII
-    under the C locale) is written as backslash escapes, never raw bytes or a crash.
+    under the C locale) is written as backslash escapes, never raw bytes or a crash. A stdout closed
+    from the start (`>&-`, where sys.stdout is None) takes nothing; any other failed write (a full
+    disk) drops the rest too, and is kept in `failed` for `main` to report.
     """
 
     def __init__(self, stream: Any):
-        self._stream = self._given = stream
+        self._given = stream
+        self._stream = stream if stream is not None else open(os.devnull, "w")  # noqa: SIM115
+        self.failed: OSError | None = None
         self._errors = getattr(stream, "errors", None)
         with contextlib.suppress(AttributeError, ValueError, OSError):
             stream.reconfigure(errors="backslashreplace")
@@ -89,6 +97,8 @@ class _ClosablePipe:
     def close(self) -> Any:
         """Flush, and give back the stream it was given as it was (for callers of `main` in-process)."""
         self.flush()
+        if self._stream is not self._given:  # the /dev/null this pipe opened in its place
+            self._stream.close()
         with contextlib.suppress(AttributeError, ValueError, OSError, TypeError):
             self._given.reconfigure(errors=self._errors)
         return self._given
@@ -106,7 +116,9 @@ class _ClosablePipe:
     def _closed_pipe_dropped(self):
         try:
             yield
-        except BrokenPipeError:
+        except OSError as exc:
+            if not isinstance(exc, BrokenPipeError) and self.failed is None:
+                self.failed = exc
             # The file descriptor now points to /dev/null, so the buffered rest (and the interpreter's
             # final flush) goes nowhere instead of failing again; a stream with no descriptor is replaced.
             try:
