@@ -114,3 +114,10 @@ def test_a_stdout_that_cannot_be_written_is_one_line_on_stderr(tmp_path, bad, co
                               text=True, timeout=300)
     assert done.stderr == "tritoncheck: error: cannot write to stdout: No space left on device\n"
     assert done.returncode == code
+
+
+def test_an_empty_output_name_is_a_usage_error_not_a_report_silently_not_written(tmp_path, capsys):
+    torch.save(_ce(True), tmp_path / "b.pt")
+    assert main(["check", "cross-entropy", str(tmp_path / "b.pt"), "--output", ""]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "tritoncheck: error: --output needs a file name, got ''\n")

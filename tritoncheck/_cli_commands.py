@@ -94,8 +94,11 @@ def write_json(path: str, text: str) -> None:
 
 def refuse_to_overwrite_inputs(args: argparse.Namespace) -> None:
     """`--output` naming a file the command reads (the batch, the data, the spec, the config) would
-    destroy it: a usage error before any work is done. A data directory's files count too."""
+    destroy it: a usage error before any work is done. A data directory's files count too. So is
+    an empty name, which would write nothing without a word."""
     out = getattr(args, "output", None)
+    if out == "":
+        raise UsageError("--output needs a file name, got ''")
     if not out:
         return
     target = Path(out).resolve()
