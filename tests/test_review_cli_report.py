@@ -121,3 +121,29 @@ def test_an_empty_output_name_is_a_usage_error_not_a_report_silently_not_written
     assert main(["check", "cross-entropy", str(tmp_path / "b.pt"), "--output", ""]) == 2
     out, err = capsys.readouterr()
     assert (out, err) == ("", "tritoncheck: error: --output needs a file name, got ''\n")
+
+
+def test_checked_says_when_a_call_holds_no_batch_instead_of_reporting_every_field_missing():
+    """Two mappings, a tuple batch, a call that does not fit the signature: no batch can be read, which
+    is not the same as a batch without fields ('2 violations: input is missing, target is missing')."""
+    spec = tc.load_spec("cross-entropy")
+    ran = []
+
+    @tc.checked(spec)
+    def step(batch, extra):
+        ran.append(1)
+
+    good = _ce(False)
+    with pytest.raises(TypeError, match=r"@tc\.checked\(cross-entropy\) found no batch in the call to "
+                                        r".*step: no argument is named like a field \(input, target\), "
+                                        r"and 2 arguments are mappings, not one"):
+        step(good, {"lr": 0.1})
+    with pytest.raises(TypeError, match="and 0 arguments are mappings, not one"):
+        step((good["input"], good["target"]), None)
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'extra'"):
+        step(good)  # Python's own error for a call that does not fit, and the body does not run
+    assert ran == []
+    step(good, 3)
+    assert ran == [1]
+    with pytest.raises(tc.BatchValidationError, match="required field target is missing"):
+        step({"input": good["input"]}, 3)  # one mapping: the batch, whatever it lacks

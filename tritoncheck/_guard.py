@@ -88,7 +88,8 @@ def checked(spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, st
 
     The arguments are read as `tc.guard` reads a forward's: those the spec names, by parameter name
     (None left out); where there are none, the one mapping among the arguments. A bad batch raises
-    `BatchValidationError` (a note names the function) and the function does not run.
+    `BatchValidationError` (a note names the function), a call that holds no batch (no such argument,
+    and not exactly one mapping) a TypeError; either way the function does not run.
 
     Args:
         spec: the contract of the batch.
@@ -106,6 +107,16 @@ def checked(spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, st
         def call(*args: Any, **kwargs: Any) -> Any:
             if not disabled():
                 try:
+                    signature.bind(*args, **kwargs)
+                except TypeError:
+                    return fn(*args, **kwargs)  # Python says why the call does not fit; the body does not run
+                named = _arguments(signature, args, kwargs)
+                mappings = sum(isinstance(v, Mapping) for v in named.values())
+                if not fields & {k for k, v in named.items() if v is not None} and mappings != 1:
+                    raise TypeError(f"@tc.checked({spec.name}) found no batch in the call to {fn.__qualname__}: no "
+                                    f"argument is named like a field ({', '.join(spec.fields)}), and {mappings} "
+                                    "arguments are mappings, not one")
+                try:
                     validate(_inputs(signature, fields, args, kwargs), spec, backend=backend, group=group, strict=strict)
                 except BatchValidationError as exc:
                     if hasattr(exc, "add_note"):  # Python >= 3.11
@@ -120,6 +131,18 @@ def checked(spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, st
 
 def _inputs(signature: inspect.Signature, fields: set[str], args: tuple, kwargs: dict) -> dict[str, Any]:
     """The call's arguments that the spec names, by parameter name; None values are left out."""
+    named = _arguments(signature, args, kwargs)
+    picked = {k: v for k, v in named.items() if k in fields and v is not None}
+    if not picked:
+        # forward(self, batch) called with the whole batch as one mapping
+        mappings = [v for v in named.values() if isinstance(v, Mapping)]
+        if len(mappings) == 1:
+            picked = {k: v for k, v in mappings[0].items() if k in fields and v is not None}
+    return picked
+
+
+def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by parameter name, those in **kwargs by their own."""
     try:
         bound = signature.bind_partial(*args, **kwargs).arguments
     except TypeError:  # the call does not fit forward's signature: forward itself will say why
@@ -131,13 +154,7 @@ def _inputs(signature: inspect.Signature, fields: set[str], args: tuple, kwargs:
             named.update(value)
         else:
             named[name] = value
-    picked = {k: v for k, v in named.items() if k in fields and v is not None}
-    if not picked:
-        # forward(self, batch) called with the whole batch as one mapping
-        mappings = [v for v in named.values() if isinstance(v, Mapping)]
-        if len(mappings) == 1:
-            picked = {k: v for k, v in mappings[0].items() if k in fields and v is not None}
-    return picked
+    return named
 
 
 def _model_spec(model: Any) -> BatchSpec:
