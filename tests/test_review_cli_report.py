@@ -7,6 +7,7 @@ import io
 import os
 import subprocess
 import sys
+from collections import UserDict
 import json
 
 import pytest
@@ -147,3 +148,14 @@ def test_checked_says_when_a_call_holds_no_batch_instead_of_reporting_every_fiel
     assert ran == [1]
     with pytest.raises(tc.BatchValidationError, match="required field target is missing"):
         step({"input": good["input"]}, 3)  # one mapping: the batch, whatever it lacks
+
+
+def test_a_saved_mapping_inside_a_saved_mapping_is_read_as_a_dict_too(tmp_path, capsys):
+    """A UserDict value of a UserDict was left as the loader's stand-in class, whose private name
+    ('got _SavedMapping') reached the user."""
+    torch.save(UserDict({"input": torch.randn(2, 3), "target": UserDict({"x": torch.tensor([0, 1])})}),
+               tmp_path / "b.pt")
+    assert main(["check", "cross-entropy", str(tmp_path / "b.pt"), "--backend", "torch"]) == 1
+    out = capsys.readouterr().out
+    assert "target: expected a tensor or numpy array, got dict" in out
+    assert "_SavedMapping" not in out

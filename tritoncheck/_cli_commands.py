@@ -220,14 +220,16 @@ def load_batch(path: str) -> Any:
 
 
 def _plain(obj: Any) -> Any:
-    """A saved mapping as a dict (in a list or tuple of batches too); anything else as it is."""
+    """A saved mapping as a dict (in a list, tuple or dict too); anything else as it is."""
     if isinstance(obj, (list, tuple)):
         return type(obj)(_plain(x) for x in obj)
     if isinstance(obj, _SavedMapping):
         data = obj.__dict__.get("data")
         if not isinstance(data, dict):
             raise ValueError(f"a saved mapping whose data is a {type(data).__name__}, not a dict")
-        return dict(data)
+        obj = data
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
     return obj
 
 
