@@ -67,12 +67,13 @@ def _cases():
         yield pytest.param(spec, batch, id=name)
     fields = {"x": {"dtype": ["int64", "float32"], "shape": ["B", "L"]}, "y": {"dtype": ["int64", "float32"], "shape": ["B"]},
               "p": {"dtype": ["int64", "float32"], "shape": ["B", "L"], "monotonic": "L"}}
-    for rule in RULES:
+    for rule in RULES + CONSTANT_RULES:
         for dtype in (torch.int64, torch.float32):
             x = torch.arange(-8, 8).reshape(2, 8).to(dtype)
             spec = tc.BatchSpec.model_validate({"name": "custom", "rules": [rule], "fields": fields})
             yield pytest.param(spec, {"x": x, "y": torch.tensor([1, 5]).to(dtype), "p": x.flip(1)},
-                               id=f"{rule}-{str(dtype).removeprefix('torch.')}")
+                               id=f"{rule}-{str(dtype).removeprefix('torch.')}",
+                               marks=[TORCH_PATCH_PENDING] if rule in CONSTANT_RULES else [])
 
 
 RULES = [
@@ -81,6 +82,11 @@ RULES = [
     "sum(arange(L) < x, dim=L) >= 0", "any(x[:, -1] >= arange(B) + 0.5)", "(0.1 // y != 0.5 % y) | (y < 0)",
     "x - x[:, 0] >= -100 where x != 0", "sum(x, dim=L) <= L * 10 + y",
 ]
+# a reduction of constants, or a rule of constants under `where`: the torch backend makes a CPU
+# tensor of it, reshaped to the rule's rank next to the fields
+CONSTANT_RULES = ["any(2 > 1) | (x < 0)", "sum(3 > 1) + x >= 0", "all(2 > 1) & (y > 0)", "1 > 2 where x > 0"]
+TORCH_PATCH_PENDING = pytest.mark.xfail(strict=True, raises=fake_tensor.FakeTensorDeviceMismatchError, reason=(
+    "pending: tritoncheck/_torch_backend.py makes a constant's tensor on the CPU (the patch makes it on the batch's device)"))
 CASES = list(_cases())
 
 
@@ -129,4 +135,6 @@ def test_the_decoder_evaluates_every_checks_value_on_cuda_tensors(fake_cuda):
                     point_value(kernel, k, (0,) * len(check.axes), bound)
                 except fake_tensor.FakeTensorDeviceMismatchError as exc:
                     failed.append((case.id, check.field, check.code, str(exc)))
+                except fake_tensor.DataDependentOutputException:
+                    pass  # the value of a constant subject, made under the mode as a meta tensor: evaluated, not readable
     assert not failed, failed
