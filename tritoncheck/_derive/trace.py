@@ -11,6 +11,7 @@ traces every one of them, where torch.export, fake and meta tensors did not.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,14 +67,28 @@ class Recorder(TorchFunctionMode):
 
     def __init__(self, batch: dict[str, torch.Tensor], paths: dict[int, str]):
         super().__init__()
-        self.direct: dict[int, _Direct] = {id(t): _Direct(k, 0) for k, t in batch.items()}
-        self.depends: dict[int, frozenset[str]] = {id(t): frozenset({k}) for k, t in batch.items()}
-        self.keep: list[Any] = list(batch.values())  # tagged tensors stay alive: their ids are never reused
+        # Tags by id, each with a weak reference that proves the id still names the tensor it was given to
+        # (a freed activation's id may be reused): nothing is kept alive, so a large model's trace holds no
+        # more activations than its forward does.
+        self.direct: dict[int, tuple[weakref.ref, _Direct]] = {}
+        self.depends: dict[int, tuple[weakref.ref, frozenset[str]]] = {}
+        for k, t in batch.items():
+            self._tag(self.direct, t, _Direct(k, 0))
+            self._tag(self.depends, t, frozenset({k}))
         self.paths = paths
         self.stack: list[str] = []
         self.findings: list[Finding] = []
         self.casts: set[str] = set()  # float fields the model casts before any other use
         self.used: set[str] = set()  # fields some op read
+
+    @staticmethod
+    def _tag(table: dict, tensor: torch.Tensor, value: Any) -> None:
+        table[id(tensor)] = (weakref.ref(tensor), value)
+
+    @staticmethod
+    def _get(table: dict, tensor: Any) -> Any:
+        entry = table.get(id(tensor))
+        return entry[1] if entry is not None and entry[0]() is tensor else None
 
     # -- module paths ----------------------------------------------------------------------
     def enter(self, module: nn.Module, *_: Any) -> None:
@@ -93,19 +108,18 @@ class Recorder(TorchFunctionMode):
         out = func(*args, **kwargs)
         name = _name(func)
         flat = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-        sources = frozenset().union(*(self.depends.get(id(a), frozenset()) for a in flat)) if flat else frozenset()
+        sources = frozenset().union(*(self._get(self.depends, a) or frozenset() for a in flat)) if flat else frozenset()
         if sources:
             self.used |= sources
             self._observe(name, args, kwargs)
         if sources and isinstance(out, torch.Tensor):
-            self.keep.append(out)
-            self.depends[id(out)] = sources
+            self._tag(self.depends, out, sources)
             first = args[0] if args and isinstance(args[0], torch.Tensor) else None
-            direct = self.direct.get(id(first)) if first is not None else None
+            direct = self._get(self.direct, first) if first is not None else None
             if direct is not None:
                 kept = self._kept(name, direct, first, out, args)
                 if kept is not None:
-                    self.direct[id(out)] = kept
+                    self._tag(self.direct, out, kept)
         return out
 
     def _kept(self, name: str, direct: _Direct, first: torch.Tensor, out: torch.Tensor, args: tuple) -> _Direct | None:
@@ -120,7 +134,7 @@ class Recorder(TorchFunctionMode):
         return None
 
     def _field(self, tensor: Any) -> _Direct | None:
-        return self.direct.get(id(tensor)) if isinstance(tensor, torch.Tensor) else None
+        return self._get(self.direct, tensor) if isinstance(tensor, torch.Tensor) else None
 
     def _bound(self, index: Any, low: int | None, high: int | None, dtypes: tuple[str, ...], op: str, **extra: Any) -> None:
         d = self._field(index)
