@@ -8,6 +8,9 @@ reference's must equal the same batch materialized (as torch shows its values).
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -132,3 +135,104 @@ def test_zero_and_negative_zero_are_two_constants(backend, rule, fails):
     x = torch.tensor([1.0, 2.0, -3.0])
     agree({"x": x}, s, backend)
     assert [list(v.samples) for v in tc.check({"x": x}, s, backend=backend).violations] == ([fails] if fails else [])
+# -- a dim past 2**31 whose only field is empty -----------------------------------------------------
+
+@pytest.fixture(params=["torch", "c"])
+def walks_stored(request):
+    """The backends that walk an expanded or empty dim at its stored size (`ir.loop_sizes`); the
+    Triton launcher does not use it yet, and would walk 2**33 positions in the interpreter."""
+    return request.param
+
+
+def test_a_dim_past_2_31_with_an_empty_field_keeps_its_size(walks_stored):
+    backend = walks_stored
+    big = 2**32 + 3
+    x = torch.zeros(2, 0, 1).expand(2, 0, big)
+    s = spec({"x": {"dtype": "float32", "shape": ["B", "K", "L"]}}, [{"rule": "sum(x, dim=K) != 0", "field": "x"}])
+    got = agree({"x": x}, s, backend)
+    assert got and got[0]["count"] == ("int", 2 * big)
+
+
+# -- expanded (zero-stride) axes cost what they store -------------------------------------------------
+
+EXPANDED = {
+    "x": {"dtype": "float32", "shape": ["B", "L"], "max": 1, "finite": True},
+    "ids": {"dtype": "int64", "shape": ["B"], "min": 0, "values": [0, 1, 2]},
+}
+EXPANDED_RULES = [{"rule": "x <= ids", "field": "x"}, {"rule": "any(x > 0, dim=L)"}, {"rule": "ids != 1"}]
+
+
+def expanded_batch(b: int, ll: int, expand: str) -> dict:
+    x = torch.tensor([[0.5, 3.0, float("nan")]])
+    ids = torch.tensor([1])
+    if expand == "batch":
+        return {"x": x.expand(b, 3), "ids": ids.expand(b)}
+    if expand == "length":
+        return {"x": torch.tensor([[2.0], [0.0]]).expand(2, ll), "ids": torch.tensor([1, 5])}
+    return {"x": torch.tensor([[2.0]]).expand(b, ll), "ids": ids.expand(b)}
+
+
+@pytest.mark.parametrize("expand", ["batch", "length", "both"])
+def test_an_expanded_batch_equals_it_materialized(backend, expand):
+    s = spec(EXPANDED, EXPANDED_RULES)
+    assert agree(expanded_batch(6, 5, expand), s, backend)
+
+
+@pytest.mark.slow
+def test_an_expanded_batch_past_65536_samples_lists_every_sample(walks_stored):
+    s = spec(EXPANDED, EXPANDED_RULES)
+    got = agree(expanded_batch(70_000, 5, "batch"), s, walks_stored)
+    assert [len(v["rows"]) for v in got] == [70_000] * len(got)
+
+
+RSS = """
+import json, resource, sys, time, torch
+import tritoncheck as tc
+from tritoncheck._spec import spec_from_dict
+backend, n = sys.argv[1], int(sys.argv[2])
+s = spec_from_dict({"name": "e", "fields": {"y": {"dtype": "int64", "shape": ["B"], "max": 0},
+                                            "m": {"dtype": "bool", "shape": ["B", "L"], "values": [1]}},
+                    "rules": ["y + m <= 1"]}, "e")
+tc.check({"y": torch.ones(2, dtype=torch.int64), "m": torch.ones(2, 3, dtype=torch.bool)}, s, backend=backend)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+r = tc.check({"y": torch.tensor([1]).expand(n), "m": torch.ones(1, 1, dtype=torch.bool).expand(n, 4)}, s, backend=backend)
+took = time.perf_counter() - t0
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"grew_kib": after - before, "took": took, "backend": r.backend,
+                  "found": [(v.code, v.count, len(v.samples), list(v.samples[:3]), list(v.index)) for v in r.violations]}))
+"""
+
+
+def run_isolated(code: str, *args) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("n", [2**27, 2**40])
+def test_an_expanded_batch_axis_costs_its_storage_not_its_logical_size(walks_stored, n):
+    backend = walks_stored
+    out = run_isolated(RSS, backend, n)
+    assert out["backend"] == backend
+    assert out["found"] == [["above_max", n, n, [0, 1, 2], [0]], ["rule_failed", 4 * n, n, [0, 1, 2], [0, 0]]]
+    assert out["grew_kib"] < 64 * 1024 and out["took"] < 1.0, out
+
+
+# -- a rule's work is linear in its data ------------------------------------------------------------
+
+SIX = {f"x{i}": {"dtype": "int64", "shape": ["B", f"L{i}"]} for i in range(6)}
+
+
+@pytest.mark.parametrize("rule", ["x0 + x1 + x2 + x3 + x4 + x5 < 100", "x0 <= sum(x1, dim=L1)", "x0 < arange(L1)",
+                                  "any(x0 != x1)"])
+def test_a_rule_over_unrelated_dims_is_refused_at_load(rule):
+    with pytest.raises(tc.SpecError, match=r"rules\.0: .* walks the dims .*no one field spans"):
+        tc._plan.compile_plan(spec(SIX, [{"rule": rule}]))
+
+
+@pytest.mark.parametrize("rule", ["x0 + x0[:, 0] < 100", "sum(x0, dim=L0) <= sum(x1, dim=L1)", "x0 < arange(L0)",
+                                  "x1 != 3 where arange(L1) < x0[:, 0]", "any(x0 != 1)"])
+def test_a_rule_within_one_fields_dims_loads(rule):
+    plan = tc._plan.compile_plan(spec(SIX, [{"rule": rule}]))
+    assert len(plan.checks) == 1

@@ -168,6 +168,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
             dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound",
                                        r.hint, cond, r.severity))
             continue
+        _bound_space(scope, where, r.rule, expr, cond)
         report_field = r.field or _first_ref(expr if expr_fields(expr) else cond)
         axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
         if isinstance(cond, Const):  # `x > 0 where 0` applies nowhere; `where 1` everywhere
@@ -309,6 +310,41 @@ class _Scope:
                 return ()
             return tuple(a for a in self.axes(expr.x) if a not in expr.dims)
         raise ExprError(f"cannot use {type(expr).__name__} here")
+
+
+def _loop_spaces(scope: _Scope, expr: Expr | None, outer: frozenset[str], out: list[frozenset[str]]) -> None:
+    """The dims each loop nest of a rule walks: its own axes, and per reduction those plus the
+    reduced ones (a kernel redoes a reduction at every outer position)."""
+    if isinstance(expr, Reduce):
+        inner = outer | {a for a in scope.axes(expr.x) if a in scope.dims}
+        out.append(inner)
+        _loop_spaces(scope, expr.x, inner, out)
+    elif isinstance(expr, Unary):
+        _loop_spaces(scope, expr.x, outer, out)
+    elif isinstance(expr, Binary):
+        _loop_spaces(scope, expr.a, outer, out)
+        _loop_spaces(scope, expr.b, outer, out)
+
+
+def _bound_space(scope: _Scope, where: str, text: str, expr: Expr, cond: Expr | None) -> None:
+    """A rule's work must be linear in the batch: every loop nest it needs (its own axes; each
+    reduction's axes at each outer position) must walk only the axes of one field of the spec, so
+    it walks no more positions than that field holds (`arange(L) < y` walks x's [B, L]).
+    `a + b < 100` over a [B, L] and b [B, T] would walk B * L * T positions (six such fields: 10**12
+    positions for 2.4 KB of data), so it is refused here, at load, rather than at the first batch."""
+    top = frozenset(a for a in _ordered_union(scope.axes(expr), scope.axes(cond)) if a in scope.dims)
+    spaces = [top]
+    _loop_spaces(scope, expr, top, spaces)
+    _loop_spaces(scope, cond, top, spaces)
+    fields = sorted(scope.fields)
+    for space in spaces:
+        if any(space <= set(scope.fields[f].axes) for f in fields):
+            continue
+        best = max(fields, key=lambda f: len(space & set(scope.fields[f].axes)))
+        extra = sorted(space - set(scope.fields[best].axes))
+        raise scope.error(where, f"{text!r} walks the dims {', '.join(sorted(space))} together, which no one field "
+                                 f"spans ({best} lacks {', '.join(extra)}): its work would grow with their "
+                                 "product, not with the data; compare fields over the dims they share")
 
 
 def _normalize_index(items: tuple[object, ...], rank: int) -> tuple[int | None, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -35,8 +35,43 @@ from ._plan import (
 )
 from ._report import Violation
 
-# samples listed for a violation along an expanded (zero-stride) batch axis, where every sample is bad
-MAX_EXPANDED_SAMPLES = 2**16
+class SampleRange(Sequence[int]):
+    """The samples 0..n-1 in constant space: every sample of an expanded (zero-stride) batch axis.
+
+    Equal to any sequence of the same positions (the tuple the same batch materialized gives), so
+    reports compare as they read; a batch of 2**40 expanded samples lists them without 2**40 ints.
+    """
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        picked = range(self.n)[i]
+        return tuple(picked) if isinstance(i, slice) else picked
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __contains__(self, x: object) -> bool:
+        return x in range(self.n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SampleRange):
+            return other.n == self.n
+        if isinstance(other, (tuple, list, range)):
+            return len(other) == self.n and all(a == i for i, a in enumerate(other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(range(self.n))) if self.n <= 2**16 else hash((SampleRange, self.n))
+
+    def __repr__(self) -> str:
+        return f"SampleRange({self.n})"
 
 
 def run(plan: Plan, bound: Bound) -> list[Violation]:
@@ -317,13 +352,13 @@ def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: 
 
 
 def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
-           sizes: Mapping[str, int] | None = None) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+           sizes: Mapping[str, int] | None = None) -> tuple[int, Sequence[int], tuple[int, ...]]:
     """Count the True entries, list the batch positions holding one, and find the first (row-major).
 
     `bad` may keep size 1 along an axis whose full size (`sizes`) is larger, where the values do
     not vary (an expanded view): each entry then counts for the whole axis, the first index is
     still the row-major first (position 0 along that axis), and along the batch axis every
-    sample holds it (the first MAX_EXPANDED_SAMPLES are listed). Without `sizes`, `bad` is full size.
+    sample holds it (a `SampleRange`). Without `sizes`, `bad` is full size.
     """
     count = int(bad.sum())
     if count == 0:
@@ -333,18 +368,18 @@ def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
     flat = bad.reshape(-1)
     first = int(torch.argmax(flat.to(torch.uint8)))
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), bad.shape)) if bad.dim() else ()
-    samples: tuple[int, ...] = ()
+    samples: Sequence[int] = ()
     if batch_dim in axes:
         b = axes.index(batch_dim)
         if bad.shape[b] == 1:
-            samples = tuple(range(min(sizes[batch_dim], MAX_EXPANDED_SAMPLES)))
+            samples = SampleRange(sizes[batch_dim])  # every sample, listed in constant space
         else:
             per_sample = bad.transpose(0, b).reshape(bad.shape[b], -1).any(dim=1)
             samples = tuple(int(i) for i in per_sample.nonzero().flatten())
     return count, samples, index
 
 
-def make_violation(check: DataCheck, ctx: Context, count: int, samples: tuple[int, ...], index: tuple[int, ...]) -> Violation:
+def make_violation(check: DataCheck, ctx: Context, count: int, samples: Sequence[int], index: tuple[int, ...]) -> Violation:
     """The violation for a failing check, with the value at its first offending index."""
     if isinstance(check, RuleCheck):
         value = _python(_at(ctx.values(check.subject, check.axes), index))
@@ -354,7 +389,7 @@ def make_violation(check: DataCheck, ctx: Context, count: int, samples: tuple[in
     return violation(check, ctx.bound, count, samples, index, value)
 
 
-def violation(check: DataCheck, bound: Bound, count: int, samples: tuple[int, ...], index: tuple[int, ...],
+def violation(check: DataCheck, bound: Bound, count: int, samples: Sequence[int], index: tuple[int, ...],
               value: Any) -> Violation:
     """A failing check as the report shows it: the kind's message (a range check's bound resolved
     against the batch's dims, and where those dims came from), the value found at the first

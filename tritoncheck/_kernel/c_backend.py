@@ -9,12 +9,15 @@ signature lowers the plan to the kernel IR, generates C, and compiles it or load
 on-disk cache (`build.py`).
 
 Only CPU tensors: the function reads the tensors' memory directly. Memory is allocated in
-proportion to the number of checks and the batch size (the result buffer), never to the data.
+proportion to the number of checks and the batch size the kernel walks (the result buffer), never
+to the data; an expanded (zero-stride) dim is walked at size 1 where no rule reads positions along
+it (`ir.loop_sizes`), so a batch costs what it stores, not its logical size.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from typing import Any
 
@@ -45,6 +48,7 @@ class Program:
         self.int_array = ctypes.c_int64 * len(kernel.int_args())  # ctypes array types, made once
         self.float_array = ctypes.c_double * len(self.float_scalars)
         self.out_arrays: dict[int, type] = {}  # batch size -> result buffer type
+        self.positional = ir.positional_axes(kernel)
         # selections like x[:, 1] along a dim: bind reports one past the dim; never read past it here
         axes = {f.name: f.axes for f in kernel.fields}
         self.selections = tuple((f, pos, sel, axes[f][pos]) for f, pos, sel in kernel.selections()
@@ -56,17 +60,20 @@ class Program:
             size = tensors[f].shape[pos]
             if not -size <= sel < size:
                 raise IndexError(f"{f}: index {sel} is out of range for axis {axis} of size {size}")
+        walked = bound.memo.get("c_sizes")  # per batch signature (strides included): computed once
+        if walked is None:
+            walked = bound.memo["c_sizes"] = self.walked(bound)
         args = [tensors[f].data_ptr() for f in self.ptr_fields]
         for f in self.stride_fields:
             args.extend(tensors[f].stride())
-        args.extend(dims[d][0] for d in self.size_dims)
+        args.extend(walked[d] for d in self.size_dims)
         if self.int_scalars or self.float_scalars:
             values = bound.dim_values()
             args.extend(h.value(values) for h in self.int_scalars)
             floats = self.float_array(*(h.value(values) for h in self.float_scalars))
         else:
             floats = None
-        batch = dims[self.kernel.batch_dim][0] if self.kernel.batch_dim in dims else 0
+        batch = walked.get(self.kernel.batch_dim, dims[self.kernel.batch_dim][0] if self.kernel.batch_dim in dims else 0)
         out_array = self.out_arrays.get(batch)
         if out_array is None:
             out_array = self.out_arrays[batch] = ctypes.c_int64 * self.kernel.layout.length(batch)
@@ -74,8 +81,20 @@ class Program:
         packed = self.int_array()
         packed[:] = args  # (cheaper than int_array(*args))
         if self.fn(packed, floats, out):
-            return decode(self.kernel, out, bound)
+            return decode(self.kernel, out, bound, walked)
         return []
+
+    def walked(self, bound: Bound) -> dict[str, int]:
+        """The dim sizes the kernel walks (`ir.loop_sizes`: an expanded dim at size 1). A field whose
+        expanded view still spans more than 2**31 - 1 walked elements is left to the torch backend,
+        which reads its stored values only."""
+        sizes = ir.loop_sizes(self.kernel, self.positional, bound.tensors, bound.dim_values())
+        for f in self.kernel.fields:
+            t = bound.tensors[f.name]
+            if 0 in t.stride() and math.prod(sizes.get(a, self.kernel.fixed.get(a, 1)) for a in f.axes) > INT32_LIMIT:
+                raise ir.Unsupported("an expanded (zero-stride) view of more than 2**31 - 1 elements, along an axis "
+                                     "whose positions a rule reads")
+        return sizes
 
 
 class _PlanEntry:
@@ -126,13 +145,9 @@ def _program_by_layout(plan: Plan, bound: Bound) -> Program:
     key = (ids, sig, wide)
     program = entry.programs.get(key)
     if program is None:
-        for f, (_, _, cpu, big) in zip(fields, sig, strict=True):
+        for f, (_, _, cpu, _) in zip(fields, sig, strict=True):
             if not cpu:  # the kernel reads host memory: never hand it a device pointer
                 raise ValueError(f"backend='c' needs CPU tensors; {f} is on {bound.tensors[f].device}")
-            if big == 2:
-                # an expanded view past 2**31 elements (one element expanded to 2**40): the kernel would
-                # walk every logical element; the torch backend checks its stored values instead
-                raise ir.Unsupported("an expanded (zero-stride) view of more than 2**31 - 1 elements")
         with entry.lock:  # lowering, generation and compilation happen once per key, even with threads
             program = entry.programs.get(key)
             if program is None:

@@ -23,29 +23,40 @@ import torch
 from .._dtypes import compute_dtype
 from .._plan import Bound, RuleCheck
 from .._report import Violation
-from .._torch_backend import violation
+from .._torch_backend import SampleRange, violation
 from .ir import BIG, KIND_DTYPE, Kernel, Op, walk
 
 
-def decode(kernel: Kernel, values: Sequence[int], bound: Bound) -> list[Violation]:
-    """Violations from a filled result buffer, in the order of the kernel's checks."""
+def decode(kernel: Kernel, values: Sequence[int], bound: Bound, walked: Mapping[str, int] | None = None) -> list[Violation]:
+    """Violations from a filled result buffer, in the order of the kernel's checks.
+
+    `walked` gives the sizes the kernel walked (`ir.loop_sizes`) where it walked an expanded dim
+    at size 1: each entry found there stands for the dim's full size, so counts scale by it, the
+    first index is the same position, and along the batch dim every sample holds it (a
+    `SampleRange`, never one entry per sample).
+    """
     layout = kernel.layout
     dims = bound.dim_values()
-    batch = dims.get(kernel.batch_dim, 0)
+    loop = {**dims, **(walked or {})}
+    collapsed = {a: dims[a] for a, n in loop.items() if a in dims and n != dims[a]}
+    batch = loop.get(kernel.batch_dim, 0)
     out = []
     for k, check in enumerate(kernel.checks):
         base, row = layout.sample_base(k)
         if row >= 0:
             per_sample = values[base + row * batch : base + (row + 1) * batch]
             count = sum(per_sample)
-            samples = tuple(i for i, v in enumerate(per_sample) if v)
+            samples: Sequence[int] = tuple(i for i, v in enumerate(per_sample) if v)
         else:
             count, samples = values[layout.count(k)], ()
         if not count:
             continue
+        count *= math.prod(collapsed[a] for a in check.axes if a in collapsed)
+        if row >= 0 and kernel.batch_dim in collapsed:
+            samples = SampleRange(collapsed[kernel.batch_dim])
         flat = BIG - values[layout.first(k)]
         index = []
-        for size in reversed([axis_size(kernel, a, dims) for a in check.axes]):
+        for size in reversed([axis_size(kernel, a, loop) for a in check.axes]):
             index.append(flat % size if size else 0)
             flat = flat // size if size else 0
         index = tuple(reversed(index))

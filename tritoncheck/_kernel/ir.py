@@ -646,6 +646,51 @@ def lower(plan: Plan, checks: tuple[DataCheck, ...], fields: Mapping[str, FieldS
                   tuple(lw.scalars), tuple(groups), subjects, layout)
 
 
+def positional_axes(kernel: Kernel) -> frozenset[str]:
+    """Axes whose positions a group's result depends on beyond the values loaded there: an
+    `index` (arange), a `load_prev`, a selection (`x[:, 1]`) or a `sum` over the axis. Along any
+    other axis, equal values give equal results (see `loop_sizes`)."""
+    found: set[str] = set()
+
+    def visit(ops: tuple[Op, ...]) -> None:
+        for op in ops:
+            if op.name == "index":
+                found.add(op.args[0])
+            elif op.name == "load_prev":
+                found.add(op.args[1])
+            elif op.name == "load":
+                axes = kernel.field(op.args[0]).axes
+                found.update(a for a, sel in zip(axes, op.args[1], strict=True) if sel is not None)
+            elif op.name == "reduction":
+                if op.args[0] == "sum":
+                    found.update(op.args[1])
+                visit(op.args[2])
+
+    for g in kernel.groups:
+        visit(g.ops)
+    return frozenset(found)
+
+
+def loop_sizes(kernel: Kernel, positional: frozenset[str], tensors: Mapping[str, torch.Tensor],
+               dims: Mapping[str, int]) -> dict[str, int]:
+    """The sizes a kernel walks, and which dims it walks at size 1: {axis: size, ...}, collapsed.
+
+    A dim is walked at size 1 when every field spanning it is an expanded view along it (stride
+    0) or empty, and no op reads positions along it (`positional_axes`): every position then
+    holds the same values and gives the same result, so a kernel reads each stored value once and
+    `decode` scales counts, samples and indices back to the full size. A batch that stores a few
+    bytes (`torch.tensor([1]).expand(2**27)`) costs a few bytes, never its logical size.
+    """
+    sizes = {a: dims[a] for a in kernel.sizes}
+    for axis in kernel.sizes:
+        if sizes[axis] <= 1 or axis in positional:
+            continue
+        spans = [(tensors[f.name], f.axes.index(axis)) for f in kernel.fields if axis in f.axes]
+        if spans and all(t.numel() == 0 or t.stride(pos) == 0 for t, pos in spans):
+            sizes[axis] = 1
+    return sizes
+
+
 def _op_fields(ops: tuple[Op, ...]) -> set[str]:
     out = set()
     for op in ops:
@@ -666,4 +711,4 @@ def _fixed_size(plan: Plan, axis: str) -> int | None:
 
 
 __all__ = ["BIG", "OPS", "FieldSig", "Group", "HostScalar", "Kernel", "Layout", "Op", "Subject", "Unsupported",
-           "Val", "lower", "missing_ops", "walk"]
+           "Val", "loop_sizes", "lower", "missing_ops", "positional_axes", "walk"]
