@@ -3,6 +3,8 @@ columns cost memory in proportion to the data, and one damaged shard is recorded
 
 import json
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -381,8 +383,11 @@ def test_a_shard_with_no_column_to_read_ends(tmp_path):
 def test_chunks_of_a_table_of_no_columns_end():
     from tritoncheck._scan import _chunks
 
+    from tritoncheck._scan import _Piece
+
     table = pa.table({"a": [1, 2, 3, 4, 5]})
-    assert [n for n, _ in _chunks([(5, lambda cols: table.select(cols))], [], 2)] == [2, 2, 1]
+    piece = _Piece(5, table.select, lambda cols, rows: iter([table.select(cols)]), lambda cols: 8.0)
+    assert [n for n, _ in _chunks([piece], [], 2)] == [2, 2, 1]
 
 
 def test_a_group_of_a_chunk_reports_rows_of_the_dataset(tmp_path):
@@ -459,3 +464,48 @@ def test_check_and_scan_print_one_json_schema(tmp_path, capsys):
     assert (by_code["null"]["rows"], by_code["null"]["sample"], by_code["unreadable"]["rows"]) == ([1], 1, [])
     assert by_code["unsupported_type"]["field"] == "labels" and by_code["unreadable"]["field"] is None
     assert all(isinstance(by_code[c]["rule"], str) and by_code[c]["count"] == 1 for c in by_code)
+
+
+# --- chunks sized by bytes, read a part at a time (issue 28) ----------------------------------------------------
+
+TOKENS = {"name": "tokens", "fields": {"input_ids": {"dtype": "int", "shape": ["B", "L"], "min": 0, "max": 9}}}
+
+
+def token_rows(rows, length):
+    """`rows` rows of `length` int32 tokens (all 1), built from buffers (fast at millions of tokens)."""
+    import numpy as np
+
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * length)
+    return pa.ListArray.from_arrays(offsets, pa.array(np.ones(rows * length, np.int32)))
+
+
+def test_default_chunks_are_sized_by_bytes_not_rows(tmp_path):
+    numbers = {"x": {"dtype": "int", "shape": ["B"], "min": 0}, "y": {"dtype": "float", "shape": ["B"], "finite": True}}
+    spec = tc.BatchSpec.model_validate({"name": "numbers", "fields": numbers})
+    pq.write_table(pa.table({"x": range(5000), "y": [0.5] * 5000}), tmp_path / "n.parquet")
+    report = scan(spec, tmp_path / "n.parquet", backend="torch")
+    assert (report["batches"], report["samples"], report["ok"]) == (1, 5000, True)  # 256-row chunks: 20
+    pq.write_table(pa.table({"input_ids": token_rows(64, 2**16)}), tmp_path / "t.parquet")  # 32 MiB as int64
+    report = scan(tc.BatchSpec.model_validate(TOKENS), tmp_path / "t.parquet", backend="torch")
+    assert (report["samples"], report["ok"]) == (64, True) and 2 <= report["batches"] <= 4
+
+
+def test_a_large_row_group_is_read_a_part_at_a_time(tmp_path):
+    table = pa.table({"input_ids": token_rows(4096, 4096)})  # one row group: 64 MiB of int32, 128 MiB as int64
+    pq.write_table(table, tmp_path / "x.parquet", compression="zstd", row_group_size=4096)
+    del table
+    assert pq.ParquetFile(tmp_path / "x.parquet").metadata.num_row_groups == 1
+    grew, report = peak_growth_mib(lambda: scan(tc.BatchSpec.model_validate(TOKENS), tmp_path / "x.parquet",
+                                                backend="torch"))
+    assert (report["samples"], report["ok"]) == (4096, True)
+    assert grew < 48, f"peak memory grew by {grew:.0f} MiB"
+
+
+def test_a_scan_imports_no_pandas(tmp_path):
+    # pyarrow's to_numpy imports pandas where it is installed (seconds of a scan's start); buffers need none
+    pq.write_table(pa.table(rows(0, 4, bad={1})), tmp_path / "a.parquet")
+    code = ("import sys; from tritoncheck.cli import main\n"
+            f"code = main(['scan', 'bert-sequence-classification', {str(tmp_path / 'a.parquet')!r}, *{BERT!r}])\n"
+            "print(code, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines()[-1] == "1 False", out.stderr

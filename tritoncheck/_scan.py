@@ -3,9 +3,10 @@
 DATA is a saved batch file (.pt, .safetensors, .npz), a directory of them (searched recursively),
 Parquet or Arrow files (one, or a directory of shards, searched recursively and taken in sorted
 path order), or a dataset saved with `datasets.Dataset.save_to_disk` (read as the Arrow files its
-state.json lists, each split numbered from 0). Tables are read in chunks of --batch-size rows (a
-chunk never spans two shards), only the columns the spec names, through their Arrow buffers only
-(`tritoncheck._scan_arrow`: a column of any other type is refused, never converted). Every number
+state.json lists, each split numbered from 0). Tables are read in chunks of about CHUNK_BYTES as
+tensors (or of --batch-size rows), a part at a time, so that memory is bounded by the chunk and not
+by a Parquet row group (a chunk never spans two shards), only the columns the spec names, through
+their Arrow buffers only (`tritoncheck._scan_arrow`: a column of any other type is refused, never converted). Every number
 is global: a row's `sample` is the rows of the shards before it (from each file's metadata) plus
 its row in its shard (`row`), and a violation's samples, index and message count from there too.
 Shards can be checked on Ray Data (`--engine ray`, see `tritoncheck._ray_scan`) with the same
@@ -84,6 +85,11 @@ SHOWN = 10  # violations printed; the JSON report has them all
 # Rows checked together are padded to the longest of them only while that stays small (elements, all columns)
 # or at most twice their own size; else they are split by length (see _Ragged._buckets).
 PADDED_ENOUGH = 1 << 16
+# A dataset's chunk (rows checked together) by default: as many rows as take about this many bytes as tensors,
+# so that a chunk of numbers has many rows and one of long token lists few; read a part at a time, so that a
+# large Parquet row group costs no more memory than its chunk.
+CHUNK_BYTES = 16 << 20
+MAX_CHUNK_ROWS = 1 << 20
 # The rule of a scan's findings about files and columns (`unreadable`, `unsupported_type`), in words.
 READABLE = "the data can be read as Parquet, Arrow or a batch file"
 READ_TYPES = "a column of bools, integers or floats (any width), dictionary-encoded ones, or lists of them"
@@ -110,7 +116,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ignore-column", action="append", default=[], metavar="COLUMN",
                    help="leave out data column COLUMN (repeatable): a column close to the name of a contract field "
                    "that the data lacks (lables for labels) otherwise stops the scan before it starts")
-    p.add_argument("--batch-size", type=int, default=256, help="rows per check for a dataset (default 256)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="rows per check for a dataset (default: as many as take about 16 MiB as tensors)")
     p.add_argument("--backend", choices=list(BACKENDS), default="auto", help="default: auto (the C kernel on CPU)")
     p.add_argument("--engine", choices=ENGINES, default="local",
                    help="local (this process) or ray (Parquet or Arrow shards as Ray Data tasks, one per "
@@ -151,7 +158,7 @@ def run_scan(args: argparse.Namespace) -> int:
 
 
 def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", backend: str = "auto",
-         batch_size: int = 256, rename: Mapping[str, str] | None = None, ignore: Iterable[str] = (),
+         batch_size: int | None = None, rename: Mapping[str, str] | None = None, ignore: Iterable[str] = (),
          bad_rows: str | os.PathLike[str] | None = None, progress: bool = False, strict: bool = False,
          engine_logs: bool = False) -> dict[str, Any]:
     """Check every sample of `data` against `spec` and return the report (the JSON that `scan --json` prints).
@@ -163,7 +170,8 @@ def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", back
             instance (or cluster) if there is one, else a local one. Only for Parquet or Arrow data
             (a `datasets` directory holds Arrow files); the report is the same either way.
         backend: as for `tc.check`; "auto" runs the compiled C kernel where a compiler exists.
-        batch_size: rows per check of a dataset or shard.
+        batch_size: rows per check of a dataset or shard; None: as many as take about CHUNK_BYTES as
+            tensors (many rows of numbers, few of long token lists), read part by part.
         rename: column -> contract field, on top of the Hugging Face renames (`label` -> `labels`);
             a column the data lacks is a usage error.
         ignore: data columns to leave out, where one would otherwise stop the scan as a likely
@@ -175,7 +183,7 @@ def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", back
     """
     if engine not in ENGINES:
         raise UsageError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
     renames = _renames(rename or {}, spec)
     result = _Scan(spec, backend)
@@ -441,13 +449,13 @@ class ShardJob:
 
     spec: Any  # the contract, the fields the data lacks made optional (reported once, by the driver)
     columns: dict[str, str]  # column -> contract field
-    batch_size: int
+    batch_size: int | None  # rows per chunk; None: by bytes (CHUNK_BYTES)
     backend: str
     bad_rows: str | None  # directory for the bad rows, or None
     shards: tuple[Shard, ...] = field(default=())
 
     def run(self, shard: Shard, advance: Callable[[int], None] | None = None) -> dict[str, Any]:
-        """The shard checked in chunks of `batch_size` rows, as `_Scan.part()`; its bad rows written if asked."""
+        """The shard checked in chunks (see `_chunks`), as `_Scan.part()`; its bad rows written if asked."""
         result = _Scan(self.spec, self.backend)
         for item in self._items(shard):
             result.add(item)
@@ -504,10 +512,11 @@ class ShardJob:
             return
         wanted, parts, start = sorted(codes), [], 0
         with _open_shard(shard.path) as (_, pieces):
-            for rows, read in pieces:  # only the pieces (Parquet row groups) that hold a bad row are read
+            for p in pieces:  # only the pieces (Parquet row groups) that hold a bad row are read
+                rows = p.rows
                 local = [i - start for i in wanted if start <= i < start + rows]
                 if local:
-                    piece = read(None)
+                    piece = p.read(None)
                     for column in piece.columns:  # damaged offsets or buffers: an error before `take` reads them
                         column.validate(full=True)
                     parts.append(piece.take(pa.array(local)))
@@ -542,7 +551,7 @@ def _shards(data: Path) -> list[tuple[str, Path]] | None:
     return [("", p) for p in tables] or None
 
 
-def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: str, batch_size: int,
+def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: str, batch_size: int | None,
                renames: dict[str, str], explicit: dict[str, str], ignore: set[str], applied: dict[str, str],
                bad_rows: str | os.PathLike[str] | None
                ) -> tuple[ShardJob, list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -558,7 +567,7 @@ def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: st
             group, offset = split, 0
         try:
             with _open_shard(str(path)) as (schema, pieces):
-                rows = sum(n for n, _ in pieces)
+                rows = sum(p.rows for p in pieces)
         except Exception as exc:  # not Parquet or Arrow after all, or damaged: pyarrow raises many types
             unreadable.append(_entry(str(path), None, "unreadable",
                                      f"cannot read {path}: {one_line(exc)}" + ("" if path == files[-1][1] else
@@ -584,18 +593,43 @@ def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: st
     return job, unreadable, {str(data): absent} if lacks else {}
 
 
+@dataclass(frozen=True)
+class _Piece:
+    """A Parquet row group or an Arrow record batch: its rows (from metadata), `read(columns)` (all if None) as one
+    table, `stream(columns, rows)` as tables of at most `rows` rows (memory bounded by them, not by the piece),
+    and `width(columns)`: the bytes a row of those columns takes as tensors (leaf values as 8 bytes, plus a
+    row's start and sizes per column)."""
+
+    rows: int
+    read: Callable[[list[str] | None], Any]
+    stream: Callable[[list[str], int], Iterator[Any]]
+    width: Callable[[list[str]], float]
+
+
 @contextlib.contextmanager
-def _open_shard(path: str) -> Iterator[tuple[Any, list[tuple[int, Callable[[list[str] | None], Any]]]]]:
-    """A shard's Arrow schema and its pieces (Parquet row groups, Arrow record batches) as (rows, read): the row
-    counts come from metadata, and `read(columns)` reads one piece (those columns; all if None) as a table."""
+def _open_shard(path: str) -> Iterator[tuple[Any, list[_Piece]]]:
+    """A shard's Arrow schema and its pieces (Parquet row groups, Arrow record batches), counted from metadata."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if path.endswith(".parquet"):
         with pq.ParquetFile(path) as pf:
             meta = pf.metadata
-            yield pf.schema_arrow, [(meta.row_group(g).num_rows, lambda cols, g=g: pf.read_row_group(g, columns=cols))
-                                    for g in range(meta.num_row_groups)]
+            top = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)]
+
+            def width(cols: list[str], g: int) -> float:
+                group = meta.row_group(g)
+                leaves = sum(group.column(i).num_values for i, name in enumerate(top) if name in cols)
+                return (8 * leaves + 24 * len(cols)) / max(group.num_rows, 1)
+
+            def stream(cols: list[str], rows: int, g: int) -> Iterator[Any]:
+                for b in pf.iter_batches(batch_size=rows, row_groups=[g], columns=cols, use_threads=False):
+                    yield pa.Table.from_batches([b])
+
+            yield pf.schema_arrow, [_Piece(meta.row_group(g).num_rows,
+                                           lambda cols, g=g: pf.read_row_group(g, columns=cols, use_threads=False),
+                                           lambda cols, rows, g=g: stream(cols, rows, g),
+                                           lambda cols, g=g: width(cols, g)) for g in range(meta.num_row_groups)]
         return
     with pa.memory_map(path) as source:  # mapped, not copied: counting the batches reads their headers only
         try:
@@ -605,33 +639,55 @@ def _open_shard(path: str) -> Iterator[tuple[Any, list[tuple[int, Callable[[list
             source.seek(0)
             reader = pa.ipc.open_stream(source)
             batches = list(reader)
-        yield reader.schema, [(b.num_rows, lambda cols, b=b: pa.Table.from_batches([b]).select(b.schema.names if cols is None else cols))
-                              for b in batches]
+
+        def table(b: Any, cols: list[str] | None) -> Any:
+            return pa.Table.from_batches([b]).select(b.schema.names if cols is None else cols)
+
+        yield reader.schema, [_Piece(b.num_rows, lambda cols, b=b: table(b, cols),
+                                     lambda cols, rows, b=b: iter([table(b, cols)]),  # mapped: slicing reads it
+                                     lambda cols, b=b: _arrow_width(table(b, cols))) for b in batches]
 
 
-def _chunks(pieces: list[tuple[int, Callable[[list[str] | None], Any]]], columns: list[str], size: int
-            ) -> Iterator[tuple[int, Any]]:
+def _arrow_width(table: Any) -> float:
+    """`_Piece.width` of an Arrow table, from its lists' offsets (no value is read)."""
+    from pyarrow import types
+
+    leaves = 0
+    for column in table.columns:
+        for chunk in column.chunks:
+            while types.is_list(chunk.type) or types.is_large_list(chunk.type) or types.is_fixed_size_list(chunk.type):
+                chunk = chunk.flatten()
+            leaves += len(chunk)
+    return (8 * leaves + 24 * table.num_columns) / max(table.num_rows, 1)
+
+
+def _chunks(pieces: list[_Piece], columns: list[str], size: int | None) -> Iterator[tuple[int, Any]]:
     """A shard's `columns` in tables of `size` rows (the last one shorter), whatever its pieces' sizes, each
-    with its row count (a table of no columns has none)."""
+    with its row count (a table of no columns has none). `size` None: as many rows as fit in CHUNK_BYTES
+    (by the first piece's row width), read piece by piece in parts of at most that many rows."""
     import pyarrow as pa
 
     pending, have = [], 0
-    for rows, read in pieces:
+    for piece in pieces:
+        if not piece.rows:
+            continue
+        if size is None:
+            size = max(1, min(MAX_CHUNK_ROWS, int(CHUNK_BYTES // max(piece.width(columns), 1))))
         try:
-            table = read(columns) if rows else None
+            for table in piece.stream(columns, size):
+                while table.num_rows:
+                    part = table.slice(0, min(size - have, table.num_rows))
+                    pending.append(part)
+                    have += part.num_rows
+                    # (lengths within the table: pyarrow does not clamp them for a table of no columns)
+                    table = table.slice(part.num_rows, table.num_rows - part.num_rows)
+                    if have == size:
+                        yield have, pending[0] if len(pending) == 1 else pa.concat_tables(pending)
+                        pending, have = [], 0
         except Exception:  # a damaged piece: the rows read before it are checked, then the error is reported
             if pending:
                 yield have, pa.concat_tables(pending)
             raise
-        while table is not None and table.num_rows:
-            part = table.slice(0, min(size - have, table.num_rows))
-            pending.append(part)
-            have += part.num_rows
-            # (lengths within the table: pyarrow does not clamp them for a table of no columns)
-            table = table.slice(part.num_rows, table.num_rows - part.num_rows)
-            if have == size:
-                yield have, pa.concat_tables(pending)
-                pending, have = [], 0
     if pending:
         yield have, pa.concat_tables(pending)
 

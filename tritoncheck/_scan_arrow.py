@@ -134,7 +134,7 @@ def read_column(array: Any) -> Column:
         if fixed:
             offsets = (np.arange(len(level) + 1, dtype=np.int64) + level.offset) * level.type.list_size
         else:
-            offsets = np.asarray(level.offsets, dtype=np.int64)
+            offsets = _values(level.offsets)  # (int32 or int64: as int64)
         lengths, has = np.diff(offsets), hi > lo
         if fixed or not len(lengths):
             first = np.full(n, level.type.list_size if fixed else -1, np.int64)
@@ -177,7 +177,7 @@ def _nulls(array: Any) -> Any:
 
     if not array.null_count:
         return None
-    return np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return _values(array.is_null())
 
 
 def _any_in(mask: Any, lo: Any, hi: Any) -> Any:
@@ -193,16 +193,23 @@ def _any_in(mask: Any, lo: Any, hi: Any) -> Any:
 def _values(leaf: Any) -> Any:
     """A leaf array's values as numpy: integers as int64 (as a collator's torch.tensor makes them), floats and
     bools as they are (float64 checked as float64: no bound or finiteness verdict on a rounded value); nulls
-    as zeros (their rows are reported, not checked)."""
+    as zeros (their rows are reported, not checked). Read from the Arrow buffer itself: no copy of a float or
+    int64 column, and no conversion that could import pandas or run a type's own code."""
     import numpy as np
     from pyarrow import types
 
     kind = leaf.type
     if leaf.null_count:
         leaf = leaf.fill_null(False if types.is_boolean(kind) else 0)
-    raw = leaf.to_numpy(zero_copy_only=False)  # a primitive type (refusal checked it): a buffer view or copy
-    if types.is_boolean(kind):
-        return np.asarray(raw, dtype=np.bool_)
+    n, buffer = len(leaf), leaf.buffers()[1]  # a primitive type (refusal checked it): its values' buffer, viewed
+    if types.is_boolean(kind):  # bit-packed, least significant bit first
+        bits = np.frombuffer(buffer, np.uint8) if buffer is not None else np.zeros(0, np.uint8)
+        return np.unpackbits(bits, bitorder="little")[leaf.offset:leaf.offset + n].astype(np.bool_)
+    if types.is_floating(kind):
+        dtype = np.dtype(f"<f{kind.bit_width // 8}")
+    else:
+        dtype = np.dtype(f"<{'i' if types.is_signed_integer(kind) else 'u'}{kind.bit_width // 8}")
+    raw = np.frombuffer(buffer, dtype, count=n, offset=leaf.offset * dtype.itemsize) if n else np.zeros(0, dtype)
     if types.is_integer(kind):
         if types.is_uint64(kind) and len(raw) and int(raw.max()) > INT64_MAX:
             raise ValueError(f"uint64 value {int(raw.max())} is past int64, the integer type of a torch batch")
