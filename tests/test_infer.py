@@ -179,3 +179,12 @@ def test_any_examples_give_a_draft_that_accepts_them(rnd):
         spec = spec_from_dict(yaml.safe_load(infer_yaml(batches)), "draft")
         for batch in batches:  # an empty example (B=0) is always flagged as such, and only as such
             assert {v.code for v in tc.check(batch, spec, backend="torch").violations} <= {"empty_batch"}
+
+
+def test_the_int64_minimum_as_a_sentinel_still_gives_a_draft_that_loads():
+    """`any(i != -9223372036854775808)` does not parse (the literal is past int64 before its minus):
+    infer exited 3, 'internal error: please report', on a batch holding int64's minimum."""
+    batches = [{"i": torch.tensor([[2**62, -2**63], [5, -2**63]])}]
+    spec = spec_from_dict(yaml.safe_load(infer_yaml(batches)), "draft")
+    assert spec.fields["i"].allow == [-2**63]
+    assert tc.check(batches[0], spec, backend="torch").ok

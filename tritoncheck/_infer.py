@@ -303,7 +303,8 @@ def _int_lines(key: str, values: list[torch.Tensor], shape: list[tuple[str | int
         lines.append(f"    min: 0  # observed min {lo} apart from the sentinel {sentinel}, widened to 0")
         lines.append(f"    max: {hi}  # observed max over {n} batch(es)")
         lines.append(f"    allow: [{sentinel}]  # sentinel: the only negative value, below the rest (ignored positions)")
-        if all(bool((v != sentinel).any()) for v in flat):
+        # int64's minimum cannot be written in a rule (its digits are past int64 before the minus)
+        if sentinel > torch.iinfo(torch.int64).min and all(bool((v != sentinel).any()) for v in flat):
             rules += [f"  - rule: any({key} != {sentinel})  # held in every example batch",
                       "    code: all_ignored", f"    hint: every {key} value is {sentinel} (all positions ignored)"]
         return lines
