@@ -10,7 +10,8 @@ is the sha256 of the source, the compiler command, the compiler's version and th
 `~/.cache/tritoncheck/c/`). A build compiles into a unique temporary name and renames it into
 place (`os.replace` is atomic), under an exclusive `flock` on a per-key lock file, so several
 processes (DataLoader workers) compiling the same kernel compile it once, and a reader never sees
-half a file.
+half a file. The library's size and sha256 are recorded beside it at build and checked before
+every `dlopen`: a library truncated or changed since is rebuilt, never mapped.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sysconfig
 import tempfile
@@ -98,18 +100,34 @@ def cache_key(source: str) -> str:
 
 
 _loaded: dict[str, ctypes.CDLL] = {}
+_failed: dict[str, CompileError] = {}  # a build that failed is not retried in this process
 _lock = threading.Lock()
 
 
 def load(source: str) -> ctypes.CDLL:
-    """The compiled library for `source`, from the cache or compiled now (once per key across processes)."""
+    """The compiled library for `source`, from the cache or compiled now (once per key across processes).
+
+    Any fault of the environment (no compiler, a cache path under a file, a read-only, full or
+    `noexec` cache dir, a compile past `COMPILE_TIMEOUT_S`) raises `CompileError`, which the caller
+    turns into the torch backend with one warning; the failure is remembered, so later checks do
+    not wait for the compiler again.
+    """
     key = cache_key(source)
     lib = _loaded.get(key)
     if lib is not None:
         return lib
     with _lock:
+        if key in _failed:
+            raise _failed[key]
         if key not in _loaded:
-            _loaded[key] = _load_or_build(key, source)
+            try:
+                _loaded[key] = _load_or_build(key, source)
+            except OSError as exc:
+                _failed[key] = CompileError(f"the kernel cache at {cache_dir()!r} cannot be used: {exc}")
+                raise _failed[key] from None
+            except CompileError as exc:
+                _failed[key] = exc
+                raise
         return _loaded[key]
 
 
@@ -117,15 +135,38 @@ def _load_or_build(key: str, source: str) -> ctypes.CDLL:
     directory = cache_dir()
     os.makedirs(directory, mode=0o700, exist_ok=True)
     path = os.path.join(directory, f"tc_{key[:40]}.so")
-    if os.path.exists(path):
-        with contextlib.suppress(OSError):
-            return ctypes.CDLL(path)  # a damaged file is rebuilt below
+    lib = _load_verified(path)
+    if lib is not None:
+        return lib
     with _file_lock(path + ".lock"):
-        if os.path.exists(path):  # another process built it while we waited
-            with contextlib.suppress(OSError):
-                return ctypes.CDLL(path)
+        lib = _load_verified(path)  # another process built it while we waited
+        if lib is not None:
+            return lib
         _build(source, path)
-    return ctypes.CDLL(path)
+    lib = _load_verified(path)
+    if lib is None:
+        raise CompileError(f"the library just built at {path!r} does not match its recorded size and hash")
+    return lib
+
+
+def _digest(path: str) -> str:
+    """`size sha256` of a file: what a build records beside its library, and a load checks first."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+
+def _load_verified(path: str) -> ctypes.CDLL | None:
+    """The cached library, or None where it is missing or does not match the size and hash recorded
+    at build: a truncated library would kill the process (SIGBUS) when `dlopen` maps it."""
+    try:
+        with open(path + ".sha256", encoding="ascii") as fh:
+            recorded = fh.read().strip()
+        if _digest(path) != recorded:
+            return None
+    except (OSError, ValueError):
+        return None
+    return ctypes.CDLL(path)  # an OSError here (a noexec mount) is the caller's to report
 
 
 @contextlib.contextmanager
@@ -152,16 +193,35 @@ def _build(source: str, path: str) -> None:
         with open(src, "w", encoding="utf-8") as fh:
             fh.write(source)
         cmd = [*compiler(), *FLAGS, "-o", lib, src, *LIBS]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise CompileError(f"the C compiler failed to run: {exc}") from None
-        if done.returncode != 0:
-            raise CompileError(f"the C compiler rejected generated source ({shlex.join(cmd)}):\n{done.stderr[-4000:]}")
+        returncode, stderr = _run_compiler(cmd)
+        if returncode != 0:
+            raise CompileError(f"the C compiler rejected generated source ({shlex.join(cmd)}):\n{stderr[-4000:]}")
+        digest = os.path.join(tmp, "digest")
+        with open(digest, "w", encoding="ascii") as fh:
+            fh.write(_digest(lib))
         os.replace(src, path[: -len(".so")] + ".c")  # kept beside the library, for reading
         os.replace(lib, path)
+        os.replace(digest, path + ".sha256")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_compiler(cmd: list[str]) -> tuple[int, str]:
+    """Run the compiler in its own process group; past `COMPILE_TIMEOUT_S` the whole group is killed
+    (the driver and its `cc1`/`as`), so a timed-out build leaves nothing running."""
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    except OSError as exc:
+        raise CompileError(f"the C compiler failed to run: {exc}") from None
+    try:
+        _, stderr = proc.communicate(timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise CompileError(f"the C compiler took more than {COMPILE_TIMEOUT_S} s; the kernel is not built") from None
+    return proc.returncode, stderr
 
 
 __all__ = ["CompileError", "FLAGS", "cache_dir", "cache_key", "compiler", "cpu_identity", "load"]
