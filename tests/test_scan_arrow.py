@@ -364,6 +364,14 @@ def test_random_nested_columns_read_as_python_reads_them(seed):
         if not any(marks[r]):
             own = col.take(torch.tensor([r]), 0)[0]
             assert own.tolist() == row or (own.numel() == 0 and not torch.tensor(row).numel()), (row, own)
+    good = [r for r in range(len(expected)) if not any(marks[r])]
+    picked = rng.sample(good, len(good))  # out of order: each row found by its own start, then padded
+    if len(picked) > 1:
+        together = col.take(torch.tensor(picked), -7)
+        for k, r in enumerate(picked):
+            alone = col.take(torch.tensor([r]), -7)[0]
+            assert together[k][tuple(slice(0, n) for n in alone.shape)].equal(alone)
+            assert int((together[k] != -7).sum()) == alone.numel() - int((alone == -7).sum())
 
 
 def test_a_shard_with_no_column_to_read_ends(tmp_path):

@@ -838,7 +838,7 @@ class _Ragged:
         read = sorted(read & self.sizes.keys())
         # rows of equal length in every dim a data check reads, so that padding changes none of them
         keys = torch.stack([self.sizes[d][:, 0] for d in read], dim=1) if read else torch.zeros(self.n, 1)
-        _, group_of = torch.unique(keys, dim=0, return_inverse=True)
+        group_of = _group_ids(keys)
         group_of = torch.where(checked, group_of, -1)
         ran = backend  # every chunk has a group: replaced by what checked it
         for g in group_of.unique().tolist():
@@ -872,7 +872,7 @@ class _Ragged:
             return [members.tolist()]
         longest = torch.stack([s.index_select(0, members).max(dim=1).values for s in self.sizes.values()], dim=1)
         keys = torch.floor(torch.log2(longest.clamp(min=1).double())).long()  # sizes [2^k, 2^(k+1)) together
-        _, bucket = torch.unique(keys, dim=0, return_inverse=True)
+        bucket = _group_ids(keys)
         return [members[bucket == b].tolist() for b in bucket.unique().tolist()]
 
     def _breaks_dim_rule(self, members: Any, dims: dict[str, tuple[int, str]]) -> Any:
@@ -892,6 +892,16 @@ class _Ragged:
             values = {d: size for d, (size, _) in dims.items()} | present | dict(zip(names, combo, strict=True))
             fails.append(any(_fails(c, values, evaluate_scalar, holds) for c in self.plan.dim_checks))
         return torch.tensor(fails).index_select(0, inverse)
+
+
+def _group_ids(keys: Any) -> Any:
+    """Per row of `keys` [n, k], the index of its distinct row: torch.unique over rows, or over values where
+    k is 1 (many times faster on a CPU)."""
+    import torch
+
+    if keys.shape[1] == 1:
+        return torch.unique(keys[:, 0], return_inverse=True)[1]
+    return torch.unique(keys, dim=0, return_inverse=True)[1]
 
 
 def _fails(c: Any, values: dict[str, int], evaluate: Callable[..., Any], holds: Callable[..., Any]) -> bool:

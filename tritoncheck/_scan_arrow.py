@@ -85,29 +85,23 @@ class Column:
                 return self.values[first:first + count * len(rows)].view(len(rows), *longest)
         m, depth = len(rows), len(longest)
         counts = sizes.prod(dim=1)
-        if bool((starts[1:] == starts[:-1] + counts[:-1]).all()):  # rows one after another: one scatter of a slice
-            inside = torch.ones((m, *longest), dtype=torch.bool)
-            for d, size in enumerate(longest):  # inside row r along axis d: position < sizes[r, d]
-                shape = [m] + [1] * depth
-                shape[d + 1] = size
-                inside &= (torch.arange(size).view(1, size) < sizes[:, d:d + 1]).view(shape)
-            out = torch.full((m, *longest), pad, dtype=self.values.dtype)
-            first = int(starts[0])  # (row-major order inside the padded row is the row's own order)
-            return out.masked_scatter_(inside, self.values[first:first + int(counts.sum())])
-        # else each padded position's element: the row's start plus its coordinates times the row's own strides
-        strides = torch.ones_like(sizes)
-        for d in range(depth - 2, -1, -1):
-            strides[:, d] = strides[:, d + 1] * sizes[:, d + 1]
-        index = starts.view(m, *[1] * depth)
-        inside = torch.ones((m, *[1] * depth), dtype=torch.bool)
-        for d, size in enumerate(longest):
-            coord = torch.arange(size).view([1] * (d + 1) + [size] + [1] * (depth - d - 1))
-            index = index + coord * strides[:, d].view(m, *[1] * depth)
-            inside = inside & (coord < sizes[:, d].view(m, *[1] * depth))
-        if not self.values.numel():
-            return torch.full((m, *longest), pad, dtype=self.values.dtype)
-        out = self.values[torch.where(inside, index, 0)]
-        return out.masked_fill_(~inside, pad)
+        inside = torch.ones((m, *longest), dtype=torch.bool)
+        for d, size in enumerate(longest):  # inside row r along axis d: position < sizes[r, d]
+            shape = [m] + [1] * depth
+            shape[d + 1] = size
+            inside &= (torch.arange(size).view(1, size) < sizes[:, d:d + 1]).view(shape)
+        out = torch.full((m, *longest), pad, dtype=self.values.dtype)
+        total = int(counts.sum())
+        if not total:
+            return out
+        if bool((starts[1:] == starts[:-1] + counts[:-1]).all()):  # rows one after another: one slice
+            first = int(starts[0])
+            real = self.values[first:first + total]
+        else:  # the rows' values one row after another: each element's row start, less where its row begins
+            begins = torch.cumsum(counts, 0) - counts
+            real = self.values[torch.repeat_interleave(starts - begins, counts) + torch.arange(total)]
+        # (row-major order inside the padded row is the row's own order)
+        return out.masked_scatter_(inside, real)
 
 
 def read_column(array: Any) -> Column:

@@ -234,10 +234,14 @@ def child(engine: str, table: str, path: str, out: str) -> None:
     Path(out).write_text(json.dumps({"found": found, "rss_mib": peak / 1024}))
 
 
-def measure(engine: str, table: str, path: Path, tmp: Path) -> tuple[float, float, float, dict[str, list[int]]]:
-    """(CPU s, wall s, peak RSS MiB, findings) of one fresh process: start, imports, reading and checking."""
+def measure(engine: str, table: str, path: Path, tmp: Path, base: str | None = None
+            ) -> tuple[float, float, float, dict[str, list[int]]]:
+    """(CPU s, wall s, peak RSS MiB, findings) of one fresh process: start, imports, reading and checking.
+    Engine "base": tritoncheck from the source tree `base` (the same code before a change)."""
     out = tmp / f"{engine}.json"
     env = {**os.environ, **ONE_THREAD}
+    if engine == "base":
+        engine, env["TRITONCHECK_SRC"] = "tritoncheck", str(base)
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, __file__, "--child", engine, table, str(path), str(out)], env=env)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -264,6 +268,8 @@ def main() -> None:
                    help="where the Parquet files are written (kept, and reused when their rows match)")
     p.add_argument("--out", help="write the result table (Markdown) here")
     p.add_argument("--note", default="", help="a line for the result file (what changed)")
+    p.add_argument("--base", help="also run tritoncheck from this source tree (e.g. `git archive REV tritoncheck` "
+                   "unpacked), as engine 'base', interleaved with the others")
     args = p.parse_args()
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
@@ -280,12 +286,13 @@ def main() -> None:
             planted = (write_numeric if table == "numeric" else write_tokens)(path, args.rows)
             truth_path.write_text(json.dumps(planted))
         planted = json.loads(truth_path.read_text())
-        runs: dict[str, list[tuple[float, float, float]]] = {e: [] for e in args.engines.split(",")}
+        engines = args.engines.split(",") + (["base"] if args.base else [])
+        runs: dict[str, list[tuple[float, float, float]]] = {e: [] for e in engines}
         agree: dict[str, str] = {}
         with tempfile.TemporaryDirectory() as tmp:
             for _ in range(args.rounds):
                 for engine in runs:  # interleaved: a slow minute of the machine costs every engine alike
-                    cpu, wall, rss, found = measure(engine, table, path, Path(tmp))
+                    cpu, wall, rss, found = measure(engine, table, path, Path(tmp), args.base)
                     runs[engine].append((cpu, wall, rss))
                     wrong = {c: sorted(set(found.get(c, [])) ^ set(rows), key=str)[:5] for c, rows in planted.items()
                              if set(found.get(c, [])) != set(rows)}
