@@ -159,3 +159,24 @@ def test_a_saved_mapping_inside_a_saved_mapping_is_read_as_a_dict_too(tmp_path, 
     out = capsys.readouterr().out
     assert "target: expected a tensor or numpy array, got dict" in out
     assert "_SavedMapping" not in out
+
+
+@pytest.mark.parametrize(("alias", "meant"), [("long", "int64"), ("half", "float16"), ("double", "float64"),
+                                              ("torch.int64", "int64"), ("torch.long", "int64"), ("fp16", "float16"),
+                                              ("bf16", "bfloat16"), ("np.float32", "float32")])
+def test_a_dtype_alias_gets_the_dtype_name_it_stands_for(alias, meant):
+    """torch's and numpy's aliases, and the usual short forms, are what users write; difflib finds none
+    of them near its name (the issue asked for dtype aliases to get the closest name)."""
+    with pytest.raises(tc.SpecError, match=rf"unknown dtype '{alias}'.*\(did you mean '{meant}'\?\)"):
+        tc.BatchSpec(name="s", fields={"x": {"dtype": alias, "shape": ["B"]}})
+
+
+def test_a_torch_dtype_object_is_taken_as_its_name():
+    """In Python, `dtype=torch.int64` is the natural spelling: it was 'Input should be a valid list'."""
+    field = tc.FieldSpec(dtype=torch.int64, shape=["B"])
+    assert field.dtype == ["int64"]
+    assert tc.FieldSpec(dtype=[torch.float16, "bfloat16"], shape=["B"]).dtype == ["float16", "bfloat16"]
+    spec = tc.BatchSpec(name="s", fields={"x": field})
+    assert tc.check({"x": torch.zeros(2, dtype=torch.long)}, spec).ok
+    with pytest.raises(tc.SpecError, match="unknown dtype 'complex64'"):
+        tc.BatchSpec(name="s", fields={"x": {"dtype": torch.complex64, "shape": ["B"]}})

@@ -127,7 +127,8 @@ class FieldSpec(_SpecModel):
     @field_validator("dtype", mode="before")
     @classmethod
     def _one_dtype(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
+        v = [v] if isinstance(v, (str, torch.dtype)) else v
+        return [dtype_name(d) if isinstance(d, torch.dtype) else d for d in v] if isinstance(v, list) else v
 
     @field_validator("dtype")
     @classmethod
@@ -136,7 +137,8 @@ class FieldSpec(_SpecModel):
             raise ValueError("at least one dtype is required")
         for name in v:  # a parameter name is resolved (and checked) once the parameters are known
             if not is_dtype_name(name) and not _IDENT.match(name):
-                expand_dtypes([name])  # raises ValueError naming the unknown dtype
+                known = [*DTYPES, *GROUPS]
+                raise ValueError(f"unknown dtype {name!r}{_dtype_meant(name, known)}; known: {', '.join(known)}")
         return v
 
     @field_validator("shape")
@@ -286,7 +288,7 @@ class BatchSpec(_SpecModel):
                 if not is_dtype_name(entry) and entry not in self.params:
                     known = [*DTYPES, *GROUPS]
                     raise ValueError(f"fields.{name}.dtype: unknown dtype {entry!r}, and no parameter of that name"
-                                     f"{closest(entry, [*known, *self.params])}; known: {', '.join(known)}")
+                                     f"{_dtype_meant(entry, [*known, *self.params])}; known: {', '.join(known)}")
             dtypes = self.field_dtypes(name, strict=False)
             integers = dtypes is not None and all_integer(dtypes)
             entries = [(k, getattr(f, k)) for k in ("min", "max") if not isinstance(getattr(f, k), (str, type(None)))]
@@ -428,6 +430,20 @@ def closest(name: str, choices: Any) -> str:
     """` (did you mean 'x'?)` for the choice nearest to a misspelled `name`, or nothing."""
     match = close_match(name, choices)
     return f" (did you mean {match!r}?)" if match else ""
+
+
+_DTYPE_SHORT = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+
+
+def _dtype_meant(entry: str, names: Any) -> str:
+    """` (did you mean 'int64'?)` for a dtype alias users write (`long`, `torch.half`, `np.float32`,
+    `fp16`), else for the nearest of `names`; difflib alone finds no alias near its name."""
+    name = re.sub(r"^(torch|numpy|np)\.", "", entry)
+    name = _DTYPE_SHORT.get(name, name)
+    alias = vars(torch).get(name)  # vars, not getattr: torch's __getattr__ imports submodules by name
+    if isinstance(alias, torch.dtype) and is_dtype_name(dtype_name(alias)):
+        name = dtype_name(alias)
+    return f" (did you mean {name!r}?)" if is_dtype_name(name) else closest(entry, names)
 
 
 def _config_value(config: Any, name: str) -> Any:
