@@ -838,7 +838,7 @@ class _Ragged:
         read = sorted(read & self.sizes.keys())
         # rows of equal length in every dim a data check reads, so that padding changes none of them
         keys = torch.stack([self.sizes[d][:, 0] for d in read], dim=1) if read else torch.zeros(self.n, 1)
-        group_of = _group_ids(keys)
+        group_of = _distinct(keys)[1]
         group_of = torch.where(checked, group_of, -1)
         ran = backend  # every chunk has a group: replaced by what checked it
         for g in group_of.unique().tolist():
@@ -872,7 +872,7 @@ class _Ragged:
             return [members.tolist()]
         longest = torch.stack([s.index_select(0, members).max(dim=1).values for s in self.sizes.values()], dim=1)
         keys = torch.floor(torch.log2(longest.clamp(min=1).double())).long()  # sizes [2^k, 2^(k+1)) together
-        bucket = _group_ids(keys)
+        bucket = _distinct(keys)[1]
         return [members[bucket == b].tolist() for b in bucket.unique().tolist()]
 
     def _breaks_dim_rule(self, members: Any, dims: dict[str, tuple[int, str]]) -> Any:
@@ -885,7 +885,7 @@ class _Ragged:
         if not self.plan.dim_checks or not names:
             return torch.zeros(len(members), dtype=torch.bool)
         own = torch.stack([self.sizes[d][:, 0].index_select(0, members) for d in names], dim=1)
-        combos, inverse = torch.unique(own, dim=0, return_inverse=True)
+        combos, inverse = _distinct(own)
         fails = []
         present = {presence_dim(f.name): f.name in self.columns for f in self.plan.fields}  # as bind sets them
         for combo in combos.tolist():
@@ -894,14 +894,15 @@ class _Ragged:
         return torch.tensor(fails).index_select(0, inverse)
 
 
-def _group_ids(keys: Any) -> Any:
-    """Per row of `keys` [n, k], the index of its distinct row: torch.unique over rows, or over values where
-    k is 1 (many times faster on a CPU)."""
+def _distinct(keys: Any) -> tuple[Any, Any]:
+    """The distinct rows of `keys` [n, k] and, per row, the index of its own: torch.unique over rows, or over
+    values where k is 1 (many times faster on a CPU)."""
     import torch
 
     if keys.shape[1] == 1:
-        return torch.unique(keys[:, 0], return_inverse=True)[1]
-    return torch.unique(keys, dim=0, return_inverse=True)[1]
+        values, inverse = torch.unique(keys[:, 0], return_inverse=True)
+        return values.view(-1, 1), inverse
+    return torch.unique(keys, dim=0, return_inverse=True)
 
 
 def _fails(c: Any, values: dict[str, int], evaluate: Callable[..., Any], holds: Callable[..., Any]) -> bool:
