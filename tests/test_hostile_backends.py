@@ -167,3 +167,13 @@ def test_the_cache_keeps_a_size_and_hash_beside_each_library(fresh):
     assert int(size) == os.path.getsize(os.path.join(d, libs[0])) and len(digest) == 64
 
 
+
+
+def test_the_cache_directory_keeps_at_most_max_cached_kernels(fresh, monkeypatch):
+    monkeypatch.setattr(build, "MAX_CACHED_KERNELS", 3)
+    for i in range(6):
+        assert checked(spec(f"pruned{i}"))[0].backend == "c"
+    files = os.listdir(build.cache_dir())
+    assert len([f for f in files if f.endswith(".so")]) == 3
+    assert len(files) == 3 * 4  # each kernel: .so, .so.sha256, .c, .so.lock
+    assert checked(spec("pruned0"))[0].backend == "c"  # a pruned kernel is built again

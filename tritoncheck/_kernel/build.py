@@ -143,10 +143,30 @@ def _load_or_build(key: str, source: str) -> ctypes.CDLL:
         if lib is not None:
             return lib
         _build(source, path)
+        _prune(directory, keep=path)
     lib = _load_verified(path)
     if lib is None:
         raise CompileError(f"the library just built at {path!r} does not match its recorded size and hash")
     return lib
+
+
+MAX_CACHED_KERNELS = 64  # libraries kept in the cache directory; the least recently built or loaded go first
+_SIDECARS = (".so", ".so.sha256", ".c", ".so.lock")
+
+
+def _prune(directory: str, keep: str) -> None:
+    """Remove the least recently used kernels past MAX_CACHED_KERNELS, each with its files: 80
+    specs must not leave 320 files. A process that has one mapped keeps it (unlinking is safe);
+    one that needs it again rebuilds it."""
+    libs = [os.path.join(directory, f) for f in os.listdir(directory) if f.startswith("tc_") and f.endswith(".so")]
+    if len(libs) <= MAX_CACHED_KERNELS:
+        return
+    libs.sort(key=lambda f: os.stat(f).st_mtime_ns if os.path.exists(f) else 0)
+    for lib in libs[: len(libs) - MAX_CACHED_KERNELS]:
+        if lib != keep:
+            for suffix in _SIDECARS:
+                with contextlib.suppress(OSError):
+                    os.unlink(lib[: -len(".so")] + suffix)
 
 
 def _digest(path: str) -> str:
@@ -164,6 +184,8 @@ def _load_verified(path: str) -> ctypes.CDLL | None:
             recorded = fh.read().strip()
         if _digest(path) != recorded:
             return None
+        with contextlib.suppress(OSError):  # (a read-only cache is still read)
+            os.utime(path)  # recently used: kept by `_prune`
     except (OSError, ValueError):
         return None
     return ctypes.CDLL(path)  # an OSError here (a noexec mount) is the caller's to report
