@@ -180,3 +180,15 @@ def test_a_torch_dtype_object_is_taken_as_its_name():
     assert tc.check({"x": torch.zeros(2, dtype=torch.long)}, spec).ok
     with pytest.raises(tc.SpecError, match="unknown dtype 'complex64'"):
         tc.BatchSpec(name="s", fields={"x": {"dtype": torch.complex64, "shape": ["B"]}})
+
+
+@pytest.mark.parametrize(("field", "extra", "message"), [
+    ({"max": 5, "severity": {"above_maxx": "warning"}}, {},
+     r"fields\.x\.severity: severity: 'above_maxx' is not a code this field's options report \(did you mean 'above_max'\?\)"),
+    ({"max": 5, "hints": {"abov_max": "h"}}, {},
+     r"fields\.x\.hints: unknown violation code 'abov_max' in hints \(did you mean 'above_max'\?\)"),
+    ({}, {"batch_dim": "b"}, r"batch_dim 'b' does not appear in any field's shape \(did you mean 'B'\?\)"),
+])
+def test_codes_in_severity_and_hints_and_the_batch_dim_get_the_closest_name(field, extra, message):
+    with pytest.raises(tc.SpecError, match=message):
+        tc.BatchSpec(name="s", fields={"x": {"dtype": "int64", "shape": ["B"], **field}}, **extra)

@@ -166,7 +166,8 @@ class FieldSpec(_SpecModel):
     def _severity_codes(cls, v: dict[str, str]) -> dict[str, str]:
         for code in v:
             if code not in field_codes():
-                raise ValueError(f"severity: {code!r} is not a code this field's options report; "
+                raise ValueError(f"severity: {code!r} is not a code this field's options report"
+                                 f"{closest(code, field_codes())}; "
                                  f"known: {', '.join(field_codes())} (a rule sets its own severity)")
         return v
 
@@ -177,7 +178,8 @@ class FieldSpec(_SpecModel):
 
         for code in v:
             if code not in VIOLATION_CODES:
-                raise ValueError(f"unknown violation code {code!r} in hints; known: {', '.join(VIOLATION_CODES)}")
+                raise ValueError(f"unknown violation code {code!r} in hints{closest(code, VIOLATION_CODES)}; "
+                                 f"known: {', '.join(VIOLATION_CODES)}")
         return v
 
 
@@ -278,7 +280,8 @@ class BatchSpec(_SpecModel):
         if clash:
             raise ValueError(f"{sorted(clash)} named both a dim and a field or parameter")
         if self.batch_dim not in dims:
-            raise ValueError(f"batch_dim {self.batch_dim!r} does not appear in any field's shape")
+            raise ValueError(f"batch_dim {self.batch_dim!r} does not appear in any field's shape"
+                             f"{closest(self.batch_dim, sorted(dims))}")
         for name, f in self.fields.items():
             named = [e for e in f.shape if isinstance(e, str) and e in dims]
             if len(set(named)) != len(named):
@@ -421,8 +424,10 @@ class BatchSpec(_SpecModel):
 
 
 def close_match(name: str, choices: Any) -> str | None:
-    """The choice nearest to a misspelled `name`, if any is near."""
-    match = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    """The choice nearest to a misspelled `name`, if any is near (one that differs only in case first)."""
+    choices = [str(c) for c in choices]
+    same = [c for c in choices if c.lower() == str(name).lower()]
+    match = same or difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
     return match[0] if match else None
 
 
