@@ -54,7 +54,7 @@ NUMBERS = [
     -(2**63), -(2**63) - 1, 10**40, True, False,
 ]
 # Constants in rule text (the parser's own numbers, spelled as a user would).
-CONSTS = ["0", "1", "-1", "2", "3", "0.5", "-0.0", "1e20", "1e400", "-100", "True", "False", "4611686018427387904",
+CONSTS = ["0", "1", "-1", "2", "3", "0.5", "-0.0", "0.0", "1e20", "1e400", "-100", "True", "False", "4611686018427387904",
           "255", "0.1", "1e-45", "2**3", "'a'"]
 HINT_TEXTS = [
     "check the collate function", '"""; __import__("os").system("id"); _ = """', "\x1b[31mred\x1b[0m",
@@ -406,6 +406,8 @@ def _param_size(text: Any, params: dict[str, Any]) -> int:
 
 SIZES = [2, 3, 1, 4, 5, 0, 7, 16, 17, 33]
 BIG_SIZES = [1025, 1030, 2049]
+HUGE_EMPTY = 2**31 + 5  # a dim past int32 whose fields are all empty (another of their dims is 0)
+HUGE_EXPANDED = 70_000  # a dim past 65,536 that every field spanning it stores once (an expanded view)
 # A rule over fields with different axes runs over the product of their axes, which Triton's
 # interpreter walks at some microseconds per element, and a reduction under an element-wise
 # operation (`x > 0 | any(y)`) is redone per output element: the product of every axis stays
@@ -426,18 +428,33 @@ def cost(sizes: list[int], reduces: bool) -> float:
 
 
 @st.composite
-def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: bool) -> dict[str, Any]:
+def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: bool,
+            positional: frozenset[str] = frozenset(), huge: bool = False) -> dict[str, Any]:
     dims = {}
     for m in models:
         for kind, v in m.axes:
             if kind == "dim" and v not in dims:
                 dims[v] = draw(st.sampled_from(SIZES))
+    expanded = None  # a dim past 65,536 along which every field is an expanded view
+    if huge and dims and draw(st.integers(0, 4)) == 0:
+        expanded = draw(st.sampled_from(sorted(dims)))
+        dims = {d: min(n, 4) for d, n in dims.items()}
+        dims[expanded] = HUGE_EXPANDED
+    if not huge:
+        positional = frozenset(dims)  # no huge dims for a backend that walks every logical position
     if dims and draw(st.integers(0, 5)) == 0:  # one dim past a block size
         d = draw(st.sampled_from(sorted(dims)))
         dims[d] = draw(st.sampled_from(BIG_SIZES))
+    if dims and draw(st.integers(0, 9)) == 0:  # a dim past 2**31 whose every field is empty
+        d = draw(st.sampled_from(sorted(dims)))  # (never one a rule walks with arange: 2**31 positions)
+        spanning = [m for m in models if ("dim", d) in m.axes and d not in positional]
+        others = {v for m in spanning for kind, v in m.axes if kind == "dim" and v != d}
+        if spanning and all(any(kind == "dim" and v != d for kind, v in m.axes) for m in spanning):
+            dims.update(dict.fromkeys(others, 0))
+            dims[d] = HUGE_EMPTY
     fixed = [max(s, 1) for m in models for s in _sizes(m, params, {})]
-    while dims and cost(fixed + list(dims.values()), reduces) > MAX_SPACE:
-        d = max(dims, key=dims.get)
+    while dims and cost(fixed + [n for d, n in dims.items() if n != HUGE_EMPTY and d != expanded], reduces) > MAX_SPACE:
+        d = max((k for k in dims if dims[k] != HUGE_EMPTY and k != expanded), key=dims.get)
         dims[d] //= 2
     valid = draw(st.integers(0, 2)) == 0  # mostly-valid batch: values inside the declared bounds
     batch: dict[str, Any] = {}
@@ -458,10 +475,12 @@ def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: boo
             dtype_name = draw(st.sampled_from(DTYPE_NAMES))
         seed = draw(st.integers(0, 2**32 - 1))
         odd = 0.0 if valid else draw(st.sampled_from([0.0, 0.01, 0.2, 1.0]))
-        t = make_values(m, TORCH_DTYPES[dtype_name], shape, seed, odd)
-        t = draw(layouts(t))
+        along = [i for i, (kind, v) in enumerate(m.axes) if kind == "dim" and v == expanded and i < len(shape)]
+        stored = [1 if i in along else n for i, n in enumerate(shape)]
+        t = make_values(m, TORCH_DTYPES[dtype_name], stored, seed, odd)
+        t = draw(layouts(t)).expand(shape) if along else draw(layouts(t))
         if form == "numpy" and t.dtype != torch.bfloat16:
-            arr = t.numpy()
+            arr = t.resolve_neg().numpy()  # (a bool's bytes stay as they are: numpy bools from bytes)
             batch[m.name] = np.flip(arr, 0) if arr.ndim and draw(st.booleans()) else arr
         elif form == "list":
             batch[m.name] = t.tolist()
@@ -532,8 +551,16 @@ def make_values(m: FieldModel, dtype: torch.dtype, shape: list[int], seed: int, 
 @st.composite
 def layouts(draw, t: torch.Tensor) -> torch.Tensor:
     """The same logical tensor (or an expanded one) with odd strides and storage offsets."""
-    kind = draw(st.sampled_from(["contiguous", "transposed", "stepped", "expanded", "offset", "broadcast"]))
+    kind = draw(st.sampled_from(["contiguous", "transposed", "stepped", "expanded", "offset", "broadcast", "neg",
+                                 "conj", "bool_bytes"]))
     shape = list(t.shape)
+    signed = t.dtype.is_floating_point or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)
+    if kind == "neg" and signed:  # the lazy negation bit: torch reads -stored
+        return torch._neg_view(-t)
+    if kind == "conj" and t.dtype in (torch.float32, torch.float64):  # z.conj().imag: strided, negation bit
+        return torch.complex(torch.zeros_like(t), -t).conj().imag
+    if kind == "bool_bytes" and t.dtype == torch.bool:  # bytes other than 0/1 (a uint8 view, numpy from bytes)
+        return (t.to(torch.uint8) * draw(st.sampled_from([2, 7, 255]))).view(torch.bool)
     if kind == "transposed" and t.dim() >= 2:
         return t.transpose(0, -1).contiguous().transpose(0, -1)
     if kind == "stepped" and t.dim() >= 1:
@@ -559,12 +586,15 @@ def layouts(draw, t: torch.Tensor) -> torch.Tensor:
 
 
 @st.composite
-def cases(draw) -> Case:
+def cases(draw, huge: bool = False) -> Case:
+    """A spec and a batch; `huge` adds dims no backend may walk in full: past 2**31 with every field
+    empty, and past 65,536 with every field expanded (for backends that walk stored values only)."""
     data, models, params = draw(spec_models())
     reduces = any(f"{op}(" in str(r) for r in data.get("rules", ()) for op in ("any", "all", "sum"))
     assume(cost([s for m in models for s in _sizes(m, params, {})], reduces) <= MAX_SPACE)
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=draw(st.booleans()))
-    return Case(text, draw(batches(models, params, reduces)), params)
+    positional = frozenset(re.findall(r"arange\((\w+)\)", str(data.get("rules", ()))))
+    return Case(text, draw(batches(models, params, reduces, positional, huge)), params)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -585,15 +615,20 @@ def _list_code(v: Any) -> str:
 
 def tensor_code(t: torch.Tensor) -> str:
     """Python that rebuilds `t` exactly: its whole storage, then sizes, strides and offset."""
-    storage = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
+    dtype = torch.uint8 if t.dtype == torch.bool else t.dtype  # a bool's bytes, 0/1 or not
+    storage = torch.empty(0, dtype=dtype).set_(t.untyped_storage())
     values = storage.tolist()
     if len(values) > 8 and len({_num(v) for v in values}) == 1:
-        code = f"torch.full(({len(values)},), {_num(values[0])}, dtype={t.dtype})"
+        code = f"torch.full(({len(values)},), {_num(values[0])}, dtype={dtype})"
     else:
-        code = f"torch.tensor({_list_code(values)}, dtype={t.dtype})"
+        code = f"torch.tensor({_list_code(values)}, dtype={dtype})"
+    if t.dtype == torch.bool:
+        code += ".view(torch.bool)"
     if t.is_contiguous() and t.storage_offset() == 0 and storage.numel() == t.numel():
-        return f"{code}.reshape({tuple(t.shape)})"
-    return f"{code}.as_strided({tuple(t.shape)}, {t.stride()}, {t.storage_offset()})"
+        code = f"{code}.reshape({tuple(t.shape)})"
+    else:
+        code = f"{code}.as_strided({tuple(t.shape)}, {t.stride()}, {t.storage_offset()})"
+    return f"torch._neg_view({code})" if t.is_neg() else code
 
 
 def batch_code(batch: dict[str, Any]) -> str:

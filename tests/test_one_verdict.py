@@ -236,3 +236,55 @@ def test_a_rule_over_unrelated_dims_is_refused_at_load(rule):
 def test_a_rule_within_one_fields_dims_loads(rule):
     plan = tc._plan.compile_plan(spec(SIX, [{"rule": rule}]))
     assert len(plan.checks) == 1
+
+
+# -- positions (arange) along a long dim: evaluated in windows on the torch backend ------------------
+
+CTC_LIKE = {
+    "targets": {"dtype": "int64", "shape": ["B", "S"]},
+    "lengths": {"dtype": "int64", "shape": ["B"]},
+}
+WINDOW_RULES = ["targets != 0 where arange(S) < lengths", "targets + arange(S) < 30",
+                "(arange(S) % 3 != 1) | (targets > 2)"]
+
+
+@pytest.mark.parametrize("rule", WINDOW_RULES)
+@pytest.mark.parametrize("expand", [False, True])
+def test_a_rule_over_positions_gives_the_same_report_in_windows(monkeypatch, rule, expand):
+    from tritoncheck import _torch_backend
+
+    s = spec(CTC_LIKE, [rule])
+    g = torch.Generator().manual_seed(len(rule))
+    stored = torch.randint(0, 5, (3, 1 if expand else 37), generator=g)
+    stored[:, 0] = torch.tensor([0, 0, 1])
+    targets = stored.expand(3, 37)
+    batch = {"targets": targets, "lengths": torch.tensor([0, 30, 37])}
+    whole = report(batch, s, "torch")
+    monkeypatch.setattr(_torch_backend, "MAX_MASK", 8)  # 3 x 37 positions in windows of 2 or 8
+    assert report(batch, s, "torch") == whole and whole
+    assert report(materialized(batch), s, "torch") == whole
+
+
+CTC_RSS = """
+import json, resource, sys, time, torch
+import tritoncheck as tc
+spec = tc.load_spec("ctc")
+S = int(sys.argv[1])
+def batch(s):
+    return {"log_probs": torch.zeros(5, 2, 4), "targets": torch.tensor([[1], [0]]).expand(2, s),
+            "input_lengths": torch.tensor([5, 5]), "target_lengths": torch.tensor([3, 5])}
+tc.check(batch(8), spec, backend="torch")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+r = tc.check(batch(S), spec, backend="torch")
+took = time.perf_counter() - t0
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"grew_kib": after - before, "took": took,
+                  "found": [(v.code, v.count, list(v.samples), list(v.index)) for v in r.violations]}))
+"""
+
+
+def test_arange_over_an_expanded_dim_costs_a_window_on_the_torch_backend():
+    out = run_isolated(CTC_RSS, 2**26)  # was +1,156 MiB: arange(S) and its masks at full size
+    assert out["found"] == [["dim_bound", 1, [], []]] or out["found"][-1][:3] == ["rule_failed", 5, [1]], out
+    assert out["grew_kib"] < 64 * 1024, out

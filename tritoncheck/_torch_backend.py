@@ -14,6 +14,7 @@ view, so nothing allocates in proportion to a view's logical size.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ import torch
 from ._checks import hint, kind_of, message, range_limit
 from ._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from ._kernel.ir import expr_axes
 from ._plan import (
     Bound,
     DataCheck,
@@ -79,6 +81,10 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
     ctx = Context(plan, bound)
     out = []
     for check in bound.runnable:
+        axis = _window_axis(check, ctx)
+        if axis is not None:
+            out.extend(_windowed(check, ctx, axis))
+            continue
         bad = ctx.bad_mask(check)
         if bad is None:
             continue
@@ -86,6 +92,71 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
         if count:
             out.append(make_violation(check, ctx, count, samples, index))
     return out
+
+
+MAX_MASK = 2**22  # elements of a mask over positions (arange) built at once; longer dims go in windows
+
+
+def _window_axis(check: DataCheck, ctx: Context) -> str | None:
+    """The dim to walk in windows: one the rule reads positions along (`arange(S)`), that no
+    reduction in it spans, where its mask would pass MAX_MASK elements. `arange(S)` over an
+    expanded `targets` (S = 2**26) then costs a window's memory, not S's."""
+    if not isinstance(check, RuleCheck) or math.prod(ctx.sizes[a] for a in check.axes) <= MAX_MASK:
+        return None
+    reduced = set().union(*(expr_axes(ctx.plan, r.x) for r in _reductions(check.expr) + _reductions(check.where)))
+    for d in sorted(_aranges(check.expr) | _aranges(check.where), key=lambda d: -ctx.sizes[d]):
+        if d in check.axes and d not in reduced:
+            return d
+    return None
+
+
+def _windowed(check: RuleCheck, ctx: Context, axis: str) -> list[Violation]:
+    """`check` evaluated over windows of `axis`: counts summed, samples joined, the first index the
+    row-major least over windows, the value read in the window that holds it."""
+    if kind_of(check).settle(check, ctx):
+        return []
+    n = ctx.sizes[axis]
+    step = max(1, MAX_MASK // max(1, math.prod(ctx.sizes[a] for a in check.axes if a != axis)))
+    pos = check.axes.index(axis)
+    count, samples, first = 0, set(), None
+    for start in range(0, n, step):
+        with ctx.windowed(axis, start, min(n, start + step)):
+            bad = kind_of(check).torch(check, ctx)
+            if bad is None:
+                continue
+            c, s, index = locate(bad, check.axes, ctx.plan.batch_dim, ctx.sizes)
+            if not c:
+                continue
+            count += c
+            shift = start if axis == ctx.plan.batch_dim else 0
+            samples.update(i + shift for i in s)
+            index = index[:pos] + (index[pos] + start,) + index[pos + 1:]
+            if first is None or index < first[0]:
+                local = index[:pos] + (index[pos] - start,) + index[pos + 1:]
+                first = (index, _python(_at(ctx.values(check.subject, check.axes), local)))
+    if not count:
+        return []
+    return [violation(check, ctx.bound, count, tuple(sorted(samples)), first[0], first[1])]
+
+
+def _aranges(expr: Expr | None) -> set[str]:
+    if isinstance(expr, Arange):
+        return {expr.dim}
+    if isinstance(expr, (Unary, Reduce)):
+        return _aranges(expr.x)
+    if isinstance(expr, Binary):
+        return _aranges(expr.a) | _aranges(expr.b)
+    return set()
+
+
+def _reductions(expr: Expr | None) -> list[Reduce]:
+    if isinstance(expr, Reduce):
+        return [expr, *_reductions(expr.x)]
+    if isinstance(expr, Unary):
+        return _reductions(expr.x)
+    if isinstance(expr, Binary):
+        return _reductions(expr.a) + _reductions(expr.b)
+    return []
 
 
 @functools.lru_cache(maxsize=1024)
@@ -107,6 +178,17 @@ class Context:
                 self.sizes[axis] = size
         self._summary: dict[str, tuple[Any, Any] | None] = {}
         self._compact: dict[str, torch.Tensor] = {}
+        self.window: tuple[str, int, int] | None = None  # (dim, start, stop): evaluate only there
+
+    @contextlib.contextmanager
+    def windowed(self, axis: str, start: int, stop: int):
+        """Evaluate over positions start..stop-1 of `axis` only (`arange` and fields narrowed)."""
+        size = self.sizes[axis]
+        self.window, self.sizes[axis] = (axis, start, stop), stop - start
+        try:
+            yield
+        finally:
+            self.window, self.sizes[axis] = None, size
 
     def stored(self, name: str) -> torch.Tensor:
         """The field with its expanded axes cut to size 1 (see `compact`)."""
@@ -234,10 +316,16 @@ class Context:
             return self.dims[expr.name], ()
         if isinstance(expr, Arange):
             device = next(iter(self.bound.tensors.values())).device
+            if self.window is not None and self.window[0] == expr.dim:
+                return torch.arange(self.window[1], self.window[2], device=device), (expr.dim,)
             return torch.arange(self.sizes[expr.dim], device=device), (expr.dim,)
         if isinstance(expr, Ref):
             t = self.tensor(expr.field)
             axes = self.plan.field(expr.field).axes
+            if self.window is not None and self.window[0] in axes:
+                w = axes.index(self.window[0])
+                if expr.index[w] is None and t.shape[w] != 1:  # (size 1: an expanded axis, one value)
+                    t = t.narrow(w, self.window[1], self.window[2] - self.window[1])
             for axis in reversed(range(len(expr.index))):  # select from the back so positions stay valid
                 if expr.index[axis] is not None:  # (in range: `bind` checked it; an expanded axis holds one value)
                     t = t.select(axis, expr.index[axis] if t.shape[axis] != 1 else 0)
