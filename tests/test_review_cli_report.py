@@ -192,3 +192,14 @@ def test_a_torch_dtype_object_is_taken_as_its_name():
 def test_codes_in_severity_and_hints_and_the_batch_dim_get_the_closest_name(field, extra, message):
     with pytest.raises(tc.SpecError, match=message):
         tc.BatchSpec(name="s", fields={"x": {"dtype": "int64", "shape": ["B"], **field}}, **extra)
+
+
+@pytest.mark.parametrize("columns", ["0", "1"])
+def test_a_table_at_a_width_of_nothing_still_prints_the_verdict(tmp_path, capsys, monkeypatch, columns):
+    """COLUMNS=0 printed nothing at all (exit code 1 with no word of why); COLUMNS=1 one letter a line."""
+    torch.save(_ce(True), tmp_path / "b.pt")
+    monkeypatch.setenv("COLUMNS", columns)
+    assert main(["check", "cross-entropy", str(tmp_path / "b.pt"), "--format", "table", "--backend", "torch"]) == 1
+    out = capsys.readouterr().out
+    assert "1 violation for cross-entropy" in " ".join(out.split())
+    assert "target[1]" in out

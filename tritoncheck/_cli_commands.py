@@ -311,11 +311,17 @@ def show_report(report: Any, fmt: str) -> None:
         console().print(report)
 
 
+MIN_WIDTH = 40  # below it rich prints nothing (width 0) or splits every word; reports then wrap past it
+
+
 def console():
-    """A rich console for `Text` and reports: the terminal's width, or $COLUMNS (80 if unset) when piped."""
+    """A rich console for `Text` and reports: the terminal's width, or $COLUMNS (80 if unset) when piped;
+    at least MIN_WIDTH."""
     from rich.console import Console
 
-    return Console(markup=False, emoji=False, highlight=False)
+    out = Console(markup=False, emoji=False, highlight=False)
+    out.width = max(out.width, MIN_WIDTH)
+    return out
 
 
 def run_specs(args: argparse.Namespace) -> int:
