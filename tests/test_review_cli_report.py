@@ -203,3 +203,16 @@ def test_a_table_at_a_width_of_nothing_still_prints_the_verdict(tmp_path, capsys
     out = capsys.readouterr().out
     assert "1 violation for cross-entropy" in " ".join(out.split())
     assert "target[1]" in out
+
+
+def test_a_dataset_key_with_control_characters_reaches_the_errors_note_escaped():
+    """Python prints an exception's notes as they are: a dataset keyed by file names put a raw ESC
+    sequence on the terminal through 'dataset indices of the bad samples: ...'."""
+    key = "doc\x1b]0;pwned\x07\x9b.json"
+    dataset = {key: {"input": torch.randn(3), "target": torch.tensor(7)}}
+    collate = tc.ValidatingCollate(tc.load_spec("cross-entropy"), backend="torch", warmup=False)
+    loader = torch.utils.data.DataLoader(tc.IndexedDataset(dataset), batch_size=1, sampler=[key], collate_fn=collate)
+    with pytest.raises(tc.BatchValidationError) as info:
+        next(iter(loader))
+    (note,) = info.value.__notes__
+    assert note == "dataset indices of the bad samples: doc\\x1b]0;pwned\\x07\\x9b.json (sample 0)"

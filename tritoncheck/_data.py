@@ -46,7 +46,7 @@ from torch._utils import ExceptionWrapper
 from ._api import BACKENDS, Backend, check, disabled, log_warnings
 from ._api import warmup as compile_kernel
 from ._plan import Plan, compile_plan
-from ._report import BatchValidationError, Report, Violation
+from ._report import BatchValidationError, Report, Violation, printable
 from ._spec import BatchSpec
 
 OnError = Literal["raise", "skip", "quarantine"]
@@ -418,7 +418,8 @@ def _with_indices(exc: BatchValidationError, indices: Sequence[int | None], culp
     exc.dataset_indices = tuple(indices)  # type: ignore[attr-defined]
     positions = [p for p in culprits if p < len(indices)]
     if positions and any(i is not None for i in indices):
-        _note(exc, "dataset indices of the bad samples: " + ", ".join(f"{indices[p]} (sample {p})" for p in positions))
+        _note(exc, "dataset indices of the bad samples: "  # a note is printed as it is: a key's controls escaped
+              + ", ".join(f"{printable(indices[p])} (sample {p})" for p in positions))
     elif positions:
         _note(exc, f"bad samples of this batch: {', '.join(map(str, positions))} "
                    "(wrap the dataset in tc.IndexedDataset to see their dataset indices)")
