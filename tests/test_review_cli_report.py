@@ -137,9 +137,9 @@ def test_checked_says_when_a_call_holds_no_batch_instead_of_reporting_every_fiel
     good = _ce(False)
     with pytest.raises(TypeError, match=r"@tc\.checked\(cross-entropy\) found no batch in the call to "
                                         r".*step: no argument is named like a field \(input, target\), "
-                                        r"and 2 arguments are mappings, not one"):
-        step(good, {"lr": 0.1})
-    with pytest.raises(TypeError, match="and 0 arguments are mappings, not one"):
+                                        r"and of its 2 mapping arguments not exactly one holds them"):
+        step(good, {"input": 1})
+    with pytest.raises(TypeError, match="and of its 0 mapping arguments not exactly one holds them"):
         step((good["input"], good["target"]), None)
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'extra'"):
         step(good)  # Python's own error for a call that does not fit, and the body does not run
@@ -148,6 +148,9 @@ def test_checked_says_when_a_call_holds_no_batch_instead_of_reporting_every_fiel
     assert ran == [1]
     with pytest.raises(tc.BatchValidationError, match="required field target is missing"):
         step({"input": good["input"]}, 3)  # one mapping: the batch, whatever it lacks
+    with pytest.raises(tc.BatchValidationError, match=r"target\[1\]"):
+        step({"lr": 0.1}, _ce(True))  # of several mappings, the one holding fields (was: every field missing)
+    assert ran == [1]
 
 
 def test_a_saved_mapping_inside_a_saved_mapping_is_read_as_a_dict_too(tmp_path, capsys):
@@ -216,3 +219,18 @@ def test_a_dataset_key_with_control_characters_reaches_the_errors_note_escaped()
         next(iter(loader))
     (note,) = info.value.__notes__
     assert note == "dataset indices of the bad samples: doc\\x1b]0;pwned\\x07\\x9b.json (sample 0)"
+
+
+def test_guard_reads_the_batch_among_several_mapping_arguments():
+    """forward(batch, options): guard validated nothing of the batch (two mappings: 'every field missing')."""
+
+    class Model(torch.nn.Module):
+        def forward(self, batch, options):
+            return batch["input"]
+
+    model = Model()
+    handle = tc.guard(model, tc.load_spec("cross-entropy"), backend="torch")
+    model(_ce(False), {"lr": 0.1})
+    with pytest.raises(tc.BatchValidationError, match=r"target\[1\]: target <= C - 1"):
+        model(_ce(True), {"lr": 0.1})
+    handle.remove()

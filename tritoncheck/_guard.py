@@ -111,11 +111,11 @@ def checked(spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, st
                 except TypeError:
                     return fn(*args, **kwargs)  # Python says why the call does not fit; the body does not run
                 named = _arguments(signature, args, kwargs)
-                mappings = sum(isinstance(v, Mapping) for v in named.values())
-                if not fields & {k for k, v in named.items() if v is not None} and mappings != 1:
+                if not fields & {k for k, v in named.items() if v is not None} and _batch_mapping(named, fields) is None:
+                    mappings = sum(isinstance(v, Mapping) for v in named.values())
                     raise TypeError(f"@tc.checked({spec.name}) found no batch in the call to {fn.__qualname__}: no "
-                                    f"argument is named like a field ({', '.join(spec.fields)}), and {mappings} "
-                                    "arguments are mappings, not one")
+                                    f"argument is named like a field ({', '.join(spec.fields)}), and of its {mappings} "
+                                    "mapping arguments not exactly one holds them")
                 try:
                     validate(_inputs(signature, fields, args, kwargs), spec, backend=backend, group=group, strict=strict)
                 except BatchValidationError as exc:
@@ -133,12 +133,19 @@ def _inputs(signature: inspect.Signature, fields: set[str], args: tuple, kwargs:
     """The call's arguments that the spec names, by parameter name; None values are left out."""
     named = _arguments(signature, args, kwargs)
     picked = {k: v for k, v in named.items() if k in fields and v is not None}
-    if not picked:
-        # forward(self, batch) called with the whole batch as one mapping
-        mappings = [v for v in named.values() if isinstance(v, Mapping)]
-        if len(mappings) == 1:
-            picked = {k: v for k, v in mappings[0].items() if k in fields and v is not None}
+    batch = None if picked else _batch_mapping(named, fields)
+    if batch is not None:  # forward(self, batch) called with the whole batch as one mapping
+        picked = {k: v for k, v in batch.items() if k in fields and v is not None}
     return picked
+
+
+def _batch_mapping(named: dict[str, Any], fields: set[str]) -> Mapping | None:
+    """The one mapping among the arguments, or among several the one holding spec fields (`step(batch,
+    config)`); None where there is no such one."""
+    mappings = [v for v in named.values() if isinstance(v, Mapping)]
+    if len(mappings) > 1:
+        mappings = [m for m in mappings if any(f in m for f in fields)]
+    return mappings[0] if len(mappings) == 1 else None
 
 
 def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any]:
