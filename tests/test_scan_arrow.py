@@ -479,12 +479,15 @@ def test_check_and_scan_print_one_json_schema(tmp_path, capsys):
 TOKENS = {"name": "tokens", "fields": {"input_ids": {"dtype": "int", "shape": ["B", "L"], "min": 0, "max": 9}}}
 
 
-def token_rows(rows, length):
-    """`rows` rows of `length` int32 tokens (all 1), built from buffers (fast at millions of tokens)."""
+def token_rows(rows, length, random=False):
+    """`rows` rows of `length` int32 tokens (all 1, or random in [0, 2**31)), built from buffers (fast at
+    millions of tokens)."""
     import numpy as np
 
     offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * length)
-    return pa.ListArray.from_arrays(offsets, pa.array(np.ones(rows * length, np.int32)))
+    values = np.random.default_rng(0).integers(0, 2**31, rows * length, np.int32) if random else np.ones(
+        rows * length, np.int32)
+    return pa.ListArray.from_arrays(offsets, pa.array(values))
 
 
 def test_default_chunks_are_sized_by_bytes_not_rows(tmp_path):
@@ -499,14 +502,17 @@ def test_default_chunks_are_sized_by_bytes_not_rows(tmp_path):
 
 
 def test_a_large_row_group_is_read_a_part_at_a_time(tmp_path):
-    table = pa.table({"input_ids": token_rows(4096, 4096)})  # one row group: 64 MiB of int32, 128 MiB as int64
-    pq.write_table(table, tmp_path / "x.parquet", compression="zstd", row_group_size=4096)
+    # one row group: 128 MiB of int32 (256 MiB as int64), random, so that its compressed column chunk is as large
+    table = pa.table({"input_ids": token_rows(8192, 4096, random=True)})
+    pq.write_table(table, tmp_path / "x.parquet", row_group_size=8192)
     del table
     assert pq.ParquetFile(tmp_path / "x.parquet").metadata.num_row_groups == 1
-    grew, report = peak_growth_mib(lambda: scan(tc.BatchSpec.model_validate(TOKENS), tmp_path / "x.parquet",
+    assert (tmp_path / "x.parquet").stat().st_size > 120 << 20
+    spec = {**TOKENS, "fields": {"input_ids": {**TOKENS["fields"]["input_ids"], "max": 2**31 - 1}}}
+    grew, report = peak_growth_mib(lambda: scan(tc.BatchSpec.model_validate(spec), tmp_path / "x.parquet",
                                                 backend="torch"))
-    assert (report["samples"], report["ok"]) == (4096, True)
-    assert grew < 48, f"peak memory grew by {grew:.0f} MiB"
+    assert (report["samples"], report["ok"]) == (8192, True)
+    assert grew < 80, f"peak memory grew by {grew:.0f} MiB"  # (chunks of 16 MiB as int64, and the check's own)
 
 
 def test_a_scan_imports_no_pandas(tmp_path):

@@ -613,7 +613,8 @@ def _open_shard(path: str) -> Iterator[tuple[Any, list[_Piece]]]:
     import pyarrow.parquet as pq
 
     if path.endswith(".parquet"):
-        with pq.ParquetFile(path) as pf:
+        # (buffered: a column chunk is read 1 MiB at a time, not whole: a 500 MB chunk would be held at once)
+        with pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False) as pf:
             meta = pf.metadata
             top = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)]
 
