@@ -14,6 +14,7 @@ import torch
 import tritoncheck as tc
 from tritoncheck import _api
 from tritoncheck._kernel import build, c_backend
+from tritoncheck._spec import spec_from_dict
 
 SPEC = dict(vocab_size=30, num_labels=2, max_position_embeddings=16, type_vocab_size=2)
 
@@ -59,10 +60,14 @@ def test_no_compiler_means_torch_with_one_warning(monkeypatch, tmp_path, fresh_w
 
 def test_a_plan_the_kernel_cannot_take_falls_back_to_torch_and_says_which_ran(fresh_warnings):
     spec = tc.load_spec("cross-entropy")
-    target = torch.tensor([1]).expand(2**31 + 5)  # an expanded view past 2**31 elements: C refuses it
+    target = torch.tensor([1]).expand(2**31 + 5)  # an expanded view past 2**31 elements, walked at size 1
     batch = {"input": torch.zeros(1, 3).expand(2**31 + 5, 3), "target": target}
+    assert tc.check(batch, spec, backend="c").backend == "c"
+    # a rule that reads every position along it (arange) would walk 2**31 + 5 elements: C refuses it
+    spec = spec_from_dict({"name": "positions", "fields": {"x": {"dtype": "int64", "shape": ["B"]}},
+                           "rules": ["x <= arange(B) + 1"]}, "t.yaml")
     with pytest.warns(RuntimeWarning, match="the c backend cannot check this batch"):
-        report = tc.check(batch, spec, backend="c")
+        report = tc.check({"x": target}, spec, backend="c")
     assert report.backend == "torch" and report.ok
 
 
