@@ -55,7 +55,8 @@ def test_a_spec_from_json_raises_spec_error_not_pydantics():
 
 
 @pytest.mark.parametrize(("content", "reason"), [
-    (b"garbage", "Unsupported operand 103"),  # not a pickle: torch's reason, not its advice to turn weights_only off
+    (b"garbage", "not a torch.save file, .safetensors or .npz (torch: Unsupported operand 103)"),  # not its advice
+    # to turn weights_only off
     (b"", "the file is empty or cut short"),  # was the bare 'EOFError'
     (b"PK\x03\x04junk", "PytorchStreamReader failed reading zip archive: not a ZIP archive."),  # one sentence, not cut
 ])

@@ -244,7 +244,10 @@ def _load_error(exc: Exception) -> str:
         return "the file is empty or cut short"
     reason = re.search(r"WeightsUnpickler error:\s*(\S.*)", text)  # torch puts its reason on a line of its own
     line = reason.group(1) if reason else (text.strip().splitlines() or [type(exc).__name__])[0]
-    return re.sub(r"(?<=\.)\s.*", "", line.strip())[:300]  # its first sentence: the advice that follows is not ours
+    line = re.sub(r"(?<=\.)\s.*", "", line.strip())[:300]  # its first sentence: the advice that follows is not ours
+    if line.startswith("Unsupported operand"):  # the first byte is no pickle opcode: a text file, a CSV, ...
+        return f"not a torch.save file, .safetensors or .npz (torch: {line})"
+    return line
 
 
 def spec_from_args(args: argparse.Namespace, fill: bool = True):
