@@ -72,8 +72,7 @@ def _cases():
             x = torch.arange(-8, 8).reshape(2, 8).to(dtype)
             spec = tc.BatchSpec.model_validate({"name": "custom", "rules": [rule], "fields": fields})
             yield pytest.param(spec, {"x": x, "y": torch.tensor([1, 5]).to(dtype), "p": x.flip(1)},
-                               id=f"{rule}-{str(dtype).removeprefix('torch.')}",
-                               marks=[TORCH_PATCH_PENDING] if rule in CONSTANT_RULES else [])
+                               id=f"{rule}-{str(dtype).removeprefix('torch.')}")
 
 
 RULES = [
@@ -82,11 +81,9 @@ RULES = [
     "sum(arange(L) < x, dim=L) >= 0", "any(x[:, -1] >= arange(B) + 0.5)", "(0.1 // y != 0.5 % y) | (y < 0)",
     "x - x[:, 0] >= -100 where x != 0", "sum(x, dim=L) <= L * 10 + y",
 ]
-# a reduction of constants, or a rule of constants under `where`: the torch backend makes a CPU
+# a reduction of constants, or a rule of constants under `where`: the torch backend made a CPU
 # tensor of it, reshaped to the rule's rank next to the fields
 CONSTANT_RULES = ["any(2 > 1) | (x < 0)", "sum(3 > 1) + x >= 0", "all(2 > 1) & (y > 0)", "1 > 2 where x > 0"]
-TORCH_PATCH_PENDING = pytest.mark.xfail(strict=True, raises=fake_tensor.FakeTensorDeviceMismatchError, reason=(
-    "pending: tritoncheck/_torch_backend.py makes a constant's tensor on the CPU (the patch makes it on the batch's device)"))
 CASES = list(_cases())
 
 
@@ -121,8 +118,6 @@ def test_the_torch_backend_evaluates_every_check_on_cuda_tensors(spec, batch, fa
                 assert ctx.values(check.subject, check.axes).device.type == FAKE_CUDA
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="pending: tritoncheck/_kernel/decode.py's PointOps makes constants, "
-                   "index and host-scalar tensors on the CPU (the patch puts them on the batch's device)")
 def test_the_decoder_evaluates_every_checks_value_on_cuda_tensors(fake_cuda):
     """Each check's value at position 0 as the decoder computes it (`point_value`), for every case at once."""
     failed = []

@@ -22,12 +22,12 @@ def make_spec() -> tc.BatchSpec:
     return tc.BatchSpec.model_validate(SPEC)
 
 
-def good() -> dict[str, torch.Tensor]:
-    return {"ids": torch.ones(2, 3, dtype=torch.int64)}
+def good(device: str = "cpu") -> dict[str, torch.Tensor]:
+    return {"ids": torch.ones(2, 3, dtype=torch.int64, device=device)}
 
 
-def bad(value: int = 42) -> dict[str, torch.Tensor]:
-    batch = good()
+def bad(value: int = 42, device: str = "cpu") -> dict[str, torch.Tensor]:
+    batch = good(device)
     batch["ids"][1, 2] = value
     return batch
 
@@ -52,35 +52,41 @@ def found(exc: tc.BatchValidationError) -> list:
     return [v.value for v in exc.report.violations]
 
 
-def test_a_call_that_raises_still_checks_its_own_batch(backend):
+@pytest.fixture
+def where(backend, device) -> str:
+    """The batch's device for `backend`: the C backend reads CPU tensors, the others `device`'s."""
+    return "cpu" if backend == "c" else device
+
+
+def test_a_call_that_raises_still_checks_its_own_batch(backend, where):
     spec = make_spec()
-    tc.validate(bad(41), spec, deferred=True, backend=backend)
+    tc.validate(bad(41, where), spec, deferred=True, backend=backend)
     with pytest.raises(tc.BatchValidationError) as first:
-        tc.validate(bad(42), spec, deferred=True, backend=backend)  # raises for 41; 42 is checked too
+        tc.validate(bad(42, where), spec, deferred=True, backend=backend)  # raises for 41; 42 is checked too
     assert found(first.value) == [41]
     with pytest.raises(tc.BatchValidationError) as second:
-        tc.validate(good(), spec, deferred=True, backend=backend)
+        tc.validate(good(where), spec, deferred=True, backend=backend)
     assert found(second.value) == [42]
     assert second.value.step == first.value.step + 1
     assert f"batch submitted at step {second.value.step} (deferred)" in second.value.__notes__
     tc.wait()  # the good batch was checked, and nothing is raised twice
 
 
-def test_a_fresh_spec_per_step_still_raises_at_the_next_step(backend):
-    tc.validate(bad(), make_spec(), deferred=True, backend=backend)
+def test_a_fresh_spec_per_step_still_raises_at_the_next_step(backend, where):
+    tc.validate(bad(device=where), make_spec(), deferred=True, backend=backend)
     with pytest.raises(tc.BatchValidationError) as info:
-        tc.validate(good(), make_spec(), deferred=True, backend=backend)
+        tc.validate(good(where), make_spec(), deferred=True, backend=backend)
     assert found(info.value) == [42]
 
 
-def test_a_loop_that_catches_and_goes_on_sees_every_bad_batch_once(backend):
+def test_a_loop_that_catches_and_goes_on_sees_every_bad_batch_once(backend, where):
     spec = make_spec()
     values = [41, None, 10, 12, None, None, 13]
     raised = []
     steps = []
     for value in values:
         try:
-            tc.validate(good() if value is None else bad(value), spec, deferred=True, backend=backend)
+            tc.validate(good(where) if value is None else bad(value, where), spec, deferred=True, backend=backend)
         except tc.BatchValidationError as exc:
             raised += found(exc)
             steps.append(exc.step)
@@ -93,17 +99,20 @@ def test_a_loop_that_catches_and_goes_on_sees_every_bad_batch_once(backend):
     assert [s - steps[0] for s in steps] == [0, 2, 3, 6]
 
 
-def test_a_queued_verdict_does_not_keep_the_batch_alive(backend):
+def test_a_queued_verdict_does_not_keep_the_batch_alive(backend, where):
     spec = make_spec()
-    batch = bad()
+    batch = bad(device=where)
     ref = weakref.ref(batch["ids"])
     tc.validate(batch, spec, deferred=True, backend=backend)
     del batch
     gc.collect()
-    assert ref() is None
+    launched = backend == "triton" and where != "cpu"  # a CUDA launch keeps its tensors until it is read
+    assert (ref() is None) != launched
     with pytest.raises(tc.BatchValidationError) as info:
         tc.wait()
     assert found(info.value) == [42]  # the report kept what the error needs
+    gc.collect()
+    assert ref() is None
 
 
 class FakeEvent:
@@ -143,15 +152,15 @@ def launches(monkeypatch):
     return made
 
 
-def test_an_unfinished_launch_never_blocks_and_is_freed_once_read(launches):
+def test_an_unfinished_launch_never_blocks_and_is_freed_once_read(launches, device):
     spec = make_spec()
-    tc.validate(bad(), spec, deferred=True, backend="triton")
-    tc.validate(good(), spec, deferred=True, backend="triton")  # the first is not finished: no wait, no raise
+    tc.validate(bad(device=device), spec, deferred=True, backend="triton")
+    tc.validate(good(device), spec, deferred=True, backend="triton")  # the first is not finished: no wait, no raise
     assert launches[0].read == 0
     launches[0].event.done = True
     ref = weakref.ref(launches.pop(0))
     with pytest.raises(tc.BatchValidationError) as info:
-        tc.validate(good(), spec, deferred=True, backend="triton")
+        tc.validate(good(device), spec, deferred=True, backend="triton")
     assert found(info.value) == [42]
     gc.collect()
     assert ref() is None  # read, so the launch and its tensors are let go
@@ -159,10 +168,10 @@ def test_an_unfinished_launch_never_blocks_and_is_freed_once_read(launches):
     assert [launch.read for launch in launches] == [1, 1]
 
 
-def test_the_first_error_names_the_later_bad_steps(launches):
+def test_the_first_error_names_the_later_bad_steps(launches, device):
     spec = make_spec()
-    tc.validate(bad(41), spec, deferred=True, backend="triton")
-    tc.validate(bad(43), spec, deferred=True, backend="triton")
+    tc.validate(bad(41, device), spec, deferred=True, backend="triton")
+    tc.validate(bad(43, device), spec, deferred=True, backend="triton")
     with pytest.raises(tc.BatchValidationError) as info:
         tc.wait()
     step = info.value.step

@@ -179,6 +179,8 @@ class Context:
         self._summary: dict[str, tuple[Any, Any] | None] = {}
         self._compact: dict[str, torch.Tensor] = {}
         self.window: tuple[str, int, int] | None = None  # (dim, start, stop): evaluate only there
+        # where a constant's tensor is made: once reshaped to a rank, a CPU one cannot meet a CUDA field
+        self.device = next((t.device for t in bound.tensors.values()), None)
 
     @contextlib.contextmanager
     def windowed(self, axis: str, start: int, stop: int):
@@ -306,7 +308,7 @@ class Context:
         """`expr` laid out over `axes`, of size 1 along every axis that no operand varies on."""
         value, own = self._eval(expr)
         if not isinstance(value, torch.Tensor):
-            value = torch.tensor(_fit(value))
+            value = torch.tensor(_fit(value), device=self.device)
         return _align(value, own, axes, None)
 
     def _eval(self, expr: Expr) -> tuple[Any, tuple[str, ...]]:
@@ -315,10 +317,9 @@ class Context:
         if isinstance(expr, Dim):
             return self.dims[expr.name], ()
         if isinstance(expr, Arange):
-            device = next(iter(self.bound.tensors.values())).device
             if self.window is not None and self.window[0] == expr.dim:
-                return torch.arange(self.window[1], self.window[2], device=device), (expr.dim,)
-            return torch.arange(self.sizes[expr.dim], device=device), (expr.dim,)
+                return torch.arange(self.window[1], self.window[2], device=self.device), (expr.dim,)
+            return torch.arange(self.sizes[expr.dim], device=self.device), (expr.dim,)
         if isinstance(expr, Ref):
             t = self.tensor(expr.field)
             axes = self.plan.field(expr.field).axes
@@ -358,7 +359,7 @@ class Context:
         if isinstance(expr, Reduce):
             x, axes = self._eval(expr.x)
             if not isinstance(x, torch.Tensor):
-                x = torch.tensor(_fit(x))
+                x = torch.tensor(_fit(x), device=self.device)
             red = tuple(range(len(axes))) if expr.dims is None else tuple(axes.index(d) for d in expr.dims)
             keep = () if expr.dims is None else tuple(a for a in axes if a not in expr.dims)
             if expr.op == "sum":

@@ -92,6 +92,9 @@ class PointOps:
     def __init__(self, kernel: Kernel, bound: Bound, at: dict[str, int]):
         self.kernel, self.bound, self.at = kernel, bound, at
         self.dims = bound.dim_values()
+        # where a constant, index or host scalar is made: once reshaped to a reduction's rank, a CPU
+        # tensor cannot meet the batch's CUDA ones
+        self.device = next((t.device for t in bound.tensors.values()), None)
         self.free: list[str] = []  # axes of the reductions in progress, outermost first
 
     def _slot(self, axis: str) -> int:
@@ -147,21 +150,21 @@ class PointOps:
                 self.at = at
         x = self.load(op, field, whole)
         i = self._slot(axis)
-        before = (torch.arange(x.shape[i]) - 1).clamp(min=0)  # size 1 (an expanded axis): itself
+        before = (torch.arange(x.shape[i], device=x.device) - 1).clamp(min=0)  # size 1 (an expanded axis): itself
         return x.index_select(i, before)
 
     def const(self, op: Op, value: Any) -> torch.Tensor:
-        return torch.tensor(value, dtype=KIND_DTYPE[op.kind])
+        return torch.tensor(value, dtype=KIND_DTYPE[op.kind], device=self.device)
 
     def index(self, op: Op, axis: str) -> torch.Tensor:
         if axis in self.free:
-            return torch.arange(axis_size(self.kernel, axis, self.dims)).reshape(self._shape(axis))
-        return torch.tensor(self.at[axis], dtype=torch.int64)
+            return torch.arange(axis_size(self.kernel, axis, self.dims), device=self.device).reshape(self._shape(axis))
+        return torch.tensor(self.at[axis], dtype=torch.int64, device=self.device)
 
     def scalar(self, op: Op, slot: int) -> torch.Tensor:
         value = self.kernel.scalars[slot].value(self.dims)  # a double or an int64, as the kernel receives it
         as_passed = torch.float64 if isinstance(value, float) else torch.int64
-        return torch.tensor(value, dtype=as_passed).to(KIND_DTYPE[op.kind])
+        return torch.tensor(value, dtype=as_passed, device=self.device).to(KIND_DTYPE[op.kind])
 
     def cast(self, op: Op, x: torch.Tensor) -> torch.Tensor:
         return x.to(KIND_DTYPE[op.kind])
