@@ -235,3 +235,15 @@ def test_guard_reads_the_batch_among_several_mapping_arguments():
     with pytest.raises(tc.BatchValidationError, match=r"target\[1\]: target <= C - 1"):
         model(_ce(True), {"lr": 0.1})
     handle.remove()
+
+
+def test_a_closed_stderr_never_sends_messages_into_stdout(tmp_path, capsys, monkeypatch):
+    """print(file=None) writes to stdout: with stderr closed (2>&-), infer's 'left out' notes landed in
+    the YAML it prints, and an error line in check's output."""
+    torch.save({"x": torch.ones(2, 3), "not a name": torch.zeros(2)}, tmp_path / "b.pt")
+    monkeypatch.setattr(sys, "stderr", None)
+    assert main(["infer", str(tmp_path / "b.pt")]) == 0
+    out = capsys.readouterr().out
+    assert "tritoncheck infer:" not in out and out.startswith("# Draft contract")
+    assert main(["check", "cross-entropy", str(tmp_path / "missing.pt")]) == 2
+    assert capsys.readouterr().out == ""

@@ -128,9 +128,16 @@ def guarded(fn):
     return run
 
 
-def say(text: str, file=None) -> None:
-    """Print `text` with its line breaks kept and every other control character escaped."""
-    print(printable_lines(str(text)), file=file or sys.stdout)
+_STDOUT = object()
+
+
+def say(text: str, file: Any = _STDOUT) -> None:
+    """Print `text` with its line breaks kept and every other control character escaped. A closed
+    stream (`2>&-`: sys.stderr is None) takes nothing; print would send it to stdout instead."""
+    if file is _STDOUT:
+        file = sys.stdout
+    if file is not None:
+        print(printable_lines(str(text)), file=file)
 
 
 def parse_value(text: str) -> Any:

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ._cli_commands import EXIT_OK, UsageError, guarded, load_batch
+from ._cli_commands import EXIT_OK, UsageError, guarded, load_batch, say
 from ._dtypes import DTYPES, GROUPS, dtype_name
 from ._plan import as_tensor
 from ._report import printable
@@ -69,7 +69,7 @@ def run_infer(args: argparse.Namespace) -> int:
             batches.append(item)
     text, left_out = _draft(batches, [Path(p).name for p in args.batches], name=args.name)
     for reason in left_out:
-        print(f"tritoncheck infer: left out of the draft: {printable(reason)}", file=sys.stderr)
+        say(f"tritoncheck infer: left out of the draft: {printable(reason)}", file=sys.stderr)
     sys.stdout.write(text)
     return EXIT_OK
 
