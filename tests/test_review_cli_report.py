@@ -247,3 +247,21 @@ def test_a_closed_stderr_never_sends_messages_into_stdout(tmp_path, capsys, monk
     assert "tritoncheck infer:" not in out and out.startswith("# Draft contract")
     assert main(["check", "cross-entropy", str(tmp_path / "missing.pt")]) == 2
     assert capsys.readouterr().out == ""
+
+
+def test_a_spec_changed_with_model_copy_is_checked_as_a_new_one():
+    """docs/errors.md adds a rule with model_copy(update=...), which pydantic does not validate: a field
+    given as a dict stayed a dict ('dict' object has no attribute 'shape' at the first batch) and a
+    misspelled key was kept without a word."""
+    spec = tc.load_spec("cross-entropy")
+    with pytest.raises(tc.SpecError, match=r"fields\.x\.shape: Field required"):
+        spec.model_copy(update={"fields": {**spec.fields, "x": {"dtype": "int64"}}})
+    with pytest.raises(tc.SpecError, match=r"rule: unknown key \(did you mean 'rules'\?\)"):
+        spec.model_copy(update={"rule": []})
+    with pytest.raises(tc.SpecError, match=r"rules\.1: unknown name\(s\) \['targt'\].*did you mean 'target'"):
+        spec.model_copy(update={"rules": [*spec.rules, tc.RuleSpec(rule="targt >= 0")]})
+    warned = spec.model_copy(update={"rules": [*spec.rules, {"rule": "target != 2", "severity": "warning"}]})
+    assert isinstance(warned.rules[-1], tc.RuleSpec)
+    report = tc.check({"input": torch.randn(2, 3), "target": torch.tensor([0, 2])}, warned)
+    assert report.ok and [v.severity for v in report.warnings] == ["warning"]
+    assert spec.model_copy(deep=True) == spec

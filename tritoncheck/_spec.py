@@ -330,7 +330,13 @@ class BatchSpec(_SpecModel):
     __hash__ = None  # mutable model, like pydantic's default
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> BatchSpec:
-        out = super().model_copy(update=update, deep=deep)
+        """A copy; with `update`, checked as a spec built anew (pydantic's model_copy checks nothing)."""
+        out = super().model_copy(deep=deep)
+        if update:
+            data = {name: getattr(out, name) for name in type(self).model_fields}
+            private = out.__pydantic_private__  # a subclass's own state (DerivedSpec's origins) goes along
+            out = type(self).model_validate({**data, **update}, context={"source": self.name})
+            out.__pydantic_private__ = dict(private or {})
         out._plan = None  # a plan compiled for the original must not serve the changed copy
         return out
 
