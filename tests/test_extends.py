@@ -202,3 +202,16 @@ def test_a_base_that_is_not_utf8_is_named_not_quoted(tmp_path):
     with pytest.raises(tc.SpecError, match=r"base\.yaml: not UTF-8 text \(at byte 6\)") as info:
         read_spec(_write(tmp_path / "mine.yaml", "extends: base.yaml\nname: mine\n"))
     assert SECRET not in str(info.value) and "xff" not in str(info.value)
+
+
+@pytest.mark.parametrize("text", [
+    "name: s\nfields:\n  x: {dtype: int64, shape: [B]}\n  x: {dtype: int32, shape: [B]}\n",
+    "name: s\nfields:\n  x: {dtype: int64, shape: [B], max: 3, max: 9}\n",
+    "name: s\nname: t\nfields:\n  x: {dtype: int64, shape: [B]}\n",
+])
+def test_a_key_given_twice_is_a_spec_error_not_the_last_one_silently(tmp_path, text):
+    """YAML loaders keep the last of two equal keys: a field written twice (or `max` twice) was the
+    second one without a word."""
+    (tmp_path / "s.yaml").write_text(text)
+    with pytest.raises(tc.SpecError, match=r"s\.yaml: a key appears twice in one mapping \(lines \d+ and \d+\)"):
+        read_spec(tmp_path / "s.yaml")

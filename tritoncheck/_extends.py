@@ -169,6 +169,9 @@ def read_yaml(path: Path, what: str) -> Any:
             node = loader.get_single_node()
             if node is not None and _expanded_size(node, MAX_NODES) > MAX_NODES:
                 raise SpecError(f"{what}: more than {MAX_NODES} YAML nodes once aliases are expanded")
+            twice = _repeated_key(node, set()) if node is not None else None
+            if twice is not None:  # a loader keeps the last of the two without a word
+                raise SpecError(f"{what}: a key appears twice in one mapping (lines {twice[0]} and {twice[1]})")
             return loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -178,6 +181,27 @@ def read_yaml(path: Path, what: str) -> Any:
         raise SpecError(f"{what}: not valid YAML{where}") from None
     except RecursionError:
         raise SpecError(f"{what}: nested too deeply") from None
+
+
+def _repeated_key(node: Any, seen: set[int]) -> tuple[int, int] | None:
+    """The lines of the first key given twice in one mapping of the YAML graph (`seen`: nodes visited)."""
+    if id(node) in seen:
+        return None
+    seen.add(id(node))
+    children = node.value if isinstance(node.value, list) else []
+    if node.id == "mapping":
+        lines: dict[Any, int] = {}
+        for key, _ in children:
+            if key.id == "scalar" and key.value != "<<":  # `<<` merges may repeat
+                if key.value in lines:
+                    return lines[key.value], key.start_mark.line + 1
+                lines[key.value] = key.start_mark.line + 1
+        children = [n for pair in children for n in pair]
+    for child in children:
+        found = _repeated_key(child, seen)
+        if found is not None:
+            return found
+    return None
 
 
 def _expanded_size(node: Any, limit: int) -> int:
