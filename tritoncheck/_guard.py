@@ -37,7 +37,7 @@ def guard(
             any guarded model, or any deferred `tc.validate`) or at `tc.wait()`, naming the step it
             was submitted at. Every call is checked, even one that raises for an earlier call.
             Falls back to checking synchronously (with a warning) where deferred mode is not available.
-        backend: "auto" (Triton for CUDA tensors, torch otherwise), "torch" or "triton".
+        backend: "auto" (Triton for CUDA tensors, the C kernel for CPU ones), "torch", "c" or "triton".
         group: a torch.distributed process group, or True for the default one: every rank raises
             together when any rank's batch is bad (see `tc.validate`).
         strict: raise for warnings too (data bugs the model runs through); otherwise they are logged.

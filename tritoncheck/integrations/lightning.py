@@ -51,7 +51,7 @@ class TritoncheckCallback(Callback):
             the batch in place, so the step runs on the good ones; each dropped sample is logged and
             kept in `records()`. Lightning cannot skip a step from a callback, so a batch with no good
             sample left raises, and so does a tuple batch, which cannot be changed in place.
-        backend: "auto" (Triton for CUDA tensors, torch otherwise), "torch" or "triton".
+        backend: "auto" (Triton for CUDA tensors, the C kernel for CPU ones), "torch", "c" or "triton".
         sync: under torch.distributed, agree the verdict across ranks so that all raise together.
         strict: count warnings (data bugs the model runs through) as errors; otherwise a batch with
             only warnings goes through and each (spec, field, code) is logged once, as `tc.validate` does.
