@@ -265,3 +265,12 @@ def test_a_spec_changed_with_model_copy_is_checked_as_a_new_one():
     report = tc.check({"input": torch.randn(2, 3), "target": torch.tensor([0, 2])}, warned)
     assert report.ok and [v.severity for v in report.warnings] == ["warning"]
     assert spec.model_copy(deep=True) == spec
+
+
+def test_a_misspelled_backend_is_refused_when_guard_or_checked_is_set_up():
+    """Not at the first batch, deep in a training run (ValidatingCollate already refuses it up front)."""
+    spec = tc.load_spec("cross-entropy")
+    with pytest.raises(ValueError, match="backend must be one of 'auto', 'torch', 'c', 'triton', got 'tritn'"):
+        tc.checked(spec, backend="tritn")
+    with pytest.raises(ValueError, match="got 'tritn'"):
+        tc.guard(torch.nn.Linear(2, 2), spec, backend="tritn")

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ._api import Backend, disabled, validate
+from ._api import BACKENDS, Backend, disabled, validate
 from ._report import BatchValidationError
 from ._spec import BatchSpec
 
@@ -54,6 +54,7 @@ def guard(
         spec = _model_spec(model)
     if not isinstance(spec, BatchSpec):
         raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
+    _known_backend(backend)
     if deferred and not _deferred_available():
         warnings.warn(
             "tc.guard(deferred=True) needs the Triton backend's deferred mode, which is not available here; "
@@ -98,6 +99,7 @@ def checked(spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, st
     if not isinstance(spec, BatchSpec):
         hint = " (write @tc.checked(spec), with the spec)" if callable(spec) else ""
         raise TypeError(f"checked needs a BatchSpec (from tc.load_spec or tc.spec_for){hint}, got {type(spec).__name__}")
+    _known_backend(backend)
     fields = set(spec.fields)
 
     def decorate(fn: F) -> F:
@@ -162,6 +164,12 @@ def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[
         else:
             named[name] = value
     return named
+
+
+def _known_backend(backend: Any) -> None:
+    """A misspelled backend is refused when the check is set up, not at the first batch."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
 
 
 def _model_spec(model: Any) -> BatchSpec:
