@@ -24,9 +24,11 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-@pytest.fixture(autouse=True, scope="module")
+@pytest.fixture(autouse=True, scope="session")
 def _cache_dir(tmp_path_factory):
-    """Generated kernels go to a temporary cache dir, not the user's."""
+    """Generated kernels go to a temporary cache dir, not the user's: one for the whole session, so a
+    kernel compiled by one test module (or a CLI subprocess) is reused by the next. A test that needs
+    a cold or broken cache sets TRITONCHECK_CACHE_DIR to its own tmp_path."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRITONCHECK_CACHE_DIR", str(tmp_path_factory.mktemp("tritoncheck-cache")))
         yield
