@@ -274,3 +274,20 @@ def test_a_misspelled_backend_is_refused_when_guard_or_checked_is_set_up():
         tc.checked(spec, backend="tritn")
     with pytest.raises(ValueError, match="got 'tritn'"):
         tc.guard(torch.nn.Linear(2, 2), spec, backend="tritn")
+
+
+@pytest.mark.slow  # starts the command (torch's import)
+def test_under_the_c_locale_the_table_is_ascii(tmp_path):
+    """LC_ALL=C: Python writes UTF-8 anyway (PEP 540), so the table's box drawing put bytes 0x80-0x9f
+    (C1 controls to an 8-bit terminal: 0x98 starts a string that swallows what follows) on stdout;
+    docs/security.md says none reaches it. Under the C locale the output is ASCII, anything else escaped."""
+    torch.save({**_ce(True), "caf\u00e9": torch.zeros(2)}, tmp_path / "b.pt")
+    done = subprocess.run([sys.executable, "-m", "tritoncheck.cli", "check", "cross-entropy", "b.pt", "--format",
+                           "table", "--backend", "torch"], cwd=tmp_path, capture_output=True, timeout=300,
+                          env={**os.environ, "LC_ALL": "C", "LANG": "C", "COLUMNS": "120"})
+    assert done.returncode == 1, done.stderr
+    assert max(done.stdout) < 0x80
+    assert b"target[1]" in done.stdout and b"caf\\xe9" in done.stdout
+    missing = subprocess.run([sys.executable, "-m", "tritoncheck.cli", "check", "cross-entropy", "caf\u00e9\u2026.pt"],
+                             cwd=tmp_path, capture_output=True, timeout=300, env={**os.environ, "LC_ALL": "C"})
+    assert missing.stderr == b"tritoncheck: error: batch file not found: caf\\xe9\\u2026.pt\n"

@@ -37,7 +37,8 @@ EPILOG = """exit codes:
 def main(argv: Sequence[str] | None = None) -> int:
     pipe = sys.stdout = _ClosablePipe(sys.stdout)
     try:
-        code = _main(argv)
+        with _ascii_under_c_locale(sys.stderr):
+            code = _main(argv)
     finally:
         sys.stdout = pipe.close()
     if pipe.failed is not None:  # a full disk, not a reader gone: the output was lost, so never 0
@@ -91,16 +92,20 @@ class _ClosablePipe:
         self._stream = stream if stream is not None else open(os.devnull, "w")  # noqa: SIM115
         self.failed: OSError | None = None
         self._errors = getattr(stream, "errors", None)
+        self._encoding = getattr(stream, "encoding", None)
+        # Under the C locale Python writes UTF-8 anyway (PEP 540), whose bytes 0x80-0x9f an 8-bit
+        # terminal obeys as C1 controls: ASCII there (rich then draws its tables in ASCII too).
+        ascii_only = {"encoding": "ascii"} if _c_locale() else {}
         with contextlib.suppress(AttributeError, ValueError, OSError):
-            stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(errors="backslashreplace", **ascii_only)
 
     def close(self) -> Any:
         """Flush, and give back the stream it was given as it was (for callers of `main` in-process)."""
         self.flush()
         if self._stream is not self._given:  # the /dev/null this pipe opened in its place
             self._stream.close()
-        with contextlib.suppress(AttributeError, ValueError, OSError, TypeError):
-            self._given.reconfigure(errors=self._errors)
+        with contextlib.suppress(AttributeError, ValueError, OSError, TypeError, LookupError):
+            self._given.reconfigure(errors=self._errors, encoding=self._encoding)
         return self._given
 
     def write(self, text: str) -> int:
@@ -128,6 +133,32 @@ class _ClosablePipe:
 
     def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno, ...: the real stream's
         return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _ascii_under_c_locale(stream: Any):
+    """stderr as _ClosablePipe makes stdout: ASCII under the C locale, anything else escaped."""
+    before = (getattr(stream, "encoding", None), getattr(stream, "errors", None))
+    changed = False
+    if _c_locale():
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(encoding="ascii", errors="backslashreplace")
+            changed = True
+    try:
+        yield
+    finally:
+        if changed:
+            with contextlib.suppress(AttributeError, ValueError, OSError, LookupError):
+                stream.reconfigure(encoding=before[0], errors=before[1])
+
+
+def _c_locale() -> bool:
+    """Whether the locale that names the character set is C or POSIX (LC_ALL=C), not chosen UTF-8."""
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = os.environ.get(name)
+        if value:
+            return value in ("C", "POSIX")
+    return True  # no locale at all is the C locale
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
