@@ -137,15 +137,7 @@ def test_zero_and_negative_zero_are_two_constants(backend, rule, fails):
     assert [list(v.samples) for v in tc.check({"x": x}, s, backend=backend).violations] == ([fails] if fails else [])
 # -- a dim past 2**31 whose only field is empty -----------------------------------------------------
 
-@pytest.fixture(params=["torch", "c"])
-def walks_stored(request):
-    """The backends that walk an expanded or empty dim at its stored size (`ir.loop_sizes`); the
-    Triton launcher does not use it yet, and would walk 2**33 positions in the interpreter."""
-    return request.param
-
-
-def test_a_dim_past_2_31_with_an_empty_field_keeps_its_size(walks_stored):
-    backend = walks_stored
+def test_a_dim_past_2_31_with_an_empty_field_keeps_its_size(backend):
     big = 2**32 + 3
     x = torch.zeros(2, 0, 1).expand(2, 0, big)
     s = spec({"x": {"dtype": "float32", "shape": ["B", "K", "L"]}}, [{"rule": "sum(x, dim=K) != 0", "field": "x"}])
@@ -179,9 +171,9 @@ def test_an_expanded_batch_equals_it_materialized(backend, expand):
 
 
 @pytest.mark.slow
-def test_an_expanded_batch_past_65536_samples_lists_every_sample(walks_stored):
+def test_an_expanded_batch_past_65536_samples_lists_every_sample(backend):
     s = spec(EXPANDED, EXPANDED_RULES)
-    got = agree(expanded_batch(70_000, 5, "batch"), s, walks_stored)
+    got = agree(expanded_batch(70_000, 5, "batch"), s, backend)
     assert [len(v["rows"]) for v in got] == [70_000] * len(got)
 
 
@@ -211,8 +203,7 @@ def run_isolated(code: str, *args) -> dict:
 
 
 @pytest.mark.parametrize("n", [2**27, 2**40])
-def test_an_expanded_batch_axis_costs_its_storage_not_its_logical_size(walks_stored, n):
-    backend = walks_stored
+def test_an_expanded_batch_axis_costs_its_storage_not_its_logical_size(backend, n):
     out = run_isolated(RSS, backend, n)
     assert out["backend"] == backend
     assert out["found"] == [["above_max", n, n, [0, 1, 2], [0]], ["rule_failed", 4 * n, n, [0, 1, 2], [0, 0]]]

@@ -451,17 +451,24 @@ def test_nested_reduction_falls_back_to_the_torch_backend(device):
 
 
 def test_huge_expanded_views_and_host_scalars_past_int64_are_left_to_the_torch_backend(device):
-    """The kernel would walk an expanded view's logical size: past int32 elements torch reads its
-    stored values once, smaller views run here through their zero strides.
+    """An expanded dim no rule reads positions along is walked once (2**31 here); one along a
+    positional dim past EXPANDED_WALK_LIMIT goes to torch, which reads its stored values once.
     A dim expression past int64 computes as a float in torch: no int64 kernel says that."""
     spec = _custom(["x < L * 4611686018427387904"])
     plan = compile_plan(spec)
     x = torch.tensor([[3], [2**63 - 1]], device=device)  # L = 1: the bound is 2**62
     y = torch.zeros(2, dtype=torch.int64, device=device)
     for batch, ran in [({"x": x, "y": y}, "triton"), ({"x": x[1:].expand(2, 1), "y": y}, "triton"),
-                       ({"x": x[1:].expand(2**31, 1), "y": y.new_zeros(1).expand(2**31)}, "torch"),
+                       ({"x": x[1:].expand(2**31, 1), "y": y.new_zeros(1).expand(2**31)}, "triton"),  # walked once
                        ({"x": x.expand(2, 2), "y": y}, "torch"),  # L = 2: the bound is 2**63
                        ({"x": x.repeat(1, 2), "y": y}, "torch")]:
+        pending = tb.launch(plan, tc._plan.bind(plan, batch))
+        assert pending.backend == ran
+        assert pending.result() == list(tc.check(batch, spec, backend="torch").violations)
+    spec = _custom(["x[:, 0] <= sum(y)"])  # the sum reads y's positions along B
+    plan = compile_plan(spec)
+    for n, ran in [(2**10, "triton"), (tb.EXPANDED_WALK_LIMIT + 1, "torch")]:
+        batch = {"x": torch.tensor([[3]], device=device).expand(n, 1), "y": y.new_ones(1).expand(n)}
         pending = tb.launch(plan, tc._plan.bind(plan, batch))
         assert pending.backend == ran
         assert pending.result() == list(tc.check(batch, spec, backend="torch").violations)

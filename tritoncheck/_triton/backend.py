@@ -15,9 +15,11 @@ that device's current stream, and starts the device-to-host copy of the result b
 
 What the kernel cannot take goes to the torch backend, and `Pending.backend` says so: a plan the
 IR or this generator does not lower (`Unsupported`, e.g. a reduction inside a reduction), an
-expanded (zero-stride) view past 2**24 elements -- the kernel would walk its logical size, the
-torch backend reads its stored values once; smaller ones run here through their strides, like the
-C backend -- and a host scalar past int64.
+expanded (zero-stride) view the kernel would walk past 2**24 elements, and a host scalar past
+int64. An expanded or empty dim that no rule reads positions along is walked at size 1
+(`ir.loop_sizes`, as in the C backend) and scaled back by `decode`, so such a view costs what it
+stores; along a positional dim the kernel walks it through its zero strides up to 2**24 elements,
+past that the torch backend reads its stored values once.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from .codegen import Program
 
 INT32_LIMIT = 2**31 - 1
 MAX_PROGRAMS = 64  # generated programs kept (least recently used dropped first)
+# walked elements of an expanded view along a positional axis; the torch backend checks a larger one's stored values
+EXPANDED_WALK_LIMIT = 2**24
 _lock = threading.Lock()
 _interpreter_lock = threading.Lock()  # Triton's CPU interpreter patches global state: one launch at a time
 _programs: OrderedDict[tuple, Program | None] = OrderedDict()  # (plan text, checks, field signature) -> program
@@ -152,6 +156,7 @@ class Launch:
     grid: tuple[int]
     length: int  # result buffer slots: the `Layout`, then the scratch of split reductions
     wide: bool  # indices need int64
+    walked: dict[str, int]  # the dim sizes the kernel walks (`ir.loop_sizes`), for `decode`
 
     def args(self, tensors: dict[str, torch.Tensor], out: torch.Tensor) -> tuple[list[Any], dict[str, Any]]:
         """The positional arguments and keyword options of `program.fn[grid](...)`."""
@@ -170,35 +175,41 @@ def launch_for(program: Program, bound: Bound) -> Launch:
         if not -size <= sel < size:  # bind reports this as a violation; never read past the tensor here
             raise IndexError(f"{f}: index {sel} is out of range for an axis of size {size}")
     values = bound.dim_values()
+    # an expanded or empty dim no rule reads positions along is walked at size 1, as in C
+    walked = ir.loop_sizes(kernel, program.positional, tensors, values)
+    for f in kernel.fields:
+        t = tensors[f.name]
+        if 0 in t.stride() and math.prod(walked.get(a, kernel.fixed.get(a, 1)) for a in f.axes) > EXPANDED_WALK_LIMIT:
+            raise ir.Unsupported("an expanded view walked past EXPANDED_WALK_LIMIT elements")
     rest: list[Any] = []
     for f in kernel.fields:
         if not f.contiguous:
             rest.extend(tensors[f.name].stride())
-    rest.extend(values[d] for d in kernel.sizes)
+    rest.extend(walked[d] for d in kernel.sizes)
     for d in program.divisors:
-        rest.extend(divisor_magic(values[d]))
+        rest.extend(divisor_magic(walked[d]))
     rest.extend(kernel.scalars[s].value(values) for s in kernel.int_slots)
     rest.extend(struct.unpack("<q", struct.pack("<d", kernel.scalars[s].value(values)))[0] for s in kernel.float_slots)
     end, counts, aligns = 0, [], []
-    launches = geometry(program, values)
+    launches = geometry(program, walked)
     for p, gl in zip(program.groups, launches, strict=True):
         end += gl.programs
         rest += [end, gl.split, gl.parts, gl.scratch] if p.reduce else [end, gl.full]
         counts.append(gl.programs * gl.tile_elements)
         if p.reduce:
-            numel = math.prod(axis_size(kernel, a, values) for a in p.axes)
-            reduced = [math.prod(axis_size(kernel, a, values) for a in axes) for axes in p.reductions]
+            numel = math.prod(axis_size(kernel, a, walked) for a in p.axes)
+            reduced = [math.prod(axis_size(kernel, a, walked) for a in axes) for axes in p.reductions]
             counts += [numel * r + (p.step << gl.split) for r in reduced]  # offs * R + r, and the parts' bounds
             if p.aligned:
                 aligns.append(all(r % 16 == 0 for r in reduced))
     rest += aligns
-    length = kernel.layout.length(values.get(kernel.batch_dim, 0)) + sum(gl.scratch_slots for gl in launches)
+    length = kernel.layout.length(walked.get(kernel.batch_dim, 0)) + sum(gl.scratch_slots for gl in launches)
     counts.append(length)
     for f in kernel.fields:
         t = tensors[f.name]
         counts.append(sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n))
     wide = any(c >= INT32_LIMIT for c in counts)
-    return Launch(program, tuple(f.name for f in kernel.fields), tuple(rest), (end,), length, wide)
+    return Launch(program, tuple(f.name for f in kernel.fields), tuple(rest), (end,), length, wide, walked)
 
 
 def divisor_magic(d: int) -> tuple[int, int]:
@@ -225,10 +236,11 @@ class Pending:
     """A launched check whose verdict has not been read yet. `backend` names what checks it:
     "triton", or "torch" where the kernel could not take the batch."""
 
-    def __init__(self, bound: Bound, program: Program | None = None, slot: Any = None, event: Any = None,
+    def __init__(self, bound: Bound, spec: Launch | None = None, slot: Any = None, event: Any = None,
                  result: list[Violation] | None = None):
-        self.bound, self.program, self.slot, self.event = bound, program, slot, event
-        self.backend = "triton" if program is not None else "torch"
+        self.bound, self.spec, self.slot, self.event = bound, spec, slot, event
+        self.program = spec.program if spec is not None else None
+        self.backend = "triton" if spec is not None else "torch"
         self._result = result
 
     def result(self) -> list[Violation]:
@@ -238,7 +250,7 @@ class Pending:
             values = self.slot.host.tolist()
             dirty = any(values)
             _pool.release(self.slot, dirty=dirty)
-            self._result = decode(self.program.kernel, values, self.bound) if dirty else []
+            self._result = decode(self.program.kernel, values, self.bound, self.spec.walked) if dirty else []
         return self._result
 
 
@@ -247,11 +259,11 @@ def _prepare(plan: Plan, bound: Bound, device: torch.device) -> Launch | None:
     if device.type != "cuda":
         _require_interpreter(device)  # before generating: a compiled kernel must not be cached for CPU use
     program = program_for(plan, bound)
-    if program is None or any(_huge_expanded(bound.tensors[f.name]) for f in program.kernel.fields):
+    if program is None:
         return None
     try:
         return launch_for(program, bound)
-    except ir.Unsupported:  # a host scalar past int64
+    except ir.Unsupported:  # a host scalar past int64, or an expanded view walked past EXPANDED_WALK_LIMIT
         return None
 
 
@@ -290,16 +302,7 @@ def launch(plan: Plan, bound: Bound) -> Pending:
             slot.host.copy_(slot.device, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
-    return Pending(bound, spec.program, slot, event)
-
-
-EXPANDED_WALK_LIMIT = 2**24  # logical elements; the torch backend checks a larger expanded view's stored values
-
-
-def _huge_expanded(t: torch.Tensor) -> bool:
-    """An expanded view the kernel should not walk element by element: the torch backend reads
-    only its stored values, which costs far less than 2**24 logical elements would."""
-    return t.numel() > EXPANDED_WALK_LIMIT and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride(), strict=True))
+    return Pending(bound, spec, slot, event)
 
 
 class _Slot:

@@ -62,7 +62,7 @@ import torch
 
 from .._dtypes import dtype_name
 from .._expr import to_text
-from .._kernel.ir import BIG, FieldSig, Group, Kernel, Op, Unsupported, Val, walk
+from .._kernel.ir import BIG, FieldSig, Group, Kernel, Op, Unsupported, Val, positional_axes, walk
 from .._plan import describe
 from .._source import RESERVED, IndentedBuffer, NameSpace, comment
 
@@ -247,6 +247,7 @@ class Program:
     streamed: dict[int, str]
     fn: Any = None  # the JIT function, once `load`ed
     path: str | None = None
+    positional: frozenset[str] = frozenset()  # `ir.positional_axes`: the axes never walked at size 1
 
 
 def generate(kernel: Kernel) -> Program:
@@ -400,7 +401,8 @@ class TritonCodegen:
             name = line.strip().split(" = ", 1)[0]
             if name in self.streamed and "tl.load(" in line:
                 streamed[i] = self.streamed.pop(name)  # the first definition: the unmasked one
-        return Program(k, source, tuple(plans), tuple(args), tuple(divisors), streamed)
+        return Program(k, source, tuple(plans), tuple(args), tuple(divisors), streamed,
+                       positional=positional_axes(k))
 
     def header(self, plans: list[GroupPlan]) -> list[str]:
         """The kernel in words, as `#` lines: every piece of spec text goes through `comment`."""
