@@ -140,7 +140,9 @@ def render_sweep() -> list[str]:
         f"({_percent(s['caught'], s['breaking'])})**",
         f"- probes the model runs cleanly that get an error (false alarms): **{s['false_alarms']} of {s['clean']} "
         f"({_percent(s['false_alarms'], s['clean'])})**; of these, {dropped} are a field with its last axis dropped "
-        "that the model broadcasts and runs on (a rank the contract cannot make a warning), leaving "
+        "that the model broadcasts and runs on (a rank the contract cannot make a warning), and "
+        f"{s.get('value_dependent', 0)} of those raise once the field's first value is 0 (a [B] mask of ones runs "
+        "because the model skips an all-ones mask), leaving "
         f"{s['false_alarms'] - dropped} ({_percent(s['false_alarms'] - dropped, s['clean'])}) others",
         "- the figures count the probes of traced pairs only: a pair derived by fallback has no batch it ran "
         "cleanly on to mutate\n",
@@ -149,7 +151,8 @@ def render_sweep() -> list[str]:
     ]
     for r in data["pairs"]:
         status = "fallback" if r["fallback"] else r["status"]
-        notes = "; ".join([*(f"missed {m}" for m in r["missed"]), *r["alarms"]]).replace("|", "/")
+        notes = "; ".join([*(f"missed {m}" for m in r["missed"]), *r["alarms"],
+                           *([f"not traced: {r['why']}"] if r.get("why") else [])]).replace("|", "/")
         lines.append(f"| {r['pair']} | {status} | {r['caught']}/{r['breaking']} | {r['false_alarms']}/{r['clean']} | {notes} |")
     return [*lines, ""]
 

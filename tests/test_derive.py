@@ -490,3 +490,49 @@ def test_float_inputs_take_the_models_dtype_unless_it_casts_them():
     vit = T.ViTForImageClassification(T.ViTConfig(image_size=8, patch_size=4, num_labels=3, **ENC)).eval()
     image = {"pixel_values": torch.randn(2, 3, 8, 8).half(), "labels": torch.tensor([0, 2])}
     assert tc.check(image, _spec(vit), backend="torch").ok
+
+
+def test_spectrogram_transformer_is_derived_from_its_config():
+    """AST takes exactly max_length frames of num_mel_bins bins (a fixed position table): spec_for used to raise."""
+    model = T.ASTForAudioClassification(T.ASTConfig(max_length=32, num_mel_bins=16, patch_size=8, num_labels=3, **ENC)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model)
+    assert spec.fields["input_values"].shape == ["B", "max_length", "num_mel_bins"]
+    good = {"input_values": torch.randn(B, 32, 16), "labels": torch.tensor([0, 2])}
+    assert torch.isfinite(model(**good).loss)
+    assert tc.check(good, spec, backend="torch").ok
+    short = {"input_values": torch.randn(B, 24, 16)}
+    with pytest.raises(RuntimeError):
+        model(**short)
+    assert "shape" in {v.code for v in tc.check(short, spec, backend="torch").errors}
+
+
+
+def test_a_model_that_raises_on_every_two_samples_is_traced_on_one():
+    """GPT-2's classifier without a pad token raises on any batch of 2 (it cannot find each row's end): the
+    trace runs on one sample and the probe's finding, B <= 1, is the contract's (it fell back before)."""
+    model = T.GPT2ForSequenceClassification(T.GPT2Config(vocab_size=V, n_embd=16, n_layer=1, n_head=2, n_positions=32,
+                                                         num_labels=3, pad_token_id=None)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model)
+    assert spec.example is not None and "fallback" not in spec.name
+    two, one = _classify(8, types=False), {k: v[:1] for k, v in _classify(8, types=False).items()}
+    with pytest.raises(ValueError, match="padding token"):
+        model(**two)
+    assert torch.isfinite(model(**one).loss)
+    assert tc.check(one, spec, backend="torch").ok
+    assert "dim_bound" in {v.code for v in tc.check(two, spec, backend="torch").errors}
+
+
+def test_the_traced_batch_meets_the_contracts_own_minimum_length():
+    """SEW needs N >= 400 samples (its feature encoder) and two frames for its squeeze: the batch to trace is
+    sized from the rule, not from the fixed tries (all shorter), so it is traced rather than a fallback."""
+    model = T.SEWForSequenceClassification(T.SEWConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                       intermediate_size=20, num_labels=3)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model)
+    assert spec.example is not None and spec.example["input_values"].shape[1] >= 400
+    assert torch.isfinite(model(**spec.example).logits).all()

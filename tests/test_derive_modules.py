@@ -266,3 +266,52 @@ def test_a_model_on_the_device_is_traced_there(device):
     assert spec.to_yaml() == cpu.to_yaml()
     batch = {k: v.to(device) for k, v in _set(rec, "user_ids", 0, 10).items()}
     assert {(v.field, v.code) for v in tc.check(batch, spec).errors} == {("user_ids", "above_max")}
+
+
+
+class _Tokens(nn.Module):
+    """Token ids through a table and a Linear, each token scaled by a per-token factor when one is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.out = nn.Linear(4, 3)
+
+    def head(self, ids, scale):
+        h = self.emb(ids)
+        return self.out(h if scale is None else h * scale[..., None]).mean()
+
+
+class Lengths(_Tokens):
+    """An optional per-sample length: `lengths[:, None]` also broadcasts a [B, L] tensor (XLM's does)."""
+
+    def forward(self, ids, lengths=None):
+        return self.head(ids, None if lengths is None else torch.arange(ids.shape[1]) < lengths[:, None])
+
+
+class Weighted(_Tokens):
+    """An optional float weight per token (softplus takes no int), NaNs zeroed and cast by promotion."""
+
+    def forward(self, ids, weights=None):
+        return self.head(ids, None if weights is None else torch.nan_to_num(F.softplus(weights), nan=0.0))
+
+def test_a_per_sample_input_keeps_the_fewest_axes_the_forward_takes():
+    spec = tc.spec_for(Lengths())
+    assert spec.fields["lengths"].shape == ["B"]
+    ids = torch.randint(0, 10, (B, 6))
+    batch = {"ids": ids, "lengths": torch.tensor([6, 3, 1])}
+    Lengths()(**batch)  # the model takes it
+    assert tc.check(batch, spec, backend="torch").ok
+
+
+def test_an_optional_float_input_gets_its_dtypes_and_nan_severity_from_probes():
+    spec = tc.spec_for(Weighted())
+    f = spec.fields["weights"]
+    assert f.dtype == ["float32", "float16"]  # fp64 meets the fp32 Linear and raises
+    assert f.severity == {"non_finite": "warning"}
+    weights = torch.ones(B, 6, dtype=torch.float16)
+    weights[0, 0] = float("nan")
+    batch = {"ids": torch.randint(0, 10, (B, 6)), "weights": weights}
+    assert torch.isfinite(Weighted()(**batch))  # the model runs: a warning, not an error
+    report = tc.check(batch, spec, backend="torch")
+    assert report.ok and [(v.field, v.code) for v in report.violations] == [("weights", "non_finite")]

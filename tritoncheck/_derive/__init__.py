@@ -193,13 +193,24 @@ class _Tracing:
         self.batch: dict[str, torch.Tensor] = {}
         self.forwards = 0
         self.shapes: dict[str, tuple[str, list[int | str]]] = {}
+        self.origins: dict[str, list[str]] = {}  # spec path -> where its bound came from
+        self.probed: list[str] = []  # optional inputs no hint describes that a probe forward fed
         self.first: dict[str, str] = {}  # input -> the module that first took it
         self.weighted = False  # whether a layer with weights took an input no hint describes
         self.hinted = set(data["fields"])  # fields the per-family lists describe (their dtypes were measured)
 
     def call(self, batch: dict[str, torch.Tensor]) -> Any:
+        """One forward; the config is restored after it (a head sets `config.problem_type` from the first labels
+        it sees: a float probe of `labels` would make every later int one a multi-label target)."""
         self.forwards += 1
-        return self.model(**{k: v for k, v in batch.items() if k in self.names}, **self.flags)
+        config = getattr(self.model, "config", None)
+        saved = dict(vars(config)) if config is not None and hasattr(config, "__dict__") else None
+        try:
+            return self.model(**{k: v for k, v in batch.items() if k in self.names}, **self.flags)
+        finally:
+            if saved is not None:
+                vars(config).clear()
+                vars(config).update(saved)
 
     def run(self) -> tuple[dict[str, Any], dict[str, list[str]], list[str]] | None:
         """(spec mapping, origins, what the self-check dropped), or None (`why` says why) where no batch built
@@ -231,12 +242,28 @@ class _Tracing:
 
     def _find_batch(self) -> dict[str, torch.Tensor] | None:
         for sizes in example.SIZES:
-            for subset in self._candidates():
-                made = example.from_fields(subset, self.data["params"], self.data["rules"], sizes, self.compute)
-                batch = self._complete(made, sizes)
-                if batch is not None:
-                    self.data["fields"].update(subset)  # the shapes that ran (a choices axis, where one was needed)
-                    return batch
+            batch = self._try(sizes)
+            if batch is not None:
+                return batch
+        why = self.why
+        batch = self._try(example.ONE)
+        if batch is None:
+            self.why = why
+            return None
+        first = next(iter(batch))
+        self.data["rules"].append({"rule": "B <= 1", "code": "dim_bound", "field": first,
+                                   "hint": f"the model raises on every batch of {example.B} samples ({why}); "
+                                   "pass one sample per batch, or fix the config"})
+        self.origins["rules.B <= 1"] = [f"probe forwards: every batch of {example.B} samples raises, one sample runs"]
+        return batch
+
+    def _try(self, sizes: dict[str, int]) -> dict[str, torch.Tensor] | None:
+        for subset in self._candidates():
+            made = example.from_fields(subset, self.data["params"], self.data["rules"], sizes, self.compute)
+            batch = self._complete(made, sizes)
+            if batch is not None:
+                self.data["fields"].update(subset)  # the shapes that ran (a choices axis, where one was needed)
+                return batch
         return None
 
     def _complete(self, batch: dict[str, torch.Tensor], sizes: dict[str, int]) -> dict[str, torch.Tensor] | None:
@@ -279,17 +306,25 @@ class _Tracing:
         if not (found.findings or self.weighted or self.data["fields"].keys() - self.shapes.keys()):
             self.why = "nothing to derive: no op bounds an input, and no layer with weights takes one"
             return None
-        origins: dict[str, list[str]] = {}
+        origins = self.origins
         for p, kind_shape in self.shapes.items():
             origins[f"fields.{p}"] = [f"shape {kind_shape[1]}: the input of {self.first.get(p) or 'forward'}"]
         findings = found.findings + self._optional_inputs(batch, fields, origins)
         rules.merge_findings(data, findings, origins, batch)
-        floats = [p for p in self.shapes if batch[p].is_floating_point()]
+        floats = [p for p in batch if batch[p].is_floating_point()]
         for p, dtypes in probes.float_dtypes(self.call, batch, floats).items():
             self.forwards += 1
+            self.forwards += 1
+            if p in self.hinted and len(dtypes) == 1:
+                continue  # the hints' dtype stands (a parameter reference, or a list the forward was not fed)
             fields[p]["dtype"] = dtypes
-            origins[f"fields.{p}"].append("dtype: the forward runs on another float dtype (it casts)" if dtypes == ["float"]
-                                          else f"dtype: the forward raises on another float dtype than {dtypes[0]}")
+            origins.setdefault(f"fields.{p}", []).append(
+                "dtype: the forward runs on every float dtype (it casts)" if dtypes == ["float"]
+                else f"dtype: the forward runs on {', '.join(dtypes)} and raises on the other float dtypes")
+        for p in probes.nan_ignored(self.call, batch, floats):
+            self.forwards += 1
+            fields[p].setdefault("severity", {})["non_finite"] = "warning"
+            origins[f"fields.{p}"].append("non_finite: a warning, the forward runs cleanly with a NaN in its first value")
         self._probe_values(batch, findings, origins)
         for p, messages in self.messages.items():
             if p in fields and fields[p].get("max") is not None and messages:
@@ -353,8 +388,9 @@ class _Tracing:
             if p.required or p.name in fields or "head_mask" in p.name:
                 continue
             for kind in ("int", "float", "flat"):
-                template = batch.get(like.get(kind) or "")
-                shape = fields[like[kind]]["shape"] if template is not None else ["B"]
+                source = like.get(kind) or like["int"]  # a float per token in a text model: shaped like the ids
+                template = batch.get(source or "") if kind != "flat" else None
+                shape = fields[source]["shape"] if template is not None else ["B"]
                 if kind != "flat" and template is None:
                     continue
                 size = list(template.shape) if template is not None else [example.B]
@@ -363,13 +399,28 @@ class _Tracing:
                 self.forwards += 1
                 if found is None or p.name not in found.used:
                     continue
+                made, found = self._fewest_axes(p.name, batch, made, found)
                 batch[p.name] = made
-                shape = self._own_dims(p.name, batch, shape)
+                self.probed.append(p.name)
+                shape = self._own_dims(p.name, batch, list(shape)[:made.dim()])
                 fields[p.name] = self._new_field(p.name, "float" if kind == "float" else "int", shape, made)
                 origins[f"fields.{p.name}"] = [f"shape {shape}: probed (the forward runs with it and reads it)"]
                 out += [f for f in found.findings if f.field == p.name]
                 break
         return out
+
+    def _fewest_axes(self, name: str, batch: dict[str, torch.Tensor], made: torch.Tensor,
+                     found: trace.Trace) -> tuple[torch.Tensor, trace.Trace]:
+        """`made` with its last axes dropped while the forward still runs with it and reads it: a borrowed shape
+        has as many axes as the input it copies, but a per-sample input (XLM's `lengths`, `[B]`) takes fewer."""
+        while made.dim() > 1:
+            fewer = made[..., 0].contiguous()
+            self.forwards += 1
+            again = self._traced({**batch, name: fewer})
+            if again is None or name not in again.used:
+                break
+            made, found = fewer, again
+        return made, found
 
     def _own_dims(self, name: str, batch: dict[str, torch.Tensor], shape: list[int | str]) -> list[int | str]:
         """`shape` (borrowed from another input), with its dims made the field's own where a longer one runs too."""

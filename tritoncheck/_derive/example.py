@@ -21,6 +21,7 @@ from .._dtypes import DTYPES, GROUPS
 B = 2  # every example has two samples: a per-sample rule sees two rows
 # Sizes of the dims besides B, tried in turn: equal, longer, and sequences long against their targets.
 SIZES = ({"*": 8}, {"*": 32}, {"*": 4, "N": 64, "L": 16}, {"*": 128})
+ONE = {"*": 8, "B": 1}  # tried last: a model that raises on every batch of two samples (no pad token to find ends)
 
 
 def evaluate(text: int | float | str | None, names: dict[str, Any]) -> Any:
@@ -67,7 +68,8 @@ def from_fields(fields: dict[str, dict], params: dict[str, Any], rules: list[dic
                 compute: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor]:
     """One tensor per field of a spec mapping, inside its bounds, with dims sized by `sizes`."""
     g = torch.Generator().manual_seed(seed)
-    dims: dict[str, int] = {"B": B}
+    dims: dict[str, int] = {"B": sizes.get("B", B)}
+    sizes = {**sizes, **_lower_bounds(rules, params, sizes)}
     out = {}
     for name, f in fields.items():
         shape = []
@@ -80,6 +82,20 @@ def from_fields(fields: dict[str, dict], params: dict[str, Any], rules: list[dic
             shape.append(int(value) if value is not None else sizes["*"])
         out[name] = _fill(f, shape, params, dims, compute, g)
     _place_required_tokens(out, params, rules)
+    return out
+
+
+def _lower_bounds(rules: list[dict], params: dict, sizes: dict[str, int]) -> dict[str, int]:
+    """Dims a rule `DIM >= bound` holds above their size in `sizes` (a convolutional feature encoder's
+    receptive field), raised to that bound times the size's step over the smallest (8): the example must meet
+    the contract's own minimum, and the later tries are longer (a pooling after the encoder needs two frames)."""
+    out = {}
+    for r in rules:
+        m = re.fullmatch(r"(\w+) >= (.+)", r["rule"])
+        bound = evaluate(m.group(2), params) if m else None
+        size = sizes.get(m.group(1), sizes["*"]) if m else 0
+        if isinstance(bound, (int, float)) and bound > size:
+            out[m.group(1)] = int(bound) * max(1, size // SIZES[0]["*"])
     return out
 
 
@@ -133,7 +149,7 @@ def first_use_shape(module: nn.Module) -> tuple[str, list[int | str]] | None:
 
 def make(kind: str, shape: list[int | str], sizes: dict[str, int], compute: torch.dtype, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    concrete = [B if e == "B" else e if isinstance(e, int) else sizes.get(e, sizes["*"]) for e in shape]
+    concrete = [sizes.get("B", B) if e == "B" else e if isinstance(e, int) else sizes.get(e, sizes["*"]) for e in shape]
     if kind == "float":
         return torch.randn(concrete, generator=g).to(compute)
     return torch.randint(0, 2, concrete, generator=g)

@@ -278,7 +278,14 @@ class _Derivation:
     def _audio(self) -> None:
         """Raw waveforms (Wav2Vec2 family: a convolutional feature encoder) and log-mel features (Whisper)."""
         kernels, strides = getattr(self.config, "conv_kernel", None), getattr(self.config, "conv_stride", None)
-        if "input_values" in self.accepted and (kernels is None or strides is None):
+        frames, bins = getattr(self.config, "max_length", None), getattr(self.config, "num_mel_bins", None)
+        if "input_values" in self.accepted and kernels is None and isinstance(frames, int) and isinstance(bins, int):
+            # a spectrogram into a patch embedding with a fixed position table (AST): exactly max_length frames
+            self.params.update(max_length=frames, num_mel_bins=bins)
+            self.fields["input_values"] = {"dtype": [self._compute_dtype()], "shape": ["B", "max_length", "num_mel_bins"],
+                                           "finite": True, "hints": {"shape": "log-mel features: exactly max_length frames "
+                                                                     "of num_mel_bins bins (pad or truncate with the feature extractor)"}}
+        elif "input_values" in self.accepted and (kernels is None or strides is None):
             self.notes.append(("input_values (not a waveform into a convolutional feature encoder)", CRASH))
         elif "input_values" in self.accepted:
             self.fields["input_values"] = {"dtype": [self._compute_dtype()], "shape": ["B", "N"], "finite": True}

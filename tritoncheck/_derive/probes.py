@@ -42,18 +42,30 @@ def finite(out: Any) -> bool:
     return all(bool(torch.isfinite(v).all()) for v in values)
 
 
-def other_float(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype == torch.float64 else torch.float64
+FLOATS = (torch.float16, torch.float32, torch.float64)
 
 
 def float_dtypes(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], names: list[str]) -> dict[str, list[str]]:
-    """Per float field: `["float"]` where the forward also runs with it in another float dtype (the model
-    casts it), else its own dtype only (an fp16 input into an fp32 model raises)."""
+    """Per float field: `["float"]` where the forward runs with it in every other float dtype (the model casts
+    it), else its own dtype and those others it runs with (fp16 into an fp32 model runs where it only meets
+    fp32 tensors by promotion; fp64 raises at the first Linear)."""
     out = {}
     for name in names:
         t = batch[name]
-        probe = {**batch, name: t.to(other_float(t.dtype))}
-        out[name] = ["float"] if clean(call, probe) is None else [dtype_name(t.dtype)]
+        ran = [d for d in FLOATS if d != t.dtype and clean(call, {**batch, name: t.to(d)}) is None]
+        out[name] = ["float"] if len(ran) == len(FLOATS) - (t.dtype in FLOATS) else [dtype_name(d) for d in (t.dtype, *ran)]
+    return out
+
+
+def nan_ignored(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], names: list[str]) -> list[str]:
+    """The float fields the forward runs cleanly with a NaN in their first value (it ignores their values, or
+    masks them): a NaN there is a data bug, but not a crash."""
+    out = []
+    for name in names:
+        t = batch[name].clone()
+        t.view(-1)[0] = float("nan")
+        if clean(call, {**batch, name: t}) is None:
+            out.append(name)
     return out
 
 
