@@ -14,7 +14,8 @@ import torch
 import tritoncheck as tc
 from tritoncheck._report import REPORT_SCHEMA, report_json
 
-VIOLATION_KEYS = ["field", "code", "severity", "rule", "hint", "count", "value", "index", "rows", "message"]
+VIOLATION_KEYS = ["field", "code", "severity", "rule", "hint", "count", "value", "index", "rows", "rows_total",
+                  "message"]
 WARNED = {"name": "warned", "fields": {"x": {"dtype": "int64", "shape": ["B"], "min": 0, "max": 3,
                                              "severity": {"above_max": "warning"}}},
           "rules": [{"rule": "x != 2", "code": "no_two"}]}
@@ -33,8 +34,25 @@ def test_report_to_dict_is_the_versioned_schema():
     assert all(list(v) == VIOLATION_KEYS for v in d["violations"])
     assert {k: by_code["above_max"][k] for k in VIOLATION_KEYS[:-1]} == {
         "field": "x", "code": "above_max", "severity": "warning", "rule": "x <= 3", "hint": None, "count": 1,
-        "value": 7, "index": [1], "rows": [1]}
+        "value": 7, "index": [1], "rows": [1], "rows_total": 1}
     assert by_code["no_two"]["rows"] == [2] and by_code["below_min"]["rows"] == [3]
+
+
+def test_an_expanded_batch_of_2_40_bad_samples_lists_the_first_rows_and_says_how_many(backend):
+    """2**40 bad samples stored as one: the JSON lists MAX_JSON_ROWS of them (never 2**40 ints) and the true total."""
+    import torch
+
+    import tritoncheck as tc
+    from tritoncheck._report import MAX_JSON_ROWS
+
+    spec = tc.BatchSpec.model_validate({"name": "e", "fields": {"y": {"dtype": "int32", "shape": ["B"], "max": 5}}})
+    y = torch.tensor([7], dtype=torch.int32).expand(2**40)
+    if backend == "triton":  # the interpreter walks a logical axis in full (see the Triton launcher's note)
+        y = torch.tensor([7], dtype=torch.int32).expand(2**20)
+    v = tc.check({"y": y}, spec, backend=backend).to_dict()["violations"][0]
+    n = y.shape[0]
+    assert (v["count"], v["rows_total"], len(v["rows"])) == (n, n, min(n, MAX_JSON_ROWS))
+    assert v["rows"][:3] == [0, 1, 2] and v["rows"][-1] == min(n, MAX_JSON_ROWS) - 1
 
 
 def test_errors_means_the_violations_of_severity_error_everywhere():

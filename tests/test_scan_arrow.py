@@ -442,7 +442,8 @@ def test_rows_after_a_shard_that_cannot_be_counted_claim_no_global_number(tmp_pa
     assert (written["tritoncheck_row"], written["text"]) == ([None], ["row 1"])
 
 
-VIOLATION_KEYS = ["field", "code", "severity", "rule", "hint", "count", "value", "index", "rows", "message"]
+VIOLATION_KEYS = ["field", "code", "severity", "rule", "hint", "count", "value", "index", "rows", "rows_total",
+                  "message"]
 
 
 def test_check_and_scan_print_one_json_schema(tmp_path, capsys):

@@ -11,6 +11,7 @@ reach a terminal and `rich` never reads it as markup; `to_dict`/`to_json` keep i
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -44,6 +45,9 @@ VIOLATION_CODES: tuple[str, ...] = (
 )
 REPORT_SCHEMA = "tritoncheck.report/1"  # the JSON report's version: a change of its keys or their meaning bumps it
 MAX_SAMPLES_SHOWN = 10
+# the most batch positions one violation lists in the JSON report; `rows_total` always says how many
+# there are (an expanded batch axis may hold 2**40 bad samples, stored as one)
+MAX_JSON_ROWS = 100_000
 WARNING_PREFIX = "warning: "  # how a warning's message starts (an error's starts with its location)
 _AXIS_CODES = ("shape", "dim_mismatch")  # their `index` is (axis,)
 # C0, DEL and C1 controls (ESC, CSI, OSC, BEL, CR, ...), the bidi overrides that reorder a line, and
@@ -124,11 +128,12 @@ class Violation:
 
     def to_dict(self, **where: Any) -> dict[str, Any]:
         """The violation as the JSON report lists it (`REPORT_SCHEMA`): field, code, severity, rule, hint,
-        count, value, index, rows (the batch positions, `samples`) and message; `where` adds the
-        scan's keys (source, sample, row)."""
+        count, value, index, rows (the batch positions, `samples`: the first `MAX_JSON_ROWS`), rows_total
+        (how many) and message; `where` adds the scan's keys (source, sample, row)."""
         return {"field": self.field, "code": self.code, "severity": self.severity, "rule": self.rule,
                 "hint": self.hint, "count": self.count, "value": _jsonable(self.value),
-                "index": None if self.index is None else list(self.index), "rows": list(self.samples),
+                "index": None if self.index is None else list(self.index),
+                "rows": list(itertools.islice(self.samples, MAX_JSON_ROWS)), "rows_total": len(self.samples),
                 "message": self.message, **where}
 
 
