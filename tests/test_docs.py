@@ -35,3 +35,22 @@ def test_example_produces_its_code(code):
 @pytest.mark.parametrize("code", sorted(NOT_RUNNABLE))
 def test_unrunnable_examples_are_marked_as_text(code):
     assert "```python" not in sections()[code] and "```text" in sections()[code]
+
+
+def test_every_test_docs_security_names_exists():
+    """docs/security.md keeps each promise by naming its test: every `tests/FILE.py[::name]` it names
+    (and every `::name` after one, in the same file) is a file holding that test function."""
+    root = DOC.parent.parent
+    text = (root / "docs" / "security.md").read_text(encoding="utf-8")
+    named, current, missing = 0, None, []
+    for ref in re.findall(r"`((?:tests/[\w/]+\.py)?(?:::\w+)?)`", text):
+        path, _, name = ref.partition("::")
+        current = path or current
+        if current is None:
+            missing.append(ref)
+            continue
+        source = (root / current).read_text(encoding="utf-8") if (root / current).is_file() else None
+        if source is None or (name and not re.search(rf"^def {name}\(", source, flags=re.MULTILINE)):
+            missing.append(f"{current}::{name}")
+        named += 1
+    assert named >= 30 and not missing, f"docs/security.md names tests that do not exist: {missing}"
