@@ -96,11 +96,11 @@ def pick(dtypes: tuple[torch.dtype, ...], variant: str) -> torch.dtype:
 
 
 def load_plan(spec_name: str, variant: str) -> Any:
-    """The spec's plan, its parameters from `bench.BUILTIN_PARAMS` and the model dtype (a spec
+    """The spec's plan, its parameters from `harness.BUILTIN_PARAMS` and the model dtype (a spec
     whose float field takes the model's compute dtype, like LayoutLMv3's pixels) the variant's float."""
     import tritoncheck as tc
     from tritoncheck._plan import compile_plan
-    from tritoncheck.bench import BUILTIN_PARAMS
+    from harness import BUILTIN_PARAMS  # benchmarks/harness.py (this folder is sys.path[0])
 
     return compile_plan(tc.load_spec(spec_name, config={**BUILTIN_PARAMS, "dtype": VARIANTS[variant][2]}))
 

@@ -10,7 +10,7 @@ A full run is every scenario (the 254 MB batch included), a small model's traini
 batch, the first batch in each of 2 forked DataLoader workers, and a cold compile of every
 built-in contract; one thread, thread CPU time, median of >= 5 interleaved rounds. Every figure
 in the results page and in README.md comes from one run's rows, and each target of issue 11 is
-judged from them. The harness is tritoncheck/bench.py (`tritoncheck bench` is its quick set).
+judged from them. The harness is harness.py here (`tritoncheck bench` is its quick set).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 import tritoncheck as tc
-from tritoncheck import bench
+import harness as bench  # benchmarks/harness.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -18,10 +18,11 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck import bench
+from tritoncheck import bench as entry
 from tritoncheck.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
+bench = entry.harness()  # benchmarks/harness.py, imported as its scripts import it
 
 # (scenario, field the broken batch breaks, violation code expected)
 BROKEN = {
@@ -177,6 +178,21 @@ def test_command_writes_csv(tmp_path, capsys):
     assert code == 0
     assert "| bart-tiny | tc-torch |" in capsys.readouterr().out
     assert path.read_text().splitlines()[0].split(",") == bench.COLUMNS
+
+
+def test_the_harness_lives_in_benchmarks_not_in_the_package():
+    assert Path(bench.__file__).resolve() == ROOT / "benchmarks" / "harness.py"
+    assert not (ROOT / "tritoncheck" / "harness.py").exists() and not hasattr(entry, "SCENARIOS")
+
+
+@pytest.mark.parametrize("argv", [["--tiny", "--scenario", "bart"], ["--help"], []])
+def test_command_without_a_checkout_says_what_to_do(argv, tmp_path, monkeypatch, capsys):
+    """Installed without a source checkout (no benchmarks/ beside the package): exit 2 and how to get one."""
+    monkeypatch.setattr(entry, "BENCHMARKS", tmp_path)
+    assert main(["bench", *argv]) == 2
+    out = capsys.readouterr()
+    assert out.err.startswith("tritoncheck bench: ") and "source checkout" in out.err and "pip install -e ." in out.err
+    assert "Traceback" not in out.err + out.out
 
 
 def test_command_rejects_cuda_without_gpu(capsys):
