@@ -279,3 +279,34 @@ def test_arange_over_an_expanded_dim_costs_a_window_on_the_torch_backend():
     out = run_isolated(CTC_RSS, 2**26)  # was +1,156 MiB: arange(S) and its masks at full size
     assert out["found"] == [["dim_bound", 1, [], []]] or out["found"][-1][:3] == ["rule_failed", 5, [1]], out
     assert out["grew_kib"] < 64 * 1024, out
+
+
+# -- a reduction over the batch axis that each element is compared with: computed once ---------------
+
+BATCH_REDUCE = {"x": {"dtype": "float32", "shape": ["B"]}, "y": {"dtype": "int64", "shape": ["B", "L"]}}
+BATCH_REDUCE_RULES = ["x * 1000 <= sum(x)", "y * 4 <= sum(y[:, 0]) + arange(L)", "any(y > sum(x), dim=L)"]
+
+
+def batch_reduce(b: int) -> dict:
+    g = torch.Generator().manual_seed(b)
+    return {"x": torch.rand(b, generator=g), "y": torch.randint(0, b, (b, 3), generator=g)}
+
+
+def test_a_rule_against_a_batch_reduction_agrees(backend):
+    """(Triton lowers no reduction inside a reduction: the third rule runs on torch there.)"""
+    got = agree(batch_reduce(6), spec(BATCH_REDUCE, BATCH_REDUCE_RULES[:2]), backend)
+    assert [v["rule"] for v in got] == BATCH_REDUCE_RULES[:2]
+
+
+def test_a_rule_against_a_batch_reduction_reads_the_batch_twice_on_c():
+    """Issue 27 cause 5: the sum was recomputed per element (B**2: 5.1 s at B = 2**17 for `x <= sum(x)`)."""
+    import time
+
+    s = spec(BATCH_REDUCE, BATCH_REDUCE_RULES)
+    tc.check(batch_reduce(4), s, backend="c")  # build the kernel
+    batch = batch_reduce(2**17)
+    t0 = time.perf_counter()
+    got = report(batch, s, "c")
+    took = time.perf_counter() - t0
+    assert got == report(batch, s, "torch")
+    assert took < 0.5, took

@@ -34,7 +34,7 @@ from .._dtypes import dtype_name
 from .._expr import to_text
 from .._plan import describe
 from .._source import RESERVED, IndentedBuffer, NameSpace, comment
-from .ir import BIG, Group, Kernel, Op, walk
+from .ir import BIG, Group, Kernel, Op, invariant_ops, walk
 
 FUNCTION = "tc_check"
 _CTYPE = {"b": "int", "i": "int64_t", "f": "float", "d": "double"}
@@ -166,6 +166,8 @@ class CCodegen:
         self.names: dict[int, str] = {}
         self.bind: dict[str, str] = {}  # axis -> loop variable in scope
         self.flat: str | None = None  # the flat index, in an element-wise pass over contiguous fields
+        self.pre: dict[int, Any] = {}  # the current group's invariant values (`invariant_ops`), by op id
+        self.rest: tuple[Op, ...] = ()  # the current group's other ops, walked at each position
         self.ptr = {f.name: self.ns.create_name(f"p_{f.name}") for f in kernel.fields}
         self.stride = {f.name: tuple(self.ns.create_name(f"s_{f.name}_{i}") for i in range(len(f.axes)))
                        for f in kernel.fields}
@@ -252,6 +254,12 @@ class CCodegen:
         w("{")
         with self.buf.indent():
             flat_ok = g.elementwise and g.axes and all(k.field(f).contiguous for f in g.fields)
+            once = invariant_ops(k, g)
+            self.pre = {}
+            if any(op.name == "reduction" for op in once):
+                w("// once: reductions the same at every position (x <= sum(x) reads 2B elements, not B*B)")
+            walk(once, self, self.pre)
+            self.rest = tuple(op for op in g.ops if op.id not in self.pre)
             w("// fast pass: does any element fail? (no stores: vectorizable)")
             w("int dirty = 0;")
             if flat_ok:
@@ -298,8 +306,8 @@ class CCodegen:
             del self.bind[a]
 
     def body(self, g: Group, locate: bool) -> None:
-        env: dict[int, Any] = {}
-        walk(g.ops, self, env)
+        env: dict[int, Any] = dict(self.pre)  # the group's invariant values, computed before its loops
+        walk(self.rest, self, env)
         w = self.buf.writeline
         if not locate:
             w("dirty |= " + " | ".join(env[v.id] for _, v in g.checks) + ";")
@@ -367,6 +375,8 @@ class CCodegen:
         return self.let(op, f"(int64_t){self.bind[axis]}")
 
     def scalar(self, op: Op, slot: int) -> str:
+        if op.id in self.pre:  # computed before the group's loops
+            return self.pre[op.id]
         name = self.sc[slot]
         if op.kind == "b":
             return self.let(op, f"({name} != 0)")
@@ -440,6 +450,8 @@ class CCodegen:
         return self.let(op, f"({a} | {b})")
 
     def reduction(self, op: Op, red: str, axes: tuple[str, ...], body) -> str:
+        if op.id in self.pre:  # computed before the group's loops (`invariant_ops`)
+            return self.pre[op.id]
         w = self.buf.writeline
         if op.id not in self.names:
             self.names[op.id] = self.ns.create_name(f"v{op.id}")

@@ -671,6 +671,46 @@ def positional_axes(kernel: Kernel) -> frozenset[str]:
     return frozenset(found)
 
 
+def invariant_ops(kernel: Kernel, group: Group) -> tuple[Op, ...]:
+    """The group's ops whose value is the same at every position of the loops around them, in
+    order: constants, host scalars, and each outermost reduction whose body reads no position of
+    those loops (`x <= sum(x)` over B: the sum; also inside another reduction, as in
+    `any(y > sum(x), dim=L)`). A backend computes them once, before the group's loops, so such a
+    rule costs 2B reads, not B**2."""
+    found: list[Op] = []
+    ids: set[int] = set()
+
+    def free(ops: tuple[Op, ...], forbidden: set[str], known: set[int]) -> bool:
+        """Whether `ops` read no position along `forbidden` and no value but their own and `known`."""
+        known = set(known)
+        for op in ops:
+            if op.name != "reduction" and any(isinstance(a, Val) and a.id not in known for a in op.args):
+                return False  # (a reduction's value is its body's)
+            if op.name == "index" and op.args[0] in forbidden:
+                return False
+            if op.name in ("load", "load_prev"):
+                axes = kernel.field(op.args[0]).axes
+                sels = op.args[1] if op.name == "load" else (None,) * len(axes)
+                if any(sel is None and a in forbidden for a, sel in zip(axes, sels, strict=True)):
+                    return False
+            if op.name == "reduction" and not free(op.args[2], forbidden - set(op.args[1]), known):
+                return False
+            known.add(op.id)
+        return True
+
+    def scan(ops: tuple[Op, ...], loops: set[str]) -> None:
+        for op in ops:
+            if op.name in ("const", "scalar") or (
+                    op.name == "reduction" and free(op.args[2], loops - set(op.args[1]), ids)):
+                found.append(op)
+                ids.add(op.id)
+            elif op.name == "reduction":
+                scan(op.args[2], loops | set(op.args[1]))
+
+    scan(group.ops, set(group.axes))
+    return tuple(found)
+
+
 def loop_sizes(kernel: Kernel, positional: frozenset[str], tensors: Mapping[str, torch.Tensor],
                dims: Mapping[str, int]) -> dict[str, int]:
     """The sizes a kernel walks, and which dims it walks at size 1: {axis: size, ...}, collapsed.
@@ -711,4 +751,4 @@ def _fixed_size(plan: Plan, axis: str) -> int | None:
 
 
 __all__ = ["BIG", "OPS", "FieldSig", "Group", "HostScalar", "Kernel", "Layout", "Op", "Subject", "Unsupported",
-           "Val", "loop_sizes", "lower", "missing_ops", "positional_axes", "walk"]
+           "Val", "invariant_ops", "loop_sizes", "lower", "missing_ops", "positional_axes", "walk"]
