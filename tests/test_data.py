@@ -130,6 +130,7 @@ def test_quarantine_leaves_exactly_the_bad_samples_on_disk(tmp_path):
     assert collate.records() == [] and not list(qdir.iterdir())
 
 
+@pytest.mark.slow  # two spawned workers, each importing torch and tritoncheck afresh
 def test_skip_under_spawn_touches_neither_cuda_nor_triton(tmp_path):
     collate = tc.ValidatingCollate(make_spec(), on_error="skip", log_dir=tmp_path)
     out = list(loader(Probe(collate), context="spawn"))
@@ -283,6 +284,7 @@ def test_indexed_dataset_keeps_keys_and_makes_integer_indices_ints():
     assert index == 2 and type(index) is int
 
 
+@pytest.mark.slow  # two spawned workers, each importing torch, datasets and tritoncheck afresh
 def test_indexed_hf_dataset_stays_a_datasets_dataset_and_carries_indices_into_spawned_workers(tmp_path):
     """The Trainer's column removal (remove_columns) keeps the wrapper; workers get it pickled."""
     datasets = pytest.importorskip("datasets", reason="pip install datasets (in the test extra)")

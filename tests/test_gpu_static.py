@@ -107,6 +107,7 @@ def _cases():
             yield pytest.param(figure, spec, marks=marks, id=f"{figure}-{spec}")
 
 
+@pytest.mark.slow  # the `report` fixture compiles every built-in for sm_90 (a minute on 2 cores)
 @pytest.mark.parametrize(("figure", "spec"), list(_cases()))
 def test_kernel_within_issue_12_bounds(report, figure, spec):
     row = report[spec]
@@ -115,6 +116,7 @@ def test_kernel_within_issue_12_bounds(report, figure, spec):
     assert ok(row[figure]), f"{spec} ({row['signature']}): {figure} = {row[figure]}, want {words}"
 
 
+@pytest.mark.slow  # the `report` fixture
 def test_the_report_sees_narrow_loads_and_valid_path_division(report):
     """The figures discriminate: an unaligned row of a bool mask is loaded a byte at a time, and a rule that
     divides integer fields divides on the valid path (through the inlined floor-division helper)."""
@@ -145,6 +147,7 @@ def test_committed_report_shows_every_spec_within_the_bounds(version):
             assert ok(int(row[figure])), f"{row['spec']} ({row['signature']}, aligned={row['aligned']}): {figure} = {row[figure]}, want {words}"
 
 
+@pytest.mark.slow  # the `report` fixture
 def test_committed_report_is_todays_kernel(report):
     """The committed report for the installed Triton is what the kernel compiles to today: each spec's
     CI-signature row compiled here equals its committed row (regenerate it after changing the kernel)."""

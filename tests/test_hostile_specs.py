@@ -275,6 +275,7 @@ def expanded_report(n: int) -> list:
     ]
 
 
+@pytest.mark.slow  # fresh interpreters (run_isolated), per backend
 def test_expanded_views_report_as_the_materialised_batch_would(backend):
     assert run_isolated(EXPANDED, backend, 4)["found"] == expanded_report(4)
     big = run_isolated(EXPANDED, backend, 2**40, timeout=60)
@@ -295,6 +296,7 @@ print(json.dumps([v.code, v.count, len(v.samples), list(v.samples[:5]), list(v.i
 """
 
 
+@pytest.mark.slow  # fresh interpreters (run_isolated), per backend
 def test_an_expanded_batch_axis_lists_every_sample(backend):
     assert run_isolated(EXPANDED_BATCH, backend, 5) == ["above_max", 5, 5, [0, 1, 2, 3, 4], [0], 7]
     assert run_isolated(EXPANDED_BATCH, backend, 2**40, timeout=60) == [
@@ -320,6 +322,7 @@ print(json.dumps({"grew_kib": after - before, "codes": sorted(v.code for v in r.
 """
 
 
+@pytest.mark.slow  # fresh interpreters (run_isolated), per backend
 def test_checking_an_expanded_view_does_not_allocate_its_logical_size(backend):
     out = run_isolated(PEAK_RSS, backend)
     assert out["codes"] == ["above_max", "above_max", "non_finite", "not_in_set", "rule_failed", "rule_failed"]
