@@ -536,3 +536,13 @@ def test_the_traced_batch_meets_the_contracts_own_minimum_length():
         spec = tc.spec_for(model)
     assert spec.example is not None and spec.example["input_values"].shape[1] >= 400
     assert torch.isfinite(model(**spec.example).logits).all()
+
+
+def test_pixels_a_model_casts_take_any_float_dtype_by_probe():
+    """ViT-MSN casts its pixels (no list names it): the fp16/fp64 probes run, so the hinted dtype widens to float."""
+    model = T.ViTMSNForImageClassification(T.ViTMSNConfig(image_size=32, patch_size=8, num_labels=3, **ENC)).eval()
+    spec = tc.spec_for(model)
+    assert spec.fields["pixel_values"].dtype == ["float"]
+    batch = {"pixel_values": torch.randn(B, 3, 32, 32).half(), "labels": torch.tensor([0, 2])}
+    assert torch.isfinite(model(**batch).loss)
+    assert tc.check(batch, spec, backend="torch").ok

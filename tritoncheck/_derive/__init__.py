@@ -315,7 +315,7 @@ class _Tracing:
         for p, dtypes in probes.float_dtypes(self.call, batch, floats).items():
             self.forwards += 1
             self.forwards += 1
-            if p in self.hinted and len(dtypes) == 1:
+            if p in self.hinted and dtypes != ["float"] and len(dtypes) == 1:
                 continue  # the hints' dtype stands (a parameter reference, or a list the forward was not fed)
             fields[p]["dtype"] = dtypes
             origins.setdefault(f"fields.{p}", []).append(
