@@ -34,6 +34,29 @@ def test_list_batch_gets_a_hint():
     assert "dict(zip(field_names, batch))" in v.hint
 
 
+def test_a_list_of_samples_is_told_to_collate(capsys):
+    """Issue 21: a list of sample dicts (a DataLoader without a collator) got the tuple hint."""
+    samples = [good(), good()]
+    report = tc.check(samples, CE)
+    [v] = report.violations
+    assert v.hint == ("a list of samples, not a batch: collate them first (torch.utils.data.default_collate(samples) "
+                      "or your collator; tc.ValidatingCollate(spec) does this in a DataLoader)")
+    print(report)
+    assert "collate them first" in capsys.readouterr().out
+
+
+def test_a_too_long_sequence_names_the_parameter_and_its_value():
+    """Issue 21: the dims were named, the limit's value was not."""
+    from tritoncheck._spec import spec_from_dict
+
+    s = spec_from_dict({"name": "t", "params": {"max_position_embeddings": 8, "other": 3},
+                        "fields": {"input_ids": {"dtype": "int64", "shape": ["B", "L"]}},
+                        "rules": ["L <= max_position_embeddings where B >= 1"]}, "t")
+    [v] = tc.check({"input_ids": torch.zeros(2, 10, dtype=torch.int64)}, s).violations
+    assert v.message == ("input_ids: L <= max_position_embeddings where B >= 1 fails with B=2 (from input_ids), "
+                         "L=10 (from input_ids), max_position_embeddings=8 (found 10)")
+
+
 @pytest.mark.parametrize("value", [[0, 1, 2, 3], "abc", 3.0, {"a": 1}, np.float32(1.0), np.array([[1, None]] * 4, dtype=object)])
 def test_value_not_a_tensor(value):
     batch = good()

@@ -532,6 +532,7 @@ class DimCheck:
     where: Expr | None = None  # checked only where this holds (also over dims only)
     severity: Severity = "error"
     kind: Literal["dim_bound"] = "dim_bound"
+    params: tuple[tuple[str, Any], ...] = ()  # the spec parameters the rule names, with their values, for its message
 
 
 def _text(c: Any) -> str:

@@ -165,8 +165,10 @@ def compile_plan(spec: BatchSpec) -> Plan:
                     raise scope.error(where, f"{r.rule!r} is false for every batch (with these parameters)")
                 continue  # always true: nothing to check
             owner = r.field or _dim_owner(expr, fields)
+            named = set().union(*(_expr.names(_expr.parse(part)) for part in parts))
+            used = tuple((n, scope.params[n]) for n in sorted(named & set(scope.params)))
             dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound",
-                                       r.hint, cond, r.severity))
+                                       r.hint, cond, r.severity, params=used))
             continue
         _bound_space(scope, where, r.rule, expr, cond)
         report_field = r.field or _first_ref(expr if expr_fields(expr) else cond)
@@ -506,7 +508,10 @@ def _bind(plan: Plan, batch: Any) -> Bound:
     violations: list[Violation] = []
     if not isinstance(batch, Mapping):
         hint = None
-        if isinstance(batch, (tuple, list)):
+        if isinstance(batch, list) and batch and all(isinstance(x, Mapping) for x in batch):
+            hint = ("a list of samples, not a batch: collate them first (torch.utils.data.default_collate(samples) "
+                    "or your collator; tc.ValidatingCollate(spec) does this in a DataLoader)")
+        elif isinstance(batch, (tuple, list)):
             hint = "pass a dict of field name to tensor, e.g. dict(zip(field_names, batch))"
         violations.append(
             Violation("<batch>", "not_a_mapping", f"a batch must be a mapping of field name to tensor, got {type(batch).__name__}", hint=hint)
@@ -577,7 +582,8 @@ def _bind(plan: Plan, batch: Any) -> Bound:
         if not bool(evaluate_scalar(c.expr, dim_values)):
             value = evaluate_scalar(c.subject, dim_values)
             needed = (expr_dims(c.expr) | expr_dims(c.where)) & dim_values.keys()
-            ctx = ", ".join(f"{k}={dim_values[k]}" + (f" (from {dims[k][1]})" if k in dims else "") for k in sorted(needed))
+            ctx = ", ".join([f"{k}={dim_values[k]}" + (f" (from {dims[k][1]})" if k in dims else "") for k in sorted(needed)]
+                            + [f"{k}={v!r}" for k, v in c.params])
             # report on a field the batch holds: T may be bound by labels when decoder_input_ids is absent
             sizes = sorted(needed & dims.keys())
             owner = c.field if c.field in tensors or not sizes else dims[sizes[0]][1]
