@@ -15,6 +15,7 @@ import dataclasses
 
 import pytest
 import torch
+from torch._subclasses import fake_tensor
 
 import tritoncheck as tc
 from tritoncheck._checks import kind_of
@@ -22,7 +23,6 @@ from tritoncheck._kernel.decode import point_value
 from tritoncheck._plan import RuleCheck, bind, compile_plan
 from tritoncheck._torch_backend import Context
 
-fake_tensor = pytest.importorskip("torch._subclasses.fake_tensor")
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
 from test_triton_backend import SPECS, corruptions, make_batch, spec_for  # noqa: E402
