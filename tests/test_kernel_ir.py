@@ -103,7 +103,7 @@ def _compare_kinds(k: ir.Kernel) -> list[str]:
 @pytest.mark.parametrize(
     ("rule", "dtypes", "kind"),
     [
-        ("x < 0.5", {"x": torch.int64}, "f"),  # int tensor vs Python float: float32
+        ("x < 0.5", {"x": torch.int64}, "i"),  # int tensor vs a constant: exactly, as x < 1 (docs/semantics.md)
         ("x < 2", {"x": torch.float32}, "f"),
         ("x < 0.1", {"x": torch.float64}, "d"),
         ("x < y", {"x": torch.float32, "y": torch.float64}, "d"),

@@ -310,3 +310,36 @@ def test_a_rule_against_a_batch_reduction_reads_the_batch_twice_on_c():
     took = time.perf_counter() - t0
     assert got == report(batch, s, "torch")
     assert took < 0.5, took
+
+
+# -- docs/semantics.md: every example of the page, on every backend -----------------------------------
+
+def semantics_examples() -> list:
+    """(dtype, values, rule, passes) from the tables of docs/semantics.md ("v (xN)" repeats v)."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "semantics.md").read_text(encoding="utf-8")
+    out = []
+    for row in re.findall(r"^\| (int64|float32) \| ([^|]+) \| `([^`]+)` \| (passes|fails) \|", text, re.M):
+        dtype, values, rule, verdict = row
+        vals = []
+        for item in values.split(", "):
+            m = re.fullmatch(r"(\S+)(?: \(x(\d+)\))?", item.strip())
+            vals += [float(m.group(1)) if dtype == "float32" else int(m.group(1))] * int(m.group(2) or 1)
+        out.append(pytest.param(dtype, vals, rule, verdict == "passes", id=rule))
+    return out
+
+
+@pytest.mark.parametrize(("dtype", "values", "rule", "passes"), semantics_examples())
+def test_semantics_examples(backend, dtype, values, rule, passes):
+    s = spec({"x": {"dtype": dtype, "shape": ["B", "L"]}}, [rule])
+    x = torch.tensor([values], dtype=getattr(torch, dtype))
+    batches = [{"x": x}] + ([{"x": x[:, :1].expand(2, len(values))}] if len(set(values)) == 1 else [])
+    for batch in batches:
+        agree(batch, s, backend)
+        assert tc.check(batch, s, backend=backend).ok == passes
+
+
+def test_semantics_page_has_its_examples():
+    assert len(semantics_examples()) >= 10

@@ -8,6 +8,7 @@ Triton kernel and in the torch reference and the two agree bit for bit.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import torch
 
@@ -147,3 +148,63 @@ def as_double(v: int | float) -> float:
         return float(v)
     except OverflowError:
         return math.inf if v > 0 else -math.inf
+
+
+FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}  # c op x  ==  x FLIPPED[op] c
+
+
+def exact_comparison(op: str, value: int | float | bool, kind: str) -> tuple[str, int | float] | bool:
+    """`x op value`, exactly, for every x of compute kind `kind` ("i": int64 or bool, "f": float32,
+    "d": float64), as `(op, c)` -- one comparison in that kind with a constant it holds, the
+    constant rounded once in the direction `op` needs -- or as the verdict when it is the same for
+    every x, NaN included (docs/semantics.md). `x < 16777217` on float32 is `x < 16777218`,
+    `x > 16777216.5` on int64 is `x > 16777216`, `x == 0.1` on float32 is False."""
+    if isinstance(value, float) and math.isnan(value):
+        return op == "!="
+    v = int(value) if isinstance(value, bool) else value
+    if kind in ("i", "b"):
+        if isinstance(v, float) and math.isinf(v):
+            return op in ("!=", "<", "<=") if v > 0 else op in ("!=", ">", ">=")
+        exact = isinstance(v, int) or v.is_integer()
+        if op in ("==", "!="):
+            if not exact or not INT64_MIN <= int(v) <= INT64_MAX:
+                return op == "!="
+            return op, int(v)
+        c = int(v) if exact else (math.ceil(v) if op in ("<", ">=") else math.floor(v))
+        if c > INT64_MAX:
+            return op in ("<", "<=")
+        if c < INT64_MIN:
+            return op in (">", ">=")
+        return op, c
+    down, up = _neighbours(v, kind)
+    if down == up:
+        return op, down
+    if op in ("==", "!="):
+        return op == "!="
+    return op, (up if op in ("<", ">=") else down)
+
+
+def _neighbours(v: int | float, kind: str) -> tuple[float, float]:
+    """The largest and the smallest number of `kind` ("f" or "d") at most and at least v (+-inf past the range)."""
+    import numpy as np
+
+    if isinstance(v, float) and math.isinf(v):
+        return v, v
+    np_type = np.float32 if kind == "f" else np.float64
+    top, exact = np_type(math.inf), Fraction(v)
+
+    def cmp(a) -> int:  # the sign of a - v, exactly
+        if math.isinf(a):
+            return 1 if a > 0 else -1
+        d = Fraction(float(a)) - exact
+        return (d > 0) - (d < 0)
+
+    with np.errstate(over="ignore"):
+        r = np_type(as_double(v))  # the nearest, or one step off after rounding through a double
+        while cmp(r) > 0:
+            r = np.nextafter(r, -top)
+        if cmp(r) == 0:
+            return float(r), float(r)
+        while cmp(np.nextafter(r, top)) < 0:
+            r = np.nextafter(r, top)
+        return float(r), float(np.nextafter(r, top))

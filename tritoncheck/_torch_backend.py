@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ._checks import hint, kind_of, message, range_limit
-from ._dtypes import INT64_MAX, INT64_MIN, comparable_values, compute_dtype
+from ._dtypes import FLIPPED, INT64_MAX, INT64_MIN, comparable_values, compute_dtype, exact_comparison
 from ._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
 from ._kernel.ir import expr_axes
 from ._plan import (
@@ -272,8 +272,8 @@ class Context:
                 return None
             if expr.op in ("any", "all"):  # (over a non-empty field: an empty one has no summary)
                 return (1, 1) if x[0] > 0 or x[1] < 0 else (0, 0) if x == (0, 0) else (0, 1)
-            if expr.dims is None or any(d not in self.sizes for d in expr.dims):
-                return None
+            if expr.dims is None or any(d not in self.sizes for d in expr.dims) or any(isinstance(v, float) for v in x):
+                return None  # (a float sum rounds: n * min is no bound on it)
             n = math.prod(self.sizes[d] for d in expr.dims)
             return n * x[0], n * x[1]
         if isinstance(expr, Binary):
@@ -344,6 +344,10 @@ class Context:
         if isinstance(expr, Binary):
             a, a_axes = self._eval(expr.a)
             b, b_axes = self._eval(expr.b)
+            if expr.op in _COMPARE_OPS and isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+                x, axes, c, op = (a, a_axes, expr.b, expr.op) if isinstance(a, torch.Tensor) else (b, b_axes, expr.a, FLIPPED[expr.op])
+                if isinstance(c, Const):  # the exact comparison with the constant as written (docs/semantics.md)
+                    return _exact_compare(x, op, c.value), axes
             if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
                 return evaluate_scalar(Binary(expr.op, Const(a), Const(b)), {}), ()
             axes = a_axes + tuple(x for x in b_axes if x not in a_axes)
@@ -362,8 +366,8 @@ class Context:
                 x = torch.tensor(_fit(x), device=self.device)
             red = tuple(range(len(axes))) if expr.dims is None else tuple(axes.index(d) for d in expr.dims)
             keep = () if expr.dims is None else tuple(a for a in axes if a not in expr.dims)
-            if expr.op == "sum":
-                out = _number(x).sum(dim=red)
+            if expr.op == "sum":  # a float sum accumulates in float64 (docs/semantics.md)
+                out = _number(x).to(torch.float64 if x.is_floating_point() else None).sum(dim=red)
                 spread = math.prod(self.sizes[axes[i]] for i in red if x.shape[i] == 1)
                 if spread != 1:  # an expanded axis: each stored value stands for `spread` equal ones
                     out = out * spread
@@ -373,6 +377,18 @@ class Context:
                 out = (x != 0).all(dim=red) if red else x != 0
             return out, keep
         raise TypeError(f"cannot evaluate {expr!r}")
+
+
+_COMPARE_OPS = frozenset(FLIPPED)
+
+
+def _exact_compare(x: torch.Tensor, op: str, value: int | float | bool) -> torch.Tensor:
+    """`x op value` as `exact_comparison` means it: one comparison in x's dtype, or its verdict."""
+    kind = "d" if x.dtype == torch.float64 else "f" if x.is_floating_point() else "i"
+    exact = exact_comparison(op, value, kind)
+    if isinstance(exact, bool):
+        return torch.full(x.shape, exact, dtype=torch.bool, device=x.device)
+    return binary(exact[0], _number(x), exact[1])
 
 
 def binary(op: str, a: Any, b: Any) -> torch.Tensor:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from .._checks import UnknownCheckKind, kind_of
-from .._dtypes import INT64_MAX, INT64_MIN, as_double, comparable_values, compute_dtype, int_limit
+from .._dtypes import FLIPPED, INT64_MAX, INT64_MIN, as_double, comparable_values, compute_dtype, exact_comparison, int_limit
 from .._expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, is_host, to_text
 from .._plan import DataCheck, Plan, RuleCheck, evaluate_scalar
 
@@ -500,6 +500,14 @@ class _Lowering:
 
     def binary(self, e: Binary) -> Val:
         a, b = self.expr(e.a), self.expr(e.b)
+        if e.op in _COMPARE and isinstance(a, Val) != isinstance(b, Val):
+            x, c, op = (a, b, e.op) if isinstance(a, Val) else (b, a, FLIPPED[e.op])
+            if isinstance(c.expr, Const):  # the exact comparison with the constant as written (docs/semantics.md)
+                kind = arith_kind(x.kind)
+                exact = exact_comparison(op, c.expr.value, kind)
+                if isinstance(exact, bool):
+                    return self.const(exact, "b")
+                return self.emit(_COMPARE[exact[0]], (self.materialize(x, kind), self.const(exact[1], kind)), "b")
         if e.op in ("&", "|"):
             return self.emit("and_" if e.op == "&" else "or_", (self.truth(a), self.truth(b)), "b")
         if e.op in ("//", "%"):
@@ -549,7 +557,8 @@ class _Lowering:
         self.scope = _Scope([], {})
         try:
             x = self.natural(self.expr(e.x))
-            value = self.truth(x) if e.op in ("any", "all") else self.materialize(x, arith_kind(x.kind))
+            # a float sum accumulates in float64 on every backend (docs/semantics.md)
+            value = self.truth(x) if e.op in ("any", "all") else self.materialize(x, arith_kind(x.kind).replace("f", "d"))
             body = tuple(self.scope.ops)
             inner = self.scope
         finally:
