@@ -27,7 +27,7 @@ from .._torch_backend import SampleRange, violation
 from .ir import BIG, KIND_DTYPE, Kernel, Op, walk
 
 
-def decode(kernel: Kernel, values: Sequence[int], bound: Bound, walked: Mapping[str, int] | None = None) -> list[Violation]:
+def decode(kernel: Kernel, values: Any, bound: Bound, walked: Mapping[str, int] | None = None) -> list[Violation]:
     """Violations from a filled result buffer, in the order of the kernel's checks.
 
     `walked` gives the sizes the kernel walked (`ir.loop_sizes`) where it walked an expanded dim
@@ -36,6 +36,10 @@ def decode(kernel: Kernel, values: Sequence[int], bound: Bound, walked: Mapping[
     `SampleRange`, never one entry per sample).
     """
     layout = kernel.layout
+    # one int64 view of the buffer (a ctypes array, a tensor or a list): per-sample counts are
+    # summed and their nonzero rows listed by torch, in time proportional to the violations
+    buf = values if isinstance(values, torch.Tensor) else (
+        torch.tensor(values, dtype=torch.int64) if isinstance(values, (list, tuple)) else torch.frombuffer(values, dtype=torch.int64))
     dims = bound.dim_values()
     loop = {**dims, **(walked or {})}
     collapsed = {a: dims[a] for a, n in loop.items() if a in dims and n != dims[a]}
@@ -44,17 +48,17 @@ def decode(kernel: Kernel, values: Sequence[int], bound: Bound, walked: Mapping[
     for k, check in enumerate(kernel.checks):
         base, row = layout.sample_base(k)
         if row >= 0:
-            per_sample = values[base + row * batch : base + (row + 1) * batch]
-            count = sum(per_sample)
-            samples: Sequence[int] = tuple(i for i, v in enumerate(per_sample) if v)
+            per_sample = buf[base + row * batch : base + (row + 1) * batch]
+            count = int(per_sample.sum())
+            samples: Sequence[int] = tuple(per_sample.nonzero().flatten().tolist()) if count else ()
         else:
-            count, samples = values[layout.count(k)], ()
+            count, samples = int(buf[layout.count(k)]), ()
         if not count:
             continue
         count *= math.prod(collapsed[a] for a in check.axes if a in collapsed)
         if row >= 0 and kernel.batch_dim in collapsed:
             samples = SampleRange(collapsed[kernel.batch_dim])
-        flat = BIG - values[layout.first(k)]
+        flat = BIG - int(buf[layout.first(k)])
         index = []
         for size in reversed([axis_size(kernel, a, loop) for a in check.axes]):
             index.append(flat % size if size else 0)

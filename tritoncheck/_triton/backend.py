@@ -247,8 +247,8 @@ class Pending:
         if self._result is None:
             if self.event is not None:
                 self.event.synchronize()
-            values = self.slot.host.tolist()
-            dirty = any(values)
+            dirty = bool(self.slot.host.any())
+            values = self.slot.host.clone() if dirty else None  # (the slot is zeroed on release)
             _pool.release(self.slot, dirty=dirty)
             self._result = decode(self.program.kernel, values, self.bound, self.spec.walked) if dirty else []
         return self._result
