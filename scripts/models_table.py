@@ -94,7 +94,24 @@ Batches where a contract and the model still disagree, not claimed by the table 
 - Fields the model does not name: a forward that takes `**kwargs` drops them, the contract reports
   `unexpected_field` (except `token_type_ids`, which tokenizers emit: declared and ignored).
 - The smallest image Swin, ConvNeXt or ResNet takes is not derived.
-- OPT: a single 2 in the mask runs (it only shifts positions), but is flagged as an error.
+- OPT: a single 2 in the mask runs (it only shifts positions), but is flagged as an error: a mask of
+  2s without `position_ids` walks off the position table, and no probe finds that table yet.
+- A field with its last axis dropped (`attention_mask` or `position_ids` as `[B]`) that the model
+  broadcasts and runs on is an error (`rank`): the contract grammar has no warning for a rank, and
+  `1?` covers only an axis of size 1. Many of these runs are luck of the values (the sweep counts
+  those that raise once the field's first value is 0).
+- Length limits still come from the hints only: no probe finds a position table yet.
+- Pairs derived by fallback (the sweep table's `not traced:` gives the last error seen), by class:
+  the forward raised on every batch tried with a shape mismatch between the model's own layers,
+  most likely a size the sweep's shrinking leaves at its default while it shrinks another (not
+  checked at full size: DeepSeek-V3, AXK1,
+  AXK2 and Youtu attention head dims, GPT-J's `rotary_dim`, Zamba2, ConvNeXt's per-stage sizes,
+  Parakeet and Granite Speech's feature projection, T5Gemma); an input the forward needs that its
+  signature makes optional (X-MOD's language, Qwen2-Audio's and Music Flamingo's feature mask) or a
+  row layout it asserts (Longformer QA: three separator tokens per row); image inputs of a layout
+  or channel count the hints do not read from a nested vision config (UltraVBert, PP-LCNet,
+  T5Gemma2, ShieldGemma2's image tokens); an embedding index out of range on the hinted `bbox`
+  batch (LayoutLM, LiLT: not diagnosed); a cache error in the training forward (GraniteMoeHybrid).
 """
 
 

@@ -449,7 +449,8 @@ def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: boo
         d = draw(st.sampled_from(sorted(dims)))  # (never one a rule walks with arange: 2**31 positions)
         spanning = [m for m in models if ("dim", d) in m.axes and d not in positional]
         others = {v for m in spanning for kind, v in m.axes if kind == "dim" and v != d}
-        if spanning and all(any(kind == "dim" and v != d for kind, v in m.axes) for m in spanning):
+        if (spanning and expanded not in others | {d}  # (an expanded dim is stored at size 1, never 0)
+                and all(any(kind == "dim" and v != d for kind, v in m.axes) for m in spanning)):
             dims.update(dict.fromkeys(others, 0))
             dims[d] = HUGE_EMPTY
     fixed = [max(s, 1) for m in models for s in _sizes(m, params, {})]
@@ -467,7 +468,9 @@ def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: boo
             continue
         shape = _sizes(m, params, dims)
         if not valid and draw(st.integers(0, 9)) == 0:
-            shape = draw(st.sampled_from([shape + [1], shape[:-1], [s + 1 for s in shape], list(reversed(shape))]))
+            wrong = draw(st.sampled_from([shape + [1], shape[:-1], [s + 1 for s in shape], list(reversed(shape))]))
+            if 0 in wrong or max(wrong, default=0) < HUGE_EMPTY:  # (never drop the 0 that keeps a huge dim empty)
+                shape = wrong
         accepted = [d for n in m.dtypes for d in GROUPS.get(n, [n]) if d in TORCH_DTYPES]
         if accepted and (valid or draw(st.integers(0, 5))):
             dtype_name = draw(st.sampled_from(accepted))
