@@ -63,6 +63,7 @@ def test_in_a_notebook_the_html_table_is_displayed_with_dataset_indices(monkeypa
     assert lines[0] == "BatchValidationError: 2 errors, 1 warning for toy (B=3 (from ids)) (the table above)"
     (html,) = kernel.shown
     assert "<table>" in html
+    assert "<th style='text-align:left'>severity</th>" in html  # JupyterLab right-aligns th; ours line up with the cells
     rows = {m.group(1): m.group(0) for m in re.finditer(r"<tr class='tritoncheck-(\w+)'[^>]*>.*?</tr>", html)}
     assert set(rows) == {"error", "warning"}
     assert "#fde2e1" in rows["error"] and "#fff3cd" in rows["warning"]  # red and amber grounds

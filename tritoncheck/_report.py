@@ -346,7 +346,7 @@ class Report:
         if not self.violations:
             return "\n".join([f"<p style='color:green'>{head}</p>", *tail])
         cells = ("severity", "location", "code", "rule", "found", "count", "samples")
-        out = [f"<p><b>{head}</b></p>", "<table>", "<tr>" + "".join(f"<th>{c}</th>" for c in cells) + "</tr>"]
+        out = [f"<p><b>{head}</b></p>", "<table>", "<tr>" + "".join(f"<th style='text-align:left'>{c}</th>" for c in cells) + "</tr>"]
         for v in self.violations:
             rule = escape(printable(v.rule)) + (f"<br><i>hint: {escape(printable(v.hint))}</i>" if v.hint else "")
             found = "" if v.value is None else escape(_fmt(v.value))
