@@ -1,11 +1,19 @@
-"""A scripted `tritoncheck scan` session, checked line by line as a user reads it (issue 21).
+"""A scripted session, checked line by line as a user reads it (issue 21): a scan, then training on what it found.
 
 6,000 rows in three Parquet shards of 2,000 (row groups of 500): known bad rows in each, the label column
 misspelled (`lables`), and the second shard damaged in its second row group (its metadata still reads).
-Every row number, exit code and message the CLI prints is asserted.
+The scan stops on the misspelling, then reports every bad row it can read and the damage; re-exported,
+the damaged shard gives up the row it hid. A notebook then trains a Hugging Face Trainer on the same
+rows: in raise mode it stops at the scan's first bad row, with the report's table; in skip mode it trains
+through, dropping exactly the rows the scan calls errors. Every row number, exit code and message printed
+is asserted.
 """
 
+import html
 import json
+import logging
+import re
+import shutil
 
 import pytest
 
@@ -21,8 +29,9 @@ BAD = {5: "ids", 1999: "mask", 2207: "label", 2600: "ids", 4001: "mask", 5999: "
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    path = tmp_path_factory.mktemp("session") / "data"
+def repaired(tmp_path_factory):
+    """The three shards as written, before the damage (what re-exporting the damaged one gives back)."""
+    path = tmp_path_factory.mktemp("session") / "repaired"
     path.mkdir()
     for s in range(3):
         ids, mask, labels = [], [], []
@@ -40,6 +49,13 @@ def data(tmp_path_factory):
             labels.append(label)
         table = pa.table({"input_ids": ids, "attention_mask": mask, "lables": labels})
         pq.write_table(table, path / f"part-{s}.parquet", row_group_size=500)
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(repaired):
+    path = repaired.parent / "data"
+    shutil.copytree(repaired, path)
     damaged = path / "part-1.parquet"
     at = pq.ParquetFile(damaged).metadata.row_group(1).column(0).data_page_offset
     raw = bytearray(damaged.read_bytes())
@@ -137,3 +153,121 @@ def test_help_gives_the_exit_codes_the_session_gets(capsys):
     assert ("Exit code 0: clean (or warnings only); 1: errors: bad rows or samples, or a file, shard or column that "
             "cannot be read (each listed; the rest is scanned); 2: usage or spec error (found before the scan "
             "starts); 3: internal error") in text
+
+
+def test_rescan_after_the_damaged_shard_is_re_exported_finds_the_row_it_hid(repaired, capsys):
+    code, out, err = run(capsys, repaired, "--rename", "lables=labels", "--format", "text")
+    p0, p1, p2 = (repaired / f"part-{s}.parquet" for s in range(3))
+    assert (code, err) == (1, "")
+    assert out.splitlines() == [
+        "6 bad rows of 6000 rows for bert-sequence-classification",
+        "  checked lables as labels",
+        f"  not in {repaired} (optional, so not checked): token_type_ids, position_ids",
+        "  above_max in input_ids: 3 bad rows",
+        "  above_max in labels: 1 bad row",
+        "  no_attended_position in attention_mask: 2 bad rows (warning)",
+        f"  row 5 ({p0} row 5): input_ids[5, 2]: input_ids <= vocab_size - 1 = 49 (found 50); "
+        "1 element(s) in sample(s) 5",
+        HINT_IDS,
+        f"  row 1999 ({p0} row 1999): warning: attention_mask[1999]: any(attention_mask != 0, dim=L) (found False); "
+        "1 element(s) in sample(s) 1999",
+        HINT_MASK,
+        f"  row 2207 ({p1} row 207): labels[2207]: labels <= num_labels - 1 = 2 (found 7); "
+        "1 element(s) in sample(s) 2207",
+        "    hint: a label id >= num_labels; check label2id against config.num_labels (1-based labels?)",
+        f"  row 2600 ({p1} row 600): input_ids[2600, 2]: input_ids <= vocab_size - 1 = 49 (found 50); "
+        "1 element(s) in sample(s) 2600",
+        HINT_IDS,
+        f"  row 4001 ({p2} row 1): warning: attention_mask[4001]: any(attention_mask != 0, dim=L) (found False); "
+        "1 element(s) in sample(s) 4001",
+        HINT_MASK,
+        f"  row 5999 ({p2} row 1999): input_ids[5999, 6]: input_ids <= vocab_size - 1 = 49 (found 50); "
+        "1 element(s) in sample(s) 5999",
+        HINT_IDS,
+    ]
+
+
+# The same rows trained on in a notebook, as a user would after the scan: the Parquet shards loaded with
+# `datasets`, the column renamed as the scan said, a Hugging Face Trainer over a tiny BERT whose config
+# gives the scan's parameters, rows drawn in order (1000 a step) so that every printed number is fixed.
+SETUP = """\
+import datasets, tokenizers, torch, transformers
+import tritoncheck as tc
+from tritoncheck.integrations.hf import ValidatingDataCollator
+
+files = sorted(str(f) for f in shards.glob("*.parquet"))
+ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
+ds = ds.rename_column("lables", "labels")  # as the scan said
+words = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(48)}}
+tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer(tokenizers.models.WordLevel(
+    words, unk_token="[UNK]")), pad_token="[PAD]", unk_token="[UNK]")
+config = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=37, max_position_embeddings=16, type_vocab_size=2, num_labels=3)
+spec = tc.load_spec("bert-sequence-classification", config=config)
+
+def trainer(collator):
+    torch.manual_seed(0)
+    args = transformers.TrainingArguments(
+        output_dir=out, use_cpu=True, report_to=[], per_device_train_batch_size=1000, num_train_epochs=1,
+        train_sampling_strategy="sequential", save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    return transformers.Trainer(model=transformers.BertForSequenceClassification(config), args=args,
+                                train_dataset=tc.IndexedDataset(ds), data_collator=collator)"""
+RAISE = "trainer(ValidatingDataCollator(transformers.DataCollatorWithPadding(tok), spec)).train()"
+SKIP = """\
+skip = ValidatingDataCollator(transformers.DataCollatorWithPadding(tok), spec, on_error="skip", log_dir=skipped)
+trainer(skip).train().global_step"""
+STATS = "skip.stats()"
+
+
+def test_trainer_in_a_notebook_raises_on_the_scans_first_row_and_skips_exactly_the_scans_error_rows(
+        repaired, tmp_path, monkeypatch, caplog, capsys):
+    pytest.importorskip("transformers", reason="the session trains: pip install transformers (in the test extra)")
+    pytest.importorskip("accelerate", reason="the Trainer needs it: pip install accelerate (in the test extra)")
+    pytest.importorskip("datasets", reason="the session loads Parquet: pip install datasets (in the test extra)")
+    pytest.importorskip("tokenizers", reason="the session pads: pip install tokenizers (in the test extra)")
+    from notebook_cells import run_notebook
+
+    caplog.set_level(logging.DEBUG, logger="tritoncheck")
+    skipped = tmp_path / "skipped"
+    cells = run_notebook([SETUP, RAISE, SKIP, STATS], monkeypatch, shards=repaired, cache=str(tmp_path / "cache"),
+                         out=str(tmp_path / "out"), skipped=str(skipped))
+    assert cells[0][1] == []
+
+    # raise: the first step stops at row 5, named in the table the notebook shows, with a one-line summary
+    shown, error = cells[1][1]
+    assert html.unescape(re.sub(r"<[^>]+>", "", error)) == (
+        "BatchValidationError: 1 violation for bert-sequence-classification (B=1000 (from input_ids), "
+        "L=7 (from input_ids)) (the table above)\n"
+        '  File "<cell 1>", line 1, in <module>')
+    rows = [[html.unescape(re.sub(r"<[^>]+>", " ", td)).split() for td in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+            for tr in re.findall(r"<tr class='tritoncheck-\w+'.*?</tr>", shown)]
+    assert rows == [[["error"], ["input_ids[5,", "2]"], ["above_max"],
+                     "input_ids <= vocab_size - 1 = 49 hint: ids past the vocabulary usually mean tokens were added "
+                     "to the tokenizer without model.resize_token_embeddings(len(tokenizer))".split(), ["50"], ["1"],
+                     ["5", "(dataset", "index", "5)"]]]
+    assert "<p>dataset indices of the bad samples: 5 (sample 5)</p>" in shown
+
+    # skip: every step runs (6 of 1000 rows); each drop names the batch position and the dataset row the scan gave
+    printed, steps = cells[2][1]
+    assert "&#x27;epoch&#x27;: &#x27;1&#x27;}" in printed  # the Trainer's own print of its metrics
+    assert steps == "<div class='jp-RenderedText' data-mime-type='text/plain'><pre>6</pre></div>"
+    assert cells[3][1] == ["<div class='jp-RenderedText' data-mime-type='text/plain'><pre>{&#x27;mode&#x27;: "
+                           "&#x27;skip&#x27;, &#x27;samples&#x27;: 4, &#x27;indices&#x27;: [5, 2207, 2600, 5999], "
+                           "&#x27;codes&#x27;: {&#x27;above_max&#x27;: 4}, &#x27;failed_writes&#x27;: 0}</pre></div>"]
+    code, out, _ = run(capsys, repaired, "--rename", "lables=labels", "--json")
+    scanned = [e["sample"] for e in json.loads(out)["violations"] if e["severity"] == "error"]
+    assert (code, scanned) == (1, [5, 2207, 2600, 5999])  # the rows the scan gives are the rows the Trainer skips
+    repeats = " (repeats of this warning are logged at DEBUG)"
+    logged = [r.getMessage().removesuffix(repeats) for r in caplog.records if r.name == "tritoncheck"]
+    assert logged == [
+        f"tritoncheck: dropped 1 bad sample(s) of 1000: skipped: sample 5 = dataset index 5 (above_max input_ids); "
+        f"records in {skipped}",
+        "bert-sequence-classification: warning: attention_mask[999]: any(attention_mask != 0, dim=L) (found False); "
+        "1 element(s) in sample(s) 999\n" + HINT_MASK,
+        "tritoncheck: dropped 2 bad sample(s) of 1000: skipped: sample 207 = dataset index 2207 (above_max labels), "
+        f"sample 600 = dataset index 2600 (above_max input_ids); records in {skipped}",
+        "bert-sequence-classification: warning: attention_mask[1]: any(attention_mask != 0, dim=L) (found False); "
+        "1 element(s) in sample(s) 1\n" + HINT_MASK,
+        f"tritoncheck: dropped 1 bad sample(s) of 1000: skipped: sample 999 = dataset index 5999 (above_max input_ids); "
+        f"records in {skipped}",
+    ]
