@@ -37,6 +37,7 @@ def fresh(monkeypatch, tmp_path):
     """An empty cache dir, nothing loaded or failed in this process, every fallback warned again."""
     monkeypatch.setenv("TRITONCHECK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(build, "_loaded", {})
+    monkeypatch.setattr(build, "_alive", build.weakref.WeakValueDictionary())
     monkeypatch.setattr(build, "_failed", {}, raising=False)
     monkeypatch.setattr(c_backend, "_entries", {})
     monkeypatch.setattr(_api, "_warned", set())

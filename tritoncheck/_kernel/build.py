@@ -11,7 +11,9 @@ is the sha256 of the source, the compiler command, the compiler's version and th
 place (`os.replace` is atomic), under an exclusive `flock` on a per-key lock file, so several
 processes (DataLoader workers) compiling the same kernel compile it once, and a reader never sees
 half a file. The library's size and sha256 are recorded beside it at build and checked before
-every `dlopen`: a library truncated or changed since is rebuilt, never mapped.
+every `dlopen`: a library truncated or changed since is rebuilt, never mapped. The directory keeps
+the `MAX_CACHED_KERNELS` most recently used kernels; a process keeps mapped only the libraries a
+live program calls into and the `MAX_LOADED_LIBRARIES` most recently loaded, and unmaps the rest.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import subprocess
 import sysconfig
 import tempfile
 import threading
+import weakref
 
 try:
     import fcntl
@@ -99,7 +102,14 @@ def cache_key(source: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
+MAX_LOADED_LIBRARIES = 16  # libraries kept mapped for reuse after no program calls into them
+MAX_FAILED = 256  # failed builds remembered (oldest forgotten first)
+# Libraries this process has mapped: `_loaded` keeps the most recently used MAX_LOADED_LIBRARIES
+# alive (oldest first in the dict); `_alive` finds any other one still held by a function pointer
+# (a ctypes function keeps its library object alive), so a key is never mapped twice. A library
+# object that nothing holds any more is unmapped (`_unmap`): 80 specs no longer leave 80 mapped.
 _loaded: dict[str, ctypes.CDLL] = {}
+_alive: weakref.WeakValueDictionary[str, ctypes.CDLL] = weakref.WeakValueDictionary()
 _failed: dict[str, CompileError] = {}  # a build that failed is not retried in this process
 _lock = threading.Lock()
 
@@ -110,25 +120,57 @@ def load(source: str) -> ctypes.CDLL:
     Any fault of the environment (no compiler, a cache path under a file, a read-only, full or
     `noexec` cache dir, a compile past `COMPILE_TIMEOUT_S`) raises `CompileError`, which the caller
     turns into the torch backend with one warning; the failure is remembered, so later checks do
-    not wait for the compiler again.
+    not wait for the compiler again. Call into the library only through functions taken from the
+    returned object (`lib[name]`, `getattr`), never through a raw address: a function object keeps
+    its library mapped, and a library nothing holds is unmapped.
     """
     key = cache_key(source)
-    lib = _loaded.get(key)
-    if lib is not None:
-        return lib
     with _lock:
         if key in _failed:
             raise _failed[key]
-        if key not in _loaded:
+        lib = _loaded.pop(key, None)
+        if lib is None:
+            lib = _alive.get(key)
+        if lib is None:
             try:
-                _loaded[key] = _load_or_build(key, source)
+                lib = _load_or_build(key, source)
             except OSError as exc:
-                _failed[key] = CompileError(f"the kernel cache at {cache_dir()!r} cannot be used: {exc}")
+                _remember_failure(key, CompileError(f"the kernel cache at {cache_dir()!r} cannot be used: {exc}"))
                 raise _failed[key] from None
             except CompileError as exc:
-                _failed[key] = exc
+                _remember_failure(key, exc)
                 raise
-        return _loaded[key]
+            _alive[key] = lib
+            if _dlclose is not None:
+                # unmapped once no object can call into it; never at exit, where a daemon thread may still run
+                weakref.finalize(lib, _dlclose, lib._handle).atexit = False
+        _loaded[key] = lib  # (re)inserted last: the most recently used
+        while len(_loaded) > MAX_LOADED_LIBRARIES:
+            _loaded.pop(next(iter(_loaded)))
+        return lib
+
+
+def _remember_failure(key: str, exc: CompileError) -> None:
+    _failed[key] = exc
+    while len(_failed) > MAX_FAILED:
+        _failed.pop(next(iter(_failed)))
+
+
+def _find_dlclose():
+    """libc's `dlclose`, or None where there is none (Windows: a library then stays mapped)."""
+    try:
+        fn = ctypes.CDLL(None).dlclose
+    except (AttributeError, OSError, TypeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
+    return fn
+
+
+# Unmapping is safe: a generated library holds no state, starts no thread, registers nothing
+# (no constructors, atexit or TLS destructors) and hands out no pointer into itself; it is unmapped
+# only when its `CDLL` object is collected, which happens after the last function object taken
+# from it (a running call holds one) is gone.
+_dlclose = _find_dlclose()
 
 
 def _load_or_build(key: str, source: str) -> ctypes.CDLL:

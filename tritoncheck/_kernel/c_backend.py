@@ -160,7 +160,9 @@ def _compile(plan: Plan, checks: tuple[DataCheck, ...], sig: dict[str, tuple], w
     big = wide or any(b for _, _, _, b in sig.values())
     kernel = ir.lower(plan, checks, fields)
     source = c.generate(kernel, index_bits=64 if big else 32)
-    fn = getattr(build.load(source.text), c.FUNCTION)
+    # the function object keeps its library mapped while this program lives (`lib[name]`, unlike
+    # getattr, caches nothing on the library: once the program goes, so can the library)
+    fn = build.load(source.text)[c.FUNCTION]
     fn.restype = ctypes.c_int64
     fn.argtypes = [_I64P, _F64P, _I64P]
     return Program(kernel, source, fn)
