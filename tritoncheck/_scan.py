@@ -650,14 +650,15 @@ def _open_shard(path: str) -> Iterator[tuple[Any, list[_Piece]]]:
 
 
 def _arrow_width(table: Any) -> float:
-    """`_Piece.width` of an Arrow table, from its lists' offsets (no value is read)."""
+    """`_Piece.width` of an Arrow table, from the lengths of its lists' value arrays: no offset is read (a damaged
+    one made `flatten` abort the process; `read_column` validates them before any is used)."""
     from pyarrow import types
 
     leaves = 0
     for column in table.columns:
         for chunk in column.chunks:
             while types.is_list(chunk.type) or types.is_large_list(chunk.type) or types.is_fixed_size_list(chunk.type):
-                chunk = chunk.flatten()
+                chunk = chunk.values  # (all of them, even where the array is a slice: a bound, not a count)
             leaves += len(chunk)
     return (8 * leaves + 24 * table.num_columns) / max(table.num_rows, 1)
 
