@@ -56,7 +56,17 @@ def test_fold():
     [
         ("x ** 2", "Pow is not allowed"),
         ("x.real", "Attribute is not allowed"),
-        ("f(x)", "only the functions"),
+        ("f(x)", "unknown function 'f'; only the functions any, all, sum, abs, arange, isfinite, present may be called"),
+        ("isfnite(x)", "unknown function 'isfnite' (did you mean 'isfinite'?); only the functions"),
+        ("any(x) & sume(x, dim=L) > 0", "unknown function 'sume' (did you mean 'sum'?)"),
+        ("presnt(x) & (y >= 1)", "unknown function 'presnt' (did you mean 'present'?)"),
+        ("x[0](1)", "only the functions any, all"),
+        ("x.all()", "a method such as x.all() cannot be called; only the functions any, all, sum, abs, arange, "
+                    "isfinite, present may be called (write it as the function: all(x))"),
+        ("x[..., 0].sume(dim=1) > 0", "x[..., 0].sume() cannot be called; only the functions any, all, sum, abs, "
+                                      "arange, isfinite, present may be called (write it as the function: sum(x[..., 0]))"),
+        ("x.cuda()", "a method such as x.cuda() cannot be called; only the functions any, all, sum, abs, arange, "
+                     "isfinite, present may be called"),
         ("x[1:2]", "an index may hold only"),
         ("x[y]", "an index may hold only"),
         ("x[0][1]", "only a field can be indexed"),

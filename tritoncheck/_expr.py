@@ -10,6 +10,7 @@ parameters, dims), so one parse serves both validation of a spec file and plan c
 from __future__ import annotations
 
 import ast
+import difflib
 from dataclasses import dataclass
 from typing import Literal, Union
 
@@ -201,10 +202,18 @@ def _index_item(node: ast.AST) -> object:
 
 
 def _call(node: ast.Call, depth: int) -> Expr:
-    name = node.func.id if isinstance(node.func, ast.Name) else None
     allowed = (*REDUCTIONS, "abs", "arange", "isfinite", "present")
+    only = f"only the functions {', '.join(allowed)} may be called"
+    if isinstance(node.func, ast.Attribute):  # x.sum(): a method, as torch and numpy spell it
+        meant = difflib.get_close_matches(node.func.attr, allowed, n=1, cutoff=0.6)
+        receiver = ast.unparse(node.func.value)
+        raise ExprError(f"a method such as {receiver}.{node.func.attr}() cannot be called; {only}"
+                        + (f" (write it as the function: {meant[0]}({receiver}))" if meant else ""))
+    name = node.func.id if isinstance(node.func, ast.Name) else None
     if name not in allowed:
-        raise ExprError(f"only the functions {', '.join(allowed)} may be called")
+        meant = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6) if name else []
+        raise ExprError((f"unknown function {name!r}" + (f" (did you mean {meant[0]!r}?)" if meant else "") + "; "
+                         if name else "") + only)
     if len(node.args) != 1:
         raise ExprError(f"{name}() takes exactly one positional argument")
     kwargs = {k.arg: k.value for k in node.keywords}
