@@ -10,7 +10,7 @@ as Ray Data registers its own, and one over plain int64). Values include nulls, 
 signed zeros, float64 values float32 would round, and every type's extremes; an Arrow shard may
 have damaged list offsets.
 
-The scan (torch backend) must:
+The scan (on the torch or the C backend) must:
 - return a report, never raise, and leave `unchecked` empty (no internal error);
 - never unpickle (the payload would create a marker file);
 - refuse each column of a type it does not read with `unsupported_type` for that shard and field;
@@ -46,7 +46,7 @@ pq = pytest.importorskip("pyarrow.parquet", reason="scans read Parquet: pip inst
 
 import tritoncheck as tc  # noqa: E402
 
-EXAMPLES = int(os.environ.get("TRITONCHECK_SCAN_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("TRITONCHECK_SCAN_FUZZ_EXAMPLES", "100"))
 _SEED_ENV = os.environ.get("TRITONCHECK_FUZZ_SEED")
 SEED = None if _SEED_ENV is None else random.randrange(2**32) if _SEED_ENV == "random" else int(_SEED_ENV)
 if SEED is not None:
@@ -350,7 +350,7 @@ def test_scan_of_hostile_shards_is_each_row_checked_alone(data):
         depths, shards = data.draw(datasets())
         for shard in shards:
             write(shard, folder, marker)
-        report = tc.scan(spec_for(depths), folder, backend="torch")
+        report = tc.scan(spec_for(depths), folder, backend=data.draw(st.sampled_from(["torch", "c"])))
         assert not marker.exists(), "a pickled value was loaded"
         assert report["unchecked"] == []
         for source, whole, found in expected(depths, shards, folder):
