@@ -51,11 +51,16 @@ NAN = math.nan
 NUMBERS = [
     0, 1, -1, 2, 3, 7, 9, 100, -100, 255, 256, 127, -128, 0.0, -0.0, 0.5, -0.5, 2.5, 1.0, 3.0, 1e20, -1e20,
     1e-45, 5e-324, 65504.0, 65505.0, 3.4e38, 1e308, INF, -INF, NAN, 2**31 - 1, 2**31, 2**63 - 1, 2**63,
-    -(2**63), -(2**63) - 1, 10**40, True, False,
+    -(2**63), -(2**63) - 1, 10**40, True, False, *[float(c) for c in ("16777217", "16777216.5", "0.1",
+    "0.10000000149011613", "1.00000005", "2049", "2049.5", "65520", "9007199254740993", "3.4028235677973366e38")],
 ]
+# Constants no narrower float holds (float32: 2**24 + 1, 0.1 and its float32 value, past its max; float16:
+# 2049, 65520; bfloat16: 0.1; float64: 2**53 + 1): each rounds one way as a bound and the other way
+# as the value beside it. Batch values are also drawn at and one step around every bound (`edges`).
+F32_EDGES = ["16777217", "16777216.5", "0.10000000149011613", "1.00000005", "2049", "65520", "9007199254740993"]
 # Constants in rule text (the parser's own numbers, spelled as a user would).
 CONSTS = ["0", "1", "-1", "2", "3", "0.5", "-0.0", "0.0", "1e20", "1e400", "-100", "True", "False", "4611686018427387904",
-          "255", "0.1", "1e-45", "2**3", "'a'"]
+          "255", "0.1", "1e-45", *F32_EDGES, "2**3", "'a'"]
 HINT_TEXTS = [
     "check the collate function", '"""; __import__("os").system("id"); _ = """', "\x1b[31mred\x1b[0m",
     "[bold]x[/bold] [link=http://e.invalid]y[/link]", "line1\nline2", "ünïcödé ✓", "}{ %s {0}", "'''", "\\", "",
@@ -76,6 +81,7 @@ class FieldModel:
     max: Any = None
     allow: list = field(default_factory=list)
     values: list | None = None
+    edges: list = field(default_factory=list)  # numbers its values are drawn at and around: bounds, rule constants
 
 
 @dataclass
@@ -140,6 +146,10 @@ def spec_models(draw) -> tuple[dict, list[FieldModel], dict[str, Any]]:
     rules = draw(st.lists(rules_for(models, dims, list(params), clean), min_size=int(clean), max_size=4))
     if rules:
         data["rules"] = rules
+    consts = [float(c) for c in re.findall(r"(?<![\w.])\d+\.?\d*(?:e[+-]?\d+)?", str(rules)) if len(c) < 30]
+    for m in models:
+        m.edges = [v for v in (m.min, m.max, *m.allow, *(m.values or []), *consts)
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if not clean and draw(st.integers(0, 3)) == 0:  # a base to merge: a built-in, or a file it may not read
         data["extends"] = draw(st.sampled_from(EXTENDS))
     if draw(st.integers(0, 3)) == 0:
@@ -361,8 +371,17 @@ class Grammar:
     def boolean(self, depth: int) -> st.SearchStrategy[str]:
         @st.composite
         def draw_bool(draw) -> str:
-            kinds = ["cmp", "cmp", "cmp", "chain", "isfinite"] + (["and", "or", "not", "any", "all"] if depth > 0 else [])
+            kinds = ["cmp", "cmp", "cmp", "chain", "isfinite", "own_sum"] + (["and", "or", "not", "any", "all"] if depth > 0 else [])
             kind = draw(st.sampled_from(kinds))
+            if kind == "own_sum":  # a value against a reduction over the axis it is compared along
+                m = draw(st.sampled_from(self.models))
+                named = [v for kind_, v in m.axes if kind_ == "dim"]
+                dim = draw(st.sampled_from(["", *(f", dim={d}" for d in named)]))
+                op = draw(st.sampled_from(["<=", "<", ">", ">=", "==", "!="]))
+                text = f"{m.name} {op} sum({m.name}{dim})"
+                if named and draw(st.booleans()):  # reduced again over the axis: any(x > sum(x, dim=B), dim=B)
+                    text = f"{draw(st.sampled_from(['any', 'all']))}({text}, dim={draw(st.sampled_from(named))})"
+                return text
             if kind in ("cmp", "chain"):
                 a, b = draw(self.value(depth)), draw(self.value(depth - 1))
                 text = f"{a} {draw(st.sampled_from(['==', '!=', '<', '<=', '>', '>=']))} {b}"
@@ -436,7 +455,8 @@ def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: boo
             if kind == "dim" and v not in dims:
                 dims[v] = draw(st.sampled_from(SIZES))
     expanded = None  # a dim past 65,536 along which every field is an expanded view
-    if huge is True and dims and draw(st.integers(0, 4)) == 0:  # (huge="empty": dims past 2**31 only)
+    # (huge="empty": past 65,536 only where no rule reduces, which Triton's interpreter would walk in full)
+    if (huge is True or (huge == "empty" and not reduces)) and dims and draw(st.integers(0, 4)) == 0:
         expanded = draw(st.sampled_from(sorted(dims)))
         dims = {d: min(n, 4) for d, n in dims.items()}
         dims[expanded] = HUGE_EXPANDED
@@ -445,7 +465,7 @@ def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: boo
     if dims and draw(st.integers(0, 5)) == 0:  # one dim past a block size
         d = draw(st.sampled_from(sorted(dims)))
         dims[d] = draw(st.sampled_from(BIG_SIZES))
-    if dims and draw(st.integers(0, 9)) == 0:  # a dim past 2**31 whose every field is empty
+    if dims and draw(st.integers(0, 3)) == 0:  # a dim past 2**31 whose every field is empty
         d = draw(st.sampled_from(sorted(dims)))  # (never one a rule walks with arange: 2**31 positions)
         spanning = [m for m in models if ("dim", d) in m.axes and d not in positional]
         others = {v for m in spanning for kind, v in m.axes if kind == "dim" and v != d}
@@ -478,9 +498,10 @@ def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: boo
             dtype_name = draw(st.sampled_from(DTYPE_NAMES))
         seed = draw(st.integers(0, 2**32 - 1))
         odd = 0.0 if valid else draw(st.sampled_from([0.0, 0.01, 0.2, 1.0]))
+        at_edges = 0.0 if valid else draw(st.sampled_from([0.0, 0.0, 0.3, 1.0]))
         along = [i for i, (kind, v) in enumerate(m.axes) if kind == "dim" and v == expanded and i < len(shape)]
         stored = [1 if i in along else n for i, n in enumerate(shape)]
-        t = make_values(m, TORCH_DTYPES[dtype_name], stored, seed, odd)
+        t = make_values(m, TORCH_DTYPES[dtype_name], stored, seed, odd, at_edges)
         t = draw(layouts(t)).expand(shape) if along else draw(layouts(t))
         if form == "numpy" and t.dtype != torch.bfloat16:
             arr = t.resolve_neg().numpy()  # (a bool's bytes stay as they are: numpy bools from bytes)
@@ -524,8 +545,46 @@ def _inside(m: FieldModel, dtype: torch.dtype) -> tuple[int | float, int | float
     return lo, max(lo, min(hi, lo + 1000))
 
 
-def make_values(m: FieldModel, dtype: torch.dtype, shape: list[int], seed: int, odd: float) -> torch.Tensor:
-    """Values inside the field's bounds or set, with a share `odd` replaced by special values."""
+def step(x: float, dtype: torch.dtype, up: bool) -> float:
+    """The next value of the float `dtype` after `x` (one of its values) upward or downward."""
+    if math.isnan(x) or (math.isinf(x) and (x > 0) == up):
+        return x
+    itype = {2: torch.int16, 4: torch.int32, 8: torch.int64}[torch.finfo(dtype).bits // 8]
+    bits = int(torch.tensor([x], dtype=dtype).view(itype))
+    if x == 0:  # past either zero: the smallest subnormal of the direction's sign
+        bits = 1 if up else -(2 ** (torch.finfo(dtype).bits - 1)) + 1
+    else:
+        bits += 1 if (x > 0) == up else -1
+    return float(torch.tensor([bits], dtype=itype).view(dtype))
+
+
+def edge_values(edges: list, dtype: torch.dtype) -> list[int | float]:
+    """Per number: the values of `dtype` just below and above it (equal where it holds the number),
+    and one step past each: where a bound rounded the wrong way, or not at all, shows."""
+    out: list[int | float] = []
+    for e in edges:
+        try:
+            f = float(e)
+        except OverflowError:
+            continue
+        if dtype == torch.bool or math.isnan(f):
+            continue
+        if dtype.is_floating_point:
+            r = float(torch.tensor(f, dtype=torch.float64).to(dtype))
+            down = r if r <= e else step(r, dtype, False)
+            up = r if r >= e else step(r, dtype, True)
+            out += [step(down, dtype, False), down, up, step(up, dtype, True)]
+        elif math.isfinite(f):
+            ii = torch.iinfo(dtype)
+            lo, hi = math.floor(e), math.ceil(e)
+            out += [v for v in (lo - 1, lo, hi, hi + 1) if ii.min <= v <= ii.max]
+    return out
+
+
+def make_values(m: FieldModel, dtype: torch.dtype, shape: list[int], seed: int, odd: float,
+                at_edges: float = 0.0) -> torch.Tensor:
+    """Values inside the field's bounds or set, with a share `odd` replaced by special values and a
+    share `at_edges` by values at and around its bounds and the rules' constants (`edge_values`)."""
     g = torch.Generator().manual_seed(seed)
     n = math.prod(shape)
     wide = torch.float64 if dtype.is_floating_point else torch.int64
@@ -548,22 +607,36 @@ def make_values(m: FieldModel, dtype: torch.dtype, shape: list[int], seed: int, 
         pick = torch.randint(len(sp), (n,), generator=g)
         where = torch.rand(n, generator=g) < odd
         x = torch.where(where, torch.tensor(sp, dtype=wide).to(dtype)[pick], x)
+    near = edge_values(m.edges, dtype) if at_edges and n else []
+    if near:
+        pick = torch.randint(len(near), (n,), generator=g)
+        where = torch.rand(n, generator=g) < at_edges
+        x = torch.where(where, torch.tensor(near, dtype=wide).to(dtype)[pick], x)
     return x.reshape(shape)
 
 
 @st.composite
 def layouts(draw, t: torch.Tensor) -> torch.Tensor:
     """The same logical tensor (or an expanded one) with odd strides and storage offsets."""
-    kind = draw(st.sampled_from(["contiguous", "transposed", "stepped", "expanded", "offset", "broadcast", "neg",
-                                 "conj", "bool_bytes"]))
+    kinds = ["contiguous", "transposed", "stepped", "expanded", "offset", "broadcast", "neg", "conj", "bool_bytes"]
+    kind = draw(st.sampled_from(kinds + ["bool_bytes"] * 8 if t.dtype == torch.bool else kinds))
     shape = list(t.shape)
     signed = t.dtype.is_floating_point or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)
-    if kind == "neg" and signed:  # the lazy negation bit: torch reads -stored
-        return torch._neg_view(-t)
-    if kind == "conj" and t.dtype in (torch.float32, torch.float64):  # z.conj().imag: strided, negation bit
-        return torch.complex(torch.zeros_like(t), -t).conj().imag
-    if kind == "bool_bytes" and t.dtype == torch.bool:  # bytes other than 0/1 (a uint8 view, numpy from bytes)
-        return (t.to(torch.uint8) * draw(st.sampled_from([2, 7, 255]))).view(torch.bool)
+    if kind in ("neg", "conj", "bool_bytes"):  # also seen through a layout that keeps the bit or the bytes
+        view = draw(st.sampled_from(["none", "expanded", "transposed"]))
+        base = t.transpose(0, -1).contiguous().transpose(0, -1) if view == "transposed" and t.dim() >= 2 else t
+        lazy = None
+        if kind == "neg" and signed:  # the lazy negation bit: torch reads -stored
+            lazy = torch._neg_view(-base)
+        if kind == "conj" and t.dtype in (torch.float32, torch.float64):  # z.conj().imag: strided, negation bit
+            lazy = torch.complex(torch.zeros_like(base), -base).conj().imag
+        if kind == "bool_bytes" and t.dtype == torch.bool:  # bytes other than 0/1 (a uint8 view, numpy from bytes)
+            lazy = (base.to(torch.uint8) * draw(st.sampled_from([2, 7, 255]))).view(torch.bool)
+        wide = [a for a, s in enumerate(shape) if s > 1]
+        if lazy is not None and view == "expanded" and wide:
+            return lazy.narrow(draw(st.sampled_from(wide)), 0, 1).expand(shape)
+        if lazy is not None:
+            return lazy
     if kind == "transposed" and t.dim() >= 2:
         return t.transpose(0, -1).contiguous().transpose(0, -1)
     if kind == "stepped" and t.dim() >= 1:
@@ -591,9 +664,8 @@ def layouts(draw, t: torch.Tensor) -> torch.Tensor:
 @st.composite
 def cases(draw, huge: bool | str = False) -> Case:
     """A spec and a batch; `huge` adds dims no backend may walk in full: past 2**31 with every field
-    empty, and (unless huge="empty") past 65,536 with every field expanded (for backends that never
-    walk an expanded dim in full: Triton's interpreter walks one a rule sums over at some
-    microseconds per element)."""
+    empty, and past 65,536 with every field expanded (with huge="empty" only where no rule reduces:
+    Triton's interpreter walks a dim a rule sums over in full, at some microseconds per element)."""
     data, models, params = draw(spec_models())
     reduces = any(f"{op}(" in str(r) for r in data.get("rules", ()) for op in ("any", "all", "sum"))
     assume(cost([s for m in models for s in _sizes(m, params, {})], reduces) <= MAX_SPACE)

@@ -6,13 +6,19 @@ its interpreter without a GPU; "c" where `check` accepts it) without raising, an
 be identical but for `backend`. Specs and batches come from tests/fuzz_specs.py.
 
 Batches include lazy negation/conjugation views, bool tensors holding bytes other than 0/1,
-expanded views, signed zeros in rules, dims past 2**31 whose fields are empty, and (torch and C
-only) batch dims past 65,536 stored once. CI runs a bounded, derandomized search. A longer run, with a fresh random seed (printed, and
+expanded views, signed zeros and float rounding edges in bounds and rules (and values at and one
+step around each), rules that compare a value with a reduction over its own axis, dims past 2**31
+whose fields are empty, and dims past 65,536 stored once (on Triton only where no rule reduces).
+The torch report is also compared with the torch report of the batch materialized contiguous.
+CI runs a bounded, derandomized search. A longer run, with a fresh random seed (printed, and
 added to the failure) and no example database, is one command:
 
     TRITONCHECK_FUZZ_EXAMPLES=20000 TRITONCHECK_FUZZ_SEED=random python -m pytest -q -s tests/test_differential_fuzz.py
 
-`TRITONCHECK_FUZZ_SEED=<int>` replays one seed of such a run.
+`TRITONCHECK_FUZZ_MINUTES=N` makes each of the two parametrizations go on for N minutes (or until
+the examples are run), in searches of ROUND examples each seeded from the run's seed; a failure
+names the seed and example count that replay it: `TRITONCHECK_FUZZ_SEED=<int>
+TRITONCHECK_FUZZ_EXAMPLES=<n>` (without MINUTES) replays one search.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,8 @@ from report_compare import comparable
 import tritoncheck as tc
 
 EXAMPLES = int(os.environ.get("TRITONCHECK_FUZZ_EXAMPLES", "150"))
+MINUTES = float(os.environ.get("TRITONCHECK_FUZZ_MINUTES", "0"))  # go on for this long (each parametrization)
+ROUND = 200  # examples per seed of a timed run
 _SEED_ENV = os.environ.get("TRITONCHECK_FUZZ_SEED")
 SEED = None if _SEED_ENV is None else random.randrange(2**32) if _SEED_ENV == "random" else int(_SEED_ENV)
 if SEED is not None:
@@ -110,20 +119,30 @@ def spec_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("fuzz-specs")
 
 
-def check_case(case: Case, spec_dir: Path, backends: tuple[str, ...] = BACKENDS) -> None:
-    """The property: only SpecError at load; no exception from check; the same report everywhere."""
+def check_case(case: Case, spec_dir: Path, backends: tuple[str, ...] = BACKENDS) -> bool:
+    """The property: only SpecError at load; no exception from check; the same report everywhere.
+    False where the spec did not load."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=spec_dir, delete=False, encoding="utf-8") as f:
         f.write(case.yaml_text)
     try:
         spec = tc.load_spec(f.name)
     except tc.SpecError:
-        return
+        return False
     finally:
         os.unlink(f.name)
     reports = {b: report_of(case.batch, spec, b) for b in backends}
+    reports["torch, the batch materialized"] = report_of(materialized(case.batch), spec, "torch")
     reference = reports["torch"]
     for b, r in reports.items():
         assert r == reference, f"backend {b!r} disagrees with torch:\n{_diff(reference, r)}"
+    return True
+
+
+def materialized(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch as plain contiguous tensors: lazy bits resolved, expanded and strided views copied
+    (a bool's bytes stay as stored). Its report must equal the batch's."""
+    return {k: v.resolve_conj().resolve_neg().contiguous() if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}
 
 
 def _diff(a: dict, b: dict) -> str:
@@ -134,25 +153,45 @@ def _diff(a: dict, b: dict) -> str:
     return "\n".join(lines)
 
 
-def _seeded(test):
-    return test if SEED is None else seed(SEED)(test)
+def fuzz(spec_dir: Path, backends: tuple[str, ...], examples: int, seed_value: int | None) -> dict[str, int]:
+    """One Hypothesis search of `examples` cases (derandomized where `seed_value` is None); returns
+    how many examples ran and how many specs loaded (those reached every backend)."""
+    counts = {"examples": 0, "loaded": 0}
+
+    @settings(SETTINGS, max_examples=examples, derandomize=seed_value is None)
+    @given(data=st.data())
+    def search(data):
+        case = data.draw(cases(huge="empty" if "triton" in backends else True), label="case")
+        counts["examples"] += 1
+        try:
+            counts["loaded"] += check_case(case, spec_dir, backends)
+        except Exception as exc:
+            if seed_value is not None:
+                exc.add_note(f"replay: TRITONCHECK_FUZZ_SEED={seed_value} TRITONCHECK_FUZZ_EXAMPLES={examples}")
+            raise
+
+    (search if seed_value is None else seed(seed_value)(search))()
+    return counts
 
 
 @pytest.mark.parametrize("backends", [tuple(b for b in BACKENDS if b != "triton"), BACKENDS], ids=["torch-c", "all"])
-@_seeded
-@SETTINGS
-@given(data=st.data())
-def test_random_specs_and_batches_give_one_report_on_every_backend(spec_dir, backends, data):
+def test_random_specs_and_batches_give_one_report_on_every_backend(spec_dir, backends):
     """See the module docstring; a failure prints the spec text and the batch as Python code.
 
-    Every backend gets dims no backend may walk in full: past 2**31 with every field empty; the
-    backends that never walk an expanded dim in full (torch, C) also get dims past 65,536 with every
-    field expanded.
+    Every backend gets dims no backend may walk in full: past 2**31 with every field empty, and past
+    65,536 with every field expanded (Triton only where no rule reduces). With
+    TRITONCHECK_FUZZ_MINUTES, searches of ROUND examples, each with a seed of its own drawn from the
+    run's seed, go on until that many minutes have passed.
     """
-    case = data.draw(cases(huge="empty" if "triton" in backends else True), label="case")
-    try:
-        check_case(case, spec_dir, backends)
-    except Exception as exc:
-        if SEED is not None:
-            exc.add_note(f"replay: TRITONCHECK_FUZZ_SEED={SEED} TRITONCHECK_FUZZ_EXAMPLES={EXAMPLES}")
-        raise
+    start = time.monotonic()
+    if not MINUTES:
+        counts = fuzz(spec_dir, backends, EXAMPLES, SEED)
+    else:
+        seeds = random.Random(SEED)
+        counts = {"examples": 0, "loaded": 0}
+        while time.monotonic() - start < MINUTES * 60 and counts["examples"] < EXAMPLES:
+            round_seed = seeds.randrange(2**32)
+            for k, n in fuzz(spec_dir, backends, min(ROUND, EXAMPLES - counts["examples"]), round_seed).items():
+                counts[k] += n
+    print(f"differential fuzz {'+'.join(backends)}: seed {SEED}, {counts['examples']} examples "
+          f"({counts['loaded']} specs loaded and checked), {time.monotonic() - start:.0f} s", file=sys.stderr)
