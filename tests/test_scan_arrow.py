@@ -331,6 +331,20 @@ def test_a_null_is_a_finding_of_its_own_with_its_global_row(tmp_path, capsys):
     assert report["batches"] == 2  # one chunk per shard: a null sends nothing row by row
 
 
+def test_a_null_held_in_a_dictionary_is_a_null_not_a_zero(tmp_path):
+    # the index is valid, the value it points to is null: main read it as 0 and checked it as a value
+    values = pa.array([None, 9, 1], pa.int64())
+    labels = pa.DictionaryArray.from_arrays(pa.array([2, 0, 1], pa.int32()), values)
+    ids = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 0, 1, 2], pa.int32()), pa.array([1, None, 3]))
+    assert read_column(labels).nulls.tolist() == [False, True, False]  # labels 1, null, 9
+    ids = pa.ListArray.from_arrays(pa.array([0, 2, 4, 6], pa.int32()), ids)  # [1, null], [3, 1], [null, 3]
+    assert read_column(ids).nulls.tolist() == [True, False, True]
+    arrow_file(tmp_path / "x.arrow", pa.table({"input_ids": [[1, 2], [3, 60], [4]], "labels": labels}))
+    report = scan(bert(), tmp_path / "x.arrow", backend="torch")  # (Parquet cannot hold such a dictionary)
+    assert [(e["sample"], e["field"], e["code"]) for e in report["violations"]] == [
+        (1, "labels", "null"), (2, "labels", "above_max")]
+
+
 def test_a_whole_chunk_problem_is_said_once_per_file_with_global_rows(tmp_path):
     ids = [[1, 2, 3]] * 600
     ids[300] = [1, 2, 60]

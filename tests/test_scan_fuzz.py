@@ -3,7 +3,7 @@
 Each example writes a directory of shards (Parquet with row groups of any size, zero included;
 Arrow IPC files and streams; empty shards) whose two columns, `a` and `b`, each get, shard by
 shard, an Arrow type drawn from every type a column can have: every integer width, signed and
-unsigned, float16/32/64, bool, dictionary-encoded, list, large_list, fixed_size_list, lists of
+unsigned, float16/32/64, bool, dictionary-encoded (a null as an index or as a value), list, large_list, fixed_size_list, lists of
 lists, and the types the scan does not read (string, binary, struct, map, timestamp, date32 past
 Python's range, decimal, the null type, extension types: one whose values unpickle, registered
 as Ray Data registers its own, and one over plain int64). Values include nulls, NaN, infinities,
@@ -223,6 +223,8 @@ def datasets(draw):
                 columns[name], truth[name] = draw(st.sampled_from(REFUSED)), None
             else:
                 columns[name], rows, leaf = draw(readable_column(depth, n))
+                if columns[name] == "dictionary" and fmt != "parquet" and draw(st.booleans()):
+                    columns[name] = "dictionary_null_values"  # (Parquet cannot hold one)
                 truth[name] = (rows, leaf)
         hurt = None
         lists = [k for k, t in truth.items() if t is not None and depths[k] > 0 and not
@@ -242,6 +244,9 @@ def column(shard, name, marker):
     if truth is None:
         return refused_column(kind, shard["rows"], marker, shard["fmt"] == "parquet")
     rows, leaf = truth
+    if kind == "dictionary_null_values":  # a null as a value of the dictionary (indices all valid)
+        indices = pa.array([len(rows) if v is None else r for r, v in enumerate(rows)], pa.int32())
+        return pa.DictionaryArray.from_arrays(indices, pa.array([*rows, None], leaf))
     array = pa.array(rows, leaf).dictionary_encode() if kind == "dictionary" else pa.array(rows, kind)
     return damaged(array) if shard["damaged"] == name else array
 

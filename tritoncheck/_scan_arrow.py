@@ -61,7 +61,7 @@ class Column:
 
     def uniform(self) -> bool:
         """Every row of the same shape, stored one after another: `take` of them all copies nothing."""
-        if not len(self):
+        if not len(self) or not self.sizes.shape[1]:  # (a column of scalars: row r is value r)
             return True
         n, count = len(self), int(self.sizes[0].prod())
         import torch
@@ -73,10 +73,11 @@ class Column:
         """Rows `rows` (a long tensor) as one tensor [len(rows), *longest], each padded with `pad`."""
         import torch
 
+        if not self.sizes.shape[1]:  # a column of scalars: row r is value r
+            return self.values if len(rows) == len(self) and bool((rows == self.starts).all()) else (
+                self.values.index_select(0, rows))
         sizes = self.sizes.index_select(0, rows)
         starts = self.starts.index_select(0, rows)
-        if not self.sizes.shape[1]:
-            return self.values.index_select(0, starts)
         longest = sizes.max(dim=0).values.tolist() if len(rows) else [0] * sizes.shape[1]
         if len(rows) and bool((sizes == sizes[:1]).all()):
             count = int(sizes[0].prod())
@@ -119,6 +120,16 @@ def read_column(array: Any) -> Column:
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     array.validate(full=True)  # offsets, buffer sizes, dictionary indices: before any buffer is read
     n = len(array)
+    if not (types.is_list(array.type) or types.is_large_list(array.type) or types.is_fixed_size_list(array.type)):
+        # a column of scalars: its values as they are (no copy of an int64 or float column), row r is value r
+        leaf = array.dictionary_decode() if types.is_dictionary(array.type) else array
+        nulls = _nulls(leaf)  # (decoded: a dictionary may hold a null as a value, not only as an index)
+        with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.from_numpy(_values(leaf))
+        return Column(flat, torch.arange(n), torch.zeros((n, 0), dtype=torch.long),
+                      torch.zeros(n, dtype=torch.bool) if nulls is None else torch.from_numpy(nulls),
+                      torch.zeros(n, dtype=torch.bool))
     lo, hi = np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64)  # each row's span in `level`
     nulls, jagged, sizes = np.zeros(n, bool), np.zeros(n, bool), []
     level = array
@@ -142,10 +153,8 @@ def read_column(array: Any) -> Column:
         base = int(lo[0]) if n else 0
         level = level.values.slice(base, (int(hi[-1]) if n else 0) - base)  # only the values of these rows
         lo, hi = lo - base, hi - base
-    leaf = level
-    nulls |= _any_in(_nulls(leaf), lo, hi)
-    if types.is_dictionary(leaf.type):
-        leaf = leaf.dictionary_decode()
+    leaf = level.dictionary_decode() if types.is_dictionary(level.type) else level
+    nulls |= _any_in(_nulls(leaf), lo, hi)  # (decoded: a dictionary may hold a null as a value, not only as an index)
     shape = _shapes(sizes, n)
     values = _values(leaf)
     with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
