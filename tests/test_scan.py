@@ -424,3 +424,42 @@ def test_engine_ray_without_ray_names_the_extra(shards, monkeypatch, capsys):
     assert scan_ds("bert-sequence-classification", str(shards[0]), "--engine", "ray") == 2
     err = capsys.readouterr().err
     assert "pip install 'tritoncheck[ray]'" in err and "Traceback" not in err
+
+
+# --- a failing chunk costs its bad rows, not a second pass (issue 28) ---------------------------------------------
+
+PER_SAMPLE = [("y >= 0", True), ("x[:, 0] <= y", True), ("any(m == 1, dim=L)", True), ("sum(x, dim=L) < 5", True),
+              ("y < L", True), ("x <= y", True), ("y <= sum(y)", False), ("y[0] <= y", False), ("y < B", False),
+              ("all(y > 0)", False), ("sum(x) < 3", False)]
+
+
+def three_fields(rule):
+    import tritoncheck as tc
+
+    fields = {"x": {"dtype": "float", "shape": ["B", "L"]}, "y": {"dtype": "float", "shape": ["B"]},
+              "m": {"dtype": "int", "shape": ["B", "L"]}}
+    return tc.BatchSpec.model_validate({"name": "s", "fields": fields, "rules": [rule]})
+
+
+@pytest.mark.parametrize("rule, own", PER_SAMPLE)
+def test_a_rule_decides_each_sample_alone_only_without_a_batch_wide_term(rule, own):
+    from tritoncheck._plan import compile_plan
+    from tritoncheck._scan import _per_sample
+
+    assert _per_sample(compile_plan(three_fields(rule))) is own
+
+
+@pytest.mark.parametrize("rule, own", [("y <= 0.5", True), ("y <= 0.5 + 0 * sum(y)", False)])
+def test_a_failing_batch_of_per_sample_checks_is_checked_once_then_its_bad_rows(rule, own, monkeypatch):
+    import tritoncheck._api as api
+    from tritoncheck._scan import scan_batch
+
+    sizes = []
+    check = api.check
+    monkeypatch.setattr(api, "check", lambda batch, *a, **k: sizes.append(len(batch["y"])) or check(batch, *a, **k))
+    y = torch.tensor([0.1, 0.9, 0.2, 0.8, 0.3, 0.1, 0.2, 0.1], dtype=torch.float64)  # rows 1 and 3 are bad either way
+    batch = {"x": torch.zeros(8, 2), "y": y, "m": torch.ones(8, 2, dtype=torch.long)}
+    found, size, _ = scan_batch(batch, three_fields(rule), "torch")
+    assert sorted({p for p, _ in found}) == [1, 3] and size == 8
+    # per-sample checks: the batch, then each bad row alone; a batch-wide term needs the good rows checked again
+    assert sizes == ([8, 1, 1] if own else [8, 6, 1, 1])

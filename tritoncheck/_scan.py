@@ -316,6 +316,18 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
     if meta or not isinstance(batch, Mapping) or plan.batch_dim not in report.dims:
         return [(0 if size == 1 else None, v) for v in report.violations], size, report.backend  # one: to blame
 
+    if take is None and _per_sample(plan) and all(v.samples for v in report.violations):
+        # each sample's verdict is its own: the samples the batch's violations name are the bad ones, and the rest
+        # need no second check; each bad one is checked alone, so that its reported value is its own
+        each: list[tuple[int | None, Any]] = []
+        for pos in sorted({int(s) for v in report.violations for s in v.samples}):
+            own = check(_take(batch, plan, [pos]), spec, backend=backend).violations
+            if not own:  # (cannot happen for a check of one sample's values; split_bad below settles it if it does)
+                break
+            each += [(pos, relocate(v, pos, plan)) for v in own]
+        else:
+            return each, size, report.backend
+
     alone: dict[int, Any] = {}  # each sample's own report, warnings still warnings
 
     def subset(positions: list[int]) -> tuple[Any, Any]:
@@ -331,6 +343,52 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
         own = alone[pos].violations if pos in alone and alone[pos].violations else None
         found += [(pos, v) for v in vs] if own is None else [(pos, relocate(v, pos, plan)) for v in own]
     return found, size, report.backend
+
+
+def _per_sample(plan: Any) -> bool:
+    """Whether every data check decides each sample from that sample's own values: no reduction over the batch dim,
+    no batch size or position along it, no value of another sample (`x[0]`). Then a batch's violations name
+    exactly the samples that fail alone. Anything not known to be so (an unresolved name) is taken as not."""
+    from ._checks import FiniteCheck, MonotonicCheck, RangeCheck, RuleCheck, ValueSetCheck
+    from ._expr import Arange, Binary, Const, Dim, Present, Reduce, Ref, Unary
+
+    b = plan.batch_dim
+    axes = {f.name: f.axes for f in plan.fields}
+
+    def own(e: Any) -> bool:
+        if isinstance(e, (Const, Present)):
+            return True
+        if isinstance(e, Dim):
+            return e.name != b
+        if isinstance(e, Arange):
+            return e.dim != b
+        if isinstance(e, Ref):
+            at = axes.get(e.field, ())
+            return e.index is None or b not in at or (len(e.index) == len(at) and e.index[at.index(b)] is None)
+        if isinstance(e, Unary):
+            return own(e.x)
+        if isinstance(e, Binary):
+            return own(e.a) and own(e.b)
+        if isinstance(e, Reduce):
+            return e.dims is not None and all(isinstance(d, str) and d != b for d in e.dims) and own(e.x)
+        return False
+
+    for c in plan.checks:
+        if b not in c.axes:
+            return False
+        if isinstance(c, RangeCheck):
+            ok = own(c.bound)
+        elif isinstance(c, (ValueSetCheck, FiniteCheck)):
+            ok = True
+        elif isinstance(c, MonotonicCheck):
+            ok = c.axis != b
+        elif isinstance(c, RuleCheck):
+            ok = all(own(e) for e in (c.expr, c.where, c.subject, c.when) if e is not None)
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
 
 
 def _take(batch: Mapping, plan: Any, positions: list[int]) -> dict[str, Any]:
