@@ -807,17 +807,10 @@ def _chunk_item(source: str, row: int, offset: int | None, table: Any, columns: 
         err = UsageError(f"cannot read rows {row}-{row + n - 1} of {source}: {one_line(exc)}")
         return _Item(source, offset, err, n, spec, row)
     if all(c.uniform() and not c.nulls.any() and not c.jagged.any() for c in read.values()):
-        every = _every(n)
-        return _Item(source, offset, {f: c.take(every, _pad_value(f, spec)) for f, c in read.items()}, n, spec, row)
+        return _Item(source, offset, {f: c.whole(_pad_value(f, spec)) for f, c in read.items()}, n, spec, row)
     from ._plan import compile_plan
 
     return _Item(source, offset, _Ragged(read, spec, compile_plan(spec), n), n, spec, row)
-
-
-def _every(n: int) -> Any:
-    import torch
-
-    return torch.arange(n)
 
 
 class _Ragged:

@@ -51,13 +51,13 @@ class Column:
     """A column's leaf values, flat, and per row where they start, its shape, and what is wrong with it."""
 
     values: Any  # tensor [elements]: int64 for every integer type; floats and bools in their own dtype
-    starts: Any  # tensor [n] int64
+    starts: Any  # tensor [n] int64; None for a column of scalars (row r is value r)
     sizes: Any  # tensor [n, depth] int64: each row's shape (depth = the number of list levels)
     nulls: Any  # tensor [n] bool: a null somewhere in the row
     jagged: Any  # tensor [n] bool: inner lists of different lengths (not a tensor)
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self.nulls)
 
     def uniform(self) -> bool:
         """Every row of the same shape, stored one after another: `take` of them all copies nothing."""
@@ -69,13 +69,18 @@ class Column:
         return bool((self.sizes == self.sizes[:1]).all()) and bool(
             (self.starts == self.starts[0] + torch.arange(n) * count).all())
 
+    def whole(self, pad: float) -> Any:
+        """Every row as one tensor [n, *shape], where `uniform` holds: a view of the values, no copy."""
+        import torch
+
+        return self.values if not self.sizes.shape[1] else self.take(torch.arange(len(self)), pad)
+
     def take(self, rows: Any, pad: float) -> Any:
         """Rows `rows` (a long tensor) as one tensor [len(rows), *longest], each padded with `pad`."""
         import torch
 
         if not self.sizes.shape[1]:  # a column of scalars: row r is value r
-            return self.values if len(rows) == len(self) and bool((rows == self.starts).all()) else (
-                self.values.index_select(0, rows))
+            return self.values.index_select(0, rows)
         sizes = self.sizes.index_select(0, rows)
         starts = self.starts.index_select(0, rows)
         longest = sizes.max(dim=0).values.tolist() if len(rows) else [0] * sizes.shape[1]
@@ -127,7 +132,7 @@ def read_column(array: Any) -> Column:
         with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
             warnings.simplefilter("ignore", UserWarning)
             flat = torch.from_numpy(_values(leaf))
-        return Column(flat, torch.arange(n), torch.zeros((n, 0), dtype=torch.long),
+        return Column(flat, None, torch.zeros((n, 0), dtype=torch.long),
                       torch.zeros(n, dtype=torch.bool) if nulls is None else torch.from_numpy(nulls),
                       torch.zeros(n, dtype=torch.bool))
     lo, hi = np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64)  # each row's span in `level`
