@@ -10,9 +10,11 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import warnings
 
 import pytest
 import torch
+from report_compare import comparable
 
 import tritoncheck as tc
 from tritoncheck import _api, _plan
@@ -105,3 +107,37 @@ def test_a_program_still_held_keeps_its_library_mapped(fresh):
     del program, bound, plan
     gc.collect()
     assert len(mapped_kernels()) < len(before)  # the last holder gone, the library goes too
+
+
+# -- a batch dim walked in full that no field stores a value per sample for -------------------------
+
+def report(batch: dict, s: tc.BatchSpec, backend: str) -> list:
+    return comparable([v.to_dict() for v in tc.check(batch, s, backend=backend).violations])
+
+
+def materialized(batch: dict) -> dict:
+    return {k: t.resolve_neg().resolve_conj().contiguous() for k, t in batch.items()}
+
+
+UNBACKED = {
+    # found by the differential fuzz (seed 52622526): the C result buffer, a count per sample, was
+    # allocated for 2**31 + 5 samples of an empty field (MemoryError)
+    "empty": ({"name": "u", "batch_dim": "tl", "fields": {"n": {"dtype": "int64", "shape": ["tl", "L"]}},
+               "rules": ["n >= sum(n, dim=tl)"]}, {"n": torch.zeros(2**31 + 5, 0, dtype=torch.int64)}),
+    "expanded": ({"name": "u", "fields": {"x": {"dtype": "float32", "shape": ["B"]}}, "rules": ["x * 70000 >= sum(x)"]},
+                 {"x": torch.tensor([1.0]).expand(70_001)}),
+}
+
+
+@pytest.mark.parametrize("case", list(UNBACKED))
+def test_a_batch_dim_no_field_stores_is_never_a_result_buffer_per_sample(backend, case):
+    """A rule sums over the batch dim, so it is walked in full; where every field spanning it is empty
+    or expanded, a count per sample would cost the logical size: the torch backend checks it from the
+    stored values, with the report of the batch materialized."""
+    data, batch = UNBACKED[case]
+    s = spec_from_dict(data, "u.yaml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (the fallback to torch is said once)
+        got = report(batch, s, backend)
+    assert got == report(materialized(batch), s, "torch")
+    assert case == "empty" or [(v["code"], v["count"]) for v in got] == [("rule_failed", ("int", 70_001))]

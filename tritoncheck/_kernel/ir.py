@@ -740,6 +740,23 @@ def loop_sizes(kernel: Kernel, positional: frozenset[str], tensors: Mapping[str,
     return sizes
 
 
+UNBACKED_SAMPLES = 2**16  # samples a result buffer may hold that no field stores a value for
+
+
+def check_result_backed(kernel: Kernel, tensors: Mapping[str, torch.Tensor], walked: Mapping[str, int]) -> None:
+    """Raise `Unsupported` where the result buffer (a count per sample and check) would outgrow the
+    batch: the batch dim is walked past UNBACKED_SAMPLES samples while every field spanning it is
+    empty or expanded along it (it is walked in full because a rule reads positions along it, as
+    `x <= sum(x)` does). A field that stores a value per sample bounds the buffer by its own size;
+    without one, the torch backend checks the batch from its stored values instead."""
+    b = kernel.batch_dim
+    if b is None or walked.get(b, 0) <= UNBACKED_SAMPLES:
+        return
+    spans = [(tensors[f.name], f.axes.index(b)) for f in kernel.fields if b in f.axes]
+    if all(t.numel() == 0 or t.stride(pos) == 0 for t, pos in spans):
+        raise Unsupported(f"the batch dim {b} is walked at {walked[b]} samples that no field stores a value for")
+
+
 def _op_fields(ops: tuple[Op, ...]) -> set[str]:
     out = set()
     for op in ops:

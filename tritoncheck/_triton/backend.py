@@ -181,6 +181,7 @@ def launch_for(program: Program, bound: Bound) -> Launch:
         t = tensors[f.name]
         if 0 in t.stride() and math.prod(walked.get(a, kernel.fixed.get(a, 1)) for a in f.axes) > EXPANDED_WALK_LIMIT:
             raise ir.Unsupported("an expanded view walked past EXPANDED_WALK_LIMIT elements")
+    ir.check_result_backed(kernel, tensors, walked)
     rest: list[Any] = []
     for f in kernel.fields:
         if not f.contiguous:
