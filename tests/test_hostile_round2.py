@@ -141,3 +141,113 @@ def test_a_batch_dim_no_field_stores_is_never_a_result_buffer_per_sample(backend
         got = report(batch, s, backend)
     assert got == report(materialized(batch), s, "torch")
     assert case == "empty" or [(v["code"], v["count"]) for v in got] == [("rule_failed", ("int", 70_001))]
+
+
+# -- a batch that stores under 1 MiB: under 64 MiB and 1 s on every backend, whatever its logical size --
+
+STORED_SMALL = r"""
+import json, resource, sys, time, warnings, torch
+import tritoncheck as tc
+from tritoncheck._spec import spec_from_dict
+warnings.simplefilter("ignore")
+backend, huge = sys.argv[1], 2**40
+def spec(fields, rules=()):
+    return spec_from_dict({"name": "s", "fields": fields, "rules": list(rules)}, "s")
+F, I, BOOL = "float32", "int64", "bool"
+CASES = {
+    "batch axis expanded": (spec({"y": {"dtype": I, "shape": ["B"], "max": 0}, "m": {"dtype": BOOL, "shape": ["B", "L"]}},
+                                 ["y + m <= 1"]),
+                            {"y": torch.tensor([1]).expand(huge), "m": torch.ones(1, 1, dtype=torch.bool).expand(huge, 4)}),
+    "length axis expanded": (spec({"x": {"dtype": F, "shape": ["B", "L"], "max": 1}}, ["any(x > 2, dim=L)"]),
+                             {"x": torch.tensor([[0.5], [3.0]]).expand(2, huge)}),
+    "empty dim past 2**31": (spec({"x": {"dtype": F, "shape": ["B", "K", "L"]}}, ["sum(x, dim=K) != 0"]),
+                             {"x": torch.zeros(2, 0, 1).expand(2, 0, 2**32 + 3)}),
+    "negation bit, expanded": (spec({"x": {"dtype": F, "shape": ["B"], "min": 0}}),
+                               {"x": torch._neg_view(torch.tensor([3.0]).expand(huge))}),
+    "bool bytes, expanded, summed": (spec({"m": {"dtype": BOOL, "shape": ["B", "L"], "values": [0, 1]}},
+                                          ["sum(m, dim=L) <= 3"]),
+                                     {"m": torch.tensor([[7], [0]], dtype=torch.uint8).view(torch.bool).expand(2, huge)}),
+    "x <= sum(x), expanded": (spec({"x": {"dtype": F, "shape": ["B"]}}, ["x * 1000 >= sum(x)"]),
+                              {"x": torch.tensor([1.0]).expand(huge)}),
+}
+tc.check({"x": torch.zeros(3)}, spec({"x": {"dtype": F, "shape": ["B"], "min": 0}}), backend=backend)  # imports
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = {}
+for name, (s, batch) in CASES.items():
+    tc.check(batch, s, backend=backend)  # builds the kernel
+    t0 = time.perf_counter()
+    r = tc.check(batch, s, backend=backend)
+    out[name] = {"took": time.perf_counter() - t0,
+                 "found": [(v.code, v.count, len(v.samples), list(v.samples[:3]), list(v.index), v.value)
+                           for v in r.violations]}
+out["grew_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps(out))
+"""
+
+
+def test_a_batch_that_stores_under_1_mib_checks_in_64_mib_and_1_s_on_every_backend():
+    """Issue 27: whatever its logical size (2**40 samples, a dim past 2**31), on torch, C and Triton
+    (its interpreter here), each backend's report equal to torch's. Rules that read positions along
+    an expanded dim (arange) are the exception: their time grows with its length (docs/security.md)."""
+    import json
+    import subprocess
+
+    backends = ["torch", "c", "triton"] if c_backend.available() else ["torch", "triton"]
+    runs = {}
+    for b in backends:
+        proc = subprocess.run([sys.executable, "-c", STORED_SMALL, b], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[b] = json.loads(proc.stdout.strip().splitlines()[-1])
+    for b, out in runs.items():
+        assert out["grew_kib"] < 64 * 1024, (b, out)
+        for name, case in out.items():
+            if name != "grew_kib":
+                assert case["took"] < 1.0, (b, name, case)
+                assert case["found"] == runs["torch"][name]["found"], (b, name)
+    assert all(runs["torch"][name]["found"] for name in runs["torch"] if name not in ("grew_kib", "x <= sum(x), expanded"))
+
+
+# -- docs/security.md: a spec file cannot run code --------------------------------------------------
+
+@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system", "!!python/object/new:os.system",
+                                 "!!python/name:os.system"])
+def test_a_python_tag_in_a_spec_file_is_refused_and_runs_nothing(tmp_path, tag):
+    marker = tmp_path / "marker"
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\nfields:\n  x: {tag} [\"touch {marker}\"]\n", encoding="utf-8")
+    with pytest.raises(tc.SpecError, match=r"s\.yaml"):
+        tc.load_spec(str(path))
+    assert not marker.exists()
+
+
+def test_every_test_docs_semantics_names_exists():
+    """docs/semantics.md names the test that keeps each statement: every `tests/FILE.py[::name]` it
+    names (a `::name` alone is in the file named before it) is a file holding that test function."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).parents[1]
+    text = (root / "docs" / "semantics.md").read_text(encoding="utf-8")
+    named, current, missing = 0, None, []
+    for ref in re.findall(r"`((?:tests/[\w/]+\.py)?(?:::\w+)?)`", text):
+        path, _, name = ref.partition("::")
+        current = path or current
+        source = (root / current).read_text(encoding="utf-8") if current and (root / current).is_file() else None
+        if source is None or (name and not re.search(rf"^def {name}\(", source, flags=re.MULTILINE)):
+            missing.append(ref)
+        named += 1
+    assert named >= 4 and not missing, missing
+
+
+# -- a bool byte means its truth in the torch backend's min/max shortcut too ------------------------
+
+@pytest.mark.parametrize("bound", [{"min": 2}, {"min": "C * 2"}, {"max": 0}])
+def test_a_bool_field_of_bytes_past_1_is_settled_as_its_truths(backend, bound):
+    """Found by the differential fuzz (seed 4182920751): the torch backend settled `min: 2` from the
+    raw bytes' minimum (7 >= 2: passes) while every byte reads as 1 (1 >= 2 fails), as C said."""
+    s = spec_from_dict({"name": "b", "batch_dim": "L", "fields": {
+        "idx": {"dtype": "float32", "shape": ["L", "C"]}, "m": {"dtype": "bool", "shape": ["L"], **bound}}}, "b.yaml")
+    batch = {"idx": torch.zeros(3, 1), "m": torch.tensor([7, 2, 255], dtype=torch.uint8).view(torch.bool)}
+    got = report(batch, s, backend)
+    assert got == report({"idx": batch["idx"], "m": torch.ones(3, dtype=torch.bool)}, s, "torch")
+    assert [(v["count"], v["value"]) for v in got] == [(("int", 3), ("int", 1))]

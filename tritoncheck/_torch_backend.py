@@ -217,7 +217,10 @@ class Context:
                 self._summary[name] = None
             else:
                 mn, mx = torch.aminmax(t.view(torch.uint8) if t.dtype == torch.bool else t)
-                self._summary[name] = (mn.item(), mx.item())
+                if t.dtype == torch.bool:  # a byte means its truth: 7 is 1, so the summary is of min(byte, 1)
+                    self._summary[name] = (min(mn.item(), 1), min(mx.item(), 1))
+                else:
+                    self._summary[name] = (mn.item(), mx.item())
         return self._summary[name]
 
     def bound_value(self, check: RangeCheck) -> int | float:
