@@ -301,7 +301,8 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
     the strict reports), and listed with its own violations, each with its own severity. Position None marks a violation of the batch as a whole: a metadata problem (a missing field,
     a wrong dtype or shape), which no slice of the batch can be blamed for; then the data checks
     that did run are reported batch-level too. `take(positions)` makes the batch of those samples
-    (default: the batch indexed along its batch dim).
+    (default: the batch indexed along its batch dim); given, the batch is rows padded together, and a row
+    is bad only if it fails alone.
     """
     from ._api import check
     from ._data import relocate, split_bad
@@ -316,14 +317,15 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
     if meta or not isinstance(batch, Mapping) or plan.batch_dim not in report.dims:
         return [(0 if size == 1 else None, v) for v in report.violations], size, report.backend  # one: to blame
 
-    if take is None and _per_sample(plan) and all(v.samples for v in report.violations):
+    if _per_sample(plan) and all(v.samples for v in report.violations):
         # each sample's verdict is its own: the samples the batch's violations name are the bad ones, and the rest
         # need no second check; each bad one is checked alone, so that its reported value is its own
         each: list[tuple[int | None, Any]] = []
         for pos in sorted({int(s) for v in report.violations for s in v.samples}):
-            own = check(_take(batch, plan, [pos]), spec, backend=backend).violations
-            if not own:  # (cannot happen for a check of one sample's values; split_bad below settles it if it does)
+            own = check(take([pos]) if take is not None else _take(batch, plan, [pos]), spec, backend=backend).violations
+            if not own and take is None:  # (not for a check of one sample's values; split_bad settles it if it does)
                 break
+            # (padded rows, `take`: one that passes alone failed only on its padding, a value it does not hold)
             each += [(pos, relocate(v, pos, plan)) for v in own]
         else:
             return each, size, report.backend
@@ -341,6 +343,8 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
     found: list[tuple[int | None, Any]] = []
     for pos, vs in bad.items():  # (a sample that passes alone, dropped with its group, keeps the group's)
         own = alone[pos].violations if pos in alone and alone[pos].violations else None
+        if own is None and take is not None and pos in alone:
+            continue  # padded rows: it failed only on its padding (a pad value below a field's min), not on its values
         found += [(pos, v) for v in vs] if own is None else [(pos, relocate(v, pos, plan)) for v in own]
     return found, size, report.backend
 

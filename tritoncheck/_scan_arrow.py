@@ -122,6 +122,12 @@ def read_column(array: Any) -> Column:
     from pyarrow import types
 
     if isinstance(array, pa.ChunkedArray):
+        if array.num_chunks != 1 and _plain(array.type) != array.type:
+            # dictionaries decoded chunk by chunk: pyarrow's combining of float16 dictionaries reads their values as
+            # uint16 bits (-3.0 became 49664.0)
+            for chunk in array.chunks:
+                chunk.validate(full=True)  # (before the cast reads it)
+            array = pa.chunked_array([chunk.cast(_plain(array.type)) for chunk in array.chunks], _plain(array.type))
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     array.validate(full=True)  # offsets, buffer sizes, dictionary indices: before any buffer is read
     n = len(array)
@@ -166,6 +172,22 @@ def read_column(array: Any) -> Column:
         warnings.simplefilter("ignore", UserWarning)
         flat = torch.from_numpy(values)
     return Column(flat, torch.from_numpy(lo), shape, torch.from_numpy(nulls), torch.from_numpy(jagged))
+
+
+def _plain(kind: Any) -> Any:
+    """Arrow type `kind` with each dictionary replaced by its value type (for a type `refusal` accepts)."""
+    import pyarrow as pa
+    from pyarrow import types
+
+    if types.is_dictionary(kind):
+        return kind.value_type
+    if types.is_fixed_size_list(kind):
+        return pa.list_(kind.value_field.with_type(_plain(kind.value_type)), kind.list_size)
+    if types.is_large_list(kind):
+        return pa.large_list(kind.value_field.with_type(_plain(kind.value_type)))
+    if types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(_plain(kind.value_type)))
+    return kind
 
 
 def _shapes(per_level: list[Any], n: int) -> Any:
