@@ -32,9 +32,11 @@ body { font-family: sans-serif; font-size: 13px; margin: 8px; }
 
 def run_notebook(cells: list[str], monkeypatch, **variables) -> list[tuple[str, list[str]]]:
     """Each cell's source and its outputs as HTML, run as a Jupyter kernel (ipykernel + IPython) runs
-    them: `get_ipython().kernel` is set; `display(obj)` shows `obj._repr_html_()`; a cell's last
-    expression is displayed; a raised exception shows `exc._render_traceback_()` where it has one,
-    else the traceback, as an error output. `variables` are defined before the first cell runs."""
+    them: `get_ipython().kernel` is set, and its `execution_count` counts the cells run; `display(obj)`
+    shows `obj._repr_html_()`; a cell's last expression is displayed; a raised exception shows
+    `exc._render_traceback_()` where it has one, else the traceback, as an error output, and is then
+    rendered once more to be stored in the history, as IPython 9 does (`_format_exception_for_storage`).
+    `variables` are defined before the first cell runs."""
     outputs: list[str] = []
 
     def display(obj):
@@ -42,7 +44,8 @@ def run_notebook(cells: list[str], monkeypatch, **variables) -> list[tuple[str, 
                        if hasattr(obj, "_repr_html_") else text_output(repr(obj), "text/plain"))
 
     ipython = types.ModuleType("IPython")
-    ipython.get_ipython = lambda: types.SimpleNamespace(kernel=object())
+    shell = types.SimpleNamespace(kernel=object(), execution_count=0)
+    ipython.get_ipython = lambda: shell
     ipython.display = types.ModuleType("IPython.display")
     ipython.display.display = display
     monkeypatch.setitem(sys.modules, "IPython", ipython)
@@ -51,6 +54,7 @@ def run_notebook(cells: list[str], monkeypatch, **variables) -> list[tuple[str, 
     shown = []
     for n, source in enumerate(cells):
         outputs = []
+        shell.execution_count = n + 1
         tree = ast.parse(source)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         printed, raised, value = io.StringIO(), None, None
@@ -68,6 +72,8 @@ def run_notebook(cells: list[str], monkeypatch, **variables) -> list[tuple[str, 
             lines = render() if render is not None else traceback.format_exception(raised)
             outputs.append(text_output("\n".join(line.rstrip("\n") for line in lines),
                                        "application/vnd.jupyter.stderr"))
+            if render is not None:
+                render()  # for the history: what it shows goes to the same cell
         elif value is not None:
             display(value)
         shown.append((source, outputs))

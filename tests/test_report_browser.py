@@ -96,6 +96,7 @@ def test_a_raised_error_in_a_notebook_shows_red_errors_and_amber_warnings(tmp_pa
     cells = run_notebook(NOTEBOOK, monkeypatch)
     (_, setup), (_, raised) = cells
     assert setup == []
+    assert len(raised) == 2 and "".join(raised).count("<table>") == 1  # the table once, then the summary line
     text = html.unescape("".join(raised))
     assert "Traceback (most recent call last)" not in text
     assert "BatchValidationError: 1 error, 1 warning for toy (B=3 (from ids)) (the table above)" in text

@@ -72,6 +72,21 @@ def test_in_a_notebook_the_html_table_is_displayed_with_dataset_indices(monkeypa
     assert "<p>dataset indices of the bad samples: 17 (sample 0), 41 (sample 2)</p>" in html
 
 
+def test_the_table_is_shown_once_per_cell_run_though_ipython_renders_the_error_twice(monkeypatch):
+    """IPython 9 calls _render_traceback_ to show an error and again to store it in the history
+    (_format_exception_for_storage): a real Jupyter kernel showed the table twice. Once per cell run;
+    the same error raised again in a later cell shows it again."""
+    kernel = Kernel(monkeypatch)
+    shell = types.SimpleNamespace(kernel=object(), execution_count=7)
+    sys.modules["IPython"].get_ipython = lambda: shell
+    error = raised()
+    assert error._render_traceback_() == error._render_traceback_()
+    assert len(kernel.shown) == 1
+    shell.execution_count = 8
+    error._render_traceback_()
+    assert len(kernel.shown) == 2
+
+
 def test_an_error_rebuilt_from_text_still_renders():
     bare = tc.BatchValidationError("Caught BatchValidationError in DataLoader worker process 0\n\x1b[31mred")
     assert "\\x1b[31mred" in "\n".join(bare._render_traceback_())

@@ -534,7 +534,12 @@ class BatchValidationError(ValueError):
         if getattr(shell, "kernel", None) is not None:  # a Jupyter kernel, not the terminal IPython
             from IPython.display import display
 
-            display(self)  # text/html from _repr_html_, text/plain from repr
+            # IPython calls this twice for one error: to show it, and to store it in the history
+            # (IPython 9, _format_exception_for_storage); the table is shown once per cell run
+            count = getattr(shell, "execution_count", None)
+            if count is None or self.__dict__.get("_tritoncheck_shown_in") != count:
+                display(self)  # text/html from _repr_html_, text/plain from repr
+                self._tritoncheck_shown_in = count
             head = self.report.headline() if self.report is not None else printable((str(self).splitlines() or [""])[0])
             return [f"{type(self).__name__}: {head} (the table above)", *where]
         return [type(self).__name__ + ":", *self._terminal_lines(), *where]
