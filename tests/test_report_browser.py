@@ -34,11 +34,11 @@ loader = torch.utils.data.DataLoader(tc.IndexedDataset(dataset), batch_size=3, s
 
 
 def screenshot(page: Path, png: Path, browser: str) -> None:
-    """Headless Chromium's screenshot of a local page (no sandbox: CI runs as root in a container)."""
+    """Headless Chromium's screenshot of a local page (no sandbox and no /dev/shm: CI runs as root in a container)."""
     profile = png.parent / "chromium-profile"
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--force-color-profile=srgb",
-           "--force-device-scale-factor=1", f"--user-data-dir={profile}", "--window-size=1200,900",
-           f"--screenshot={png}", page.as_uri()]
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+           "--force-color-profile=srgb", "--force-device-scale-factor=1", f"--user-data-dir={profile}",
+           "--window-size=1200,900", f"--screenshot={png}", page.as_uri()]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and png.exists(), done.stderr[-2000:]
 
