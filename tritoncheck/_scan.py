@@ -68,7 +68,7 @@ from ._cli_commands import (
     write_json,
 )
 from ._report import WARNING_PREFIX, Violation, fitted_table, printable, report_json
-from ._scan_arrow import Column, read_column, refusal
+from ._scan_arrow import Column, Scratch, read_column, refusal
 from ._spec import close_match, closest
 
 BATCH_SUFFIXES = (".pt", ".pth", ".safetensors", ".npz")
@@ -551,9 +551,10 @@ class ShardJob:
                     yield _Item(shard.path, shard.offset, [], shard.rows)
                     return
                 spec = _optional(self.spec, [self.columns[c] for c in refused])
+                scratch = Scratch()  # (chunks are checked one after another: their padded batches share memory)
                 for n, table in _chunks(pieces, list(columns), self.batch_size):
                     offset = None if shard.offset is None else shard.offset + start
-                    yield _chunk_item(shard.path, start, offset, table, columns, n, spec)
+                    yield _chunk_item(shard.path, start, offset, table, columns, n, spec, scratch)
                     start += n
         except Exception as exc:  # a damaged or foreign shard (pyarrow raises many types)
             err = UsageError(f"cannot read {shard.path} from its row {start}: {one_line(exc)}")
@@ -798,7 +799,7 @@ def _optional(spec: Any, names: list[str]) -> Any:
 
 
 def _chunk_item(source: str, row: int, offset: int | None, table: Any, columns: dict[str, str], n: int,
-                spec: Any) -> _Item:
+                spec: Any, scratch: Scratch | None = None) -> _Item:
     """A chunk (an Arrow table) as one batch, or as a _Ragged chunk when its rows differ
     in shape or some hold a null; its columns read from their buffers (see `tritoncheck._scan_arrow`).
 
@@ -814,7 +815,7 @@ def _chunk_item(source: str, row: int, offset: int | None, table: Any, columns: 
         return _Item(source, offset, {f: c.whole(_pad_value(f, spec)) for f, c in read.items()}, n, spec, row)
     from ._plan import compile_plan
 
-    return _Item(source, offset, _Ragged(read, spec, compile_plan(spec), n), n, spec, row)
+    return _Item(source, offset, _Ragged(read, spec, compile_plan(spec), n, scratch), n, spec, row)
 
 
 class _Ragged:
@@ -827,10 +828,11 @@ class _Ragged:
     reported (`null`, `not_a_tensor`) and not checked further.
     """
 
-    def __init__(self, columns: dict[str, Column], spec: Any, plan: Any, n: int):
+    def __init__(self, columns: dict[str, Column], spec: Any, plan: Any, n: int, scratch: Scratch | None = None):
         import torch
 
         self.columns, self.spec, self.plan, self.n = columns, spec, plan, n
+        self.scratch = scratch or Scratch()
         axes = {f.name: f.axes for f in plan.fields}
         self.dims = {name: [axes[name][k + 1] if name in axes and k + 1 < len(axes[name]) else f"{name}.{k}"
                             for k in range(c.sizes.shape[1])] for name, c in columns.items()}
@@ -841,8 +843,9 @@ class _Ragged:
                 by_dim[d].append(c.sizes[:, k])
         self.sizes = {d: torch.stack(cols, dim=1) for d, cols in by_dim.items()}  # per dim: [n, columns with it]
 
-    def take(self, positions: list[int]) -> dict[str, Any]:
-        """The rows at `positions` as one batch, each dim padded to the longest of them; one row as it is."""
+    def take(self, positions: list[int], reuse: bool = False) -> dict[str, Any]:
+        """The rows at `positions` as one batch, each dim padded to the longest of them; one row as it is. `reuse`:
+        in the scan's scratch memory (valid until the next such batch)."""
         import torch
         from torch.nn.functional import pad
 
@@ -852,7 +855,7 @@ class _Ragged:
         longest = {d: int(sizes.index_select(0, index).max()) for d, sizes in self.sizes.items()}
         out = {}
         for name, c in self.columns.items():
-            part = c.take(index, _pad_value(name, self.spec))
+            part = c.take(index, _pad_value(name, self.spec), self.scratch if reuse else None, name)
             grow = [longest[d] - have for d, have in zip(self.dims[name], part.shape[1:], strict=True)]
             if any(grow):  # another field is longer along a shared dim
                 part = pad(part, [x for g in reversed(grow) for x in (0, g)], value=_pad_value(name, self.spec))
@@ -900,7 +903,7 @@ class _Ragged:
         ran = backend  # every chunk has a group: replaced by what checked it
         for g in group_of.unique().tolist():
             for members in self._buckets((group_of == g).nonzero().flatten()) if g >= 0 else ():
-                batch = self.take(members)
+                batch = self.take(members, reuse=True)  # (its group's only padded batch: the next reuses it)
                 rows, _, ran = scan_batch(batch, spec, backend,
                                           take=lambda pos, m=members: self.take([m[p] for p in pos]))
                 found += [(None, _moved(v, members.__getitem__, plan)) if p is None else

@@ -46,6 +46,26 @@ def refusal(kind: Any) -> str | None:
     return f"Arrow type {kind} is not read by the scan, which reads only {READABLE}"
 
 
+class Scratch:
+    """Memory that padded batches reuse, one batch after another: a fresh tensor of tens of MB costs its page faults on
+    every chunk, here as much as filling it. What it gives for a key is valid until that key is asked for again."""
+
+    def __init__(self) -> None:
+        self.held: dict[Any, Any] = {}
+
+    def __call__(self, key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        import math
+
+        import torch
+
+        numel = math.prod(shape)
+        buffer = self.held.get(key)
+        if buffer is None or buffer.dtype != dtype or buffer.numel() < numel:
+            buffer = self.held[key] = torch.empty(numel, dtype=dtype)
+        return buffer[:numel].view(shape)
+
+
+
 @dataclass
 class Column:
     """A column's leaf values, flat, and per row where they start, its shape, and what is wrong with it."""
@@ -75,8 +95,9 @@ class Column:
 
         return self.values if not self.sizes.shape[1] else self.take(torch.arange(len(self)), pad)
 
-    def take(self, rows: Any, pad: float) -> Any:
-        """Rows `rows` (a long tensor) as one tensor [len(rows), *longest], each padded with `pad`."""
+    def take(self, rows: Any, pad: float, scratch: Scratch | None = None, key: Any = None) -> Any:
+        """Rows `rows` (a long tensor) as one tensor [len(rows), *longest], each padded with `pad`; built in
+        `scratch`'s memory (held under `key`, a column's name) where given."""
         import torch
 
         if not self.sizes.shape[1]:  # a column of scalars: row r is value r
@@ -91,12 +112,14 @@ class Column:
                 return self.values[first:first + count * len(rows)].view(len(rows), *longest)
         m, depth = len(rows), len(longest)
         counts = sizes.prod(dim=1)
-        inside = torch.ones((m, *longest), dtype=torch.bool)
+        inside = (scratch(("mask",), (m, *longest), torch.bool).fill_(True) if scratch is not None else
+                  torch.ones((m, *longest), dtype=torch.bool))
         for d, size in enumerate(longest):  # inside row r along axis d: position < sizes[r, d]
             shape = [m] + [1] * depth
             shape[d + 1] = size
             inside &= (torch.arange(size).view(1, size) < sizes[:, d:d + 1]).view(shape)
-        out = torch.full((m, *longest), pad, dtype=self.values.dtype)
+        out = (scratch(key, (m, *longest), self.values.dtype).fill_(pad) if scratch is not None else
+               torch.full((m, *longest), pad, dtype=self.values.dtype))
         total = int(counts.sum())
         if not total:
             return out
