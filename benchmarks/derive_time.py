@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import sys
 import time
@@ -78,7 +79,8 @@ def main(argv: list[str]) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, model in models().items():
-            rows.append({"model": name, **measure(model, args.repeat), "torch_threads": torch.get_num_threads(),
+            rows.append({"model": name, **measure(model, args.repeat), "nproc": os.cpu_count(),
+                         "torch_threads": torch.get_num_threads(),
                          "torch": torch.__version__})
     out = open(args.out, "w", newline="") if args.out else sys.stdout  # noqa: SIM115 - closed below when a file
     writer = csv.DictWriter(out, fieldnames=list(rows[0]))

@@ -53,7 +53,11 @@ FAMILIES = """\
   the ids are bounded instead). RoBERTa-style tables count only non-pad tokens. Rotary models
   (Llama, Qwen2, Mistral, Gemma, Phi, GPT-NeoX) run past `max_position_embeddings`: a warning.
   T5, XLNet and BLOOM (ALiBi) take any length. LayoutLMv3 without `pixel_values` slices a buffer
-  of `max_position_embeddings` positions, so padding counts there: an error past it.
+  of `max_position_embeddings` positions, so padding counts there: an error past it. Where no list
+  gives a limit, `spec_for` finds one: each embedding table the trace sees indexed by positions
+  (not by a field's own values) is a candidate, and probe forwards find the longest row that runs
+  (the next one must raise); a per-sample count the forward asserts against the length (XLM's
+  `lengths`) gets `lengths <= L` the same way.
 - **Causal LMs** shift the labels: with labels only at position 0, or L = 1, nothing is left to
   predict and the loss is NaN (`all_ignored`). A label at position 0 is never used.
 - **Question answering** clamps positions to `[0, L]` and ignores `L`: a position off the row is a
@@ -94,13 +98,19 @@ Batches where a contract and the model still disagree, not claimed by the table 
 - Fields the model does not name: a forward that takes `**kwargs` drops them, the contract reports
   `unexpected_field` (except `token_type_ids`, which tokenizers emit: declared and ignored).
 - The smallest image Swin, ConvNeXt or ResNet takes is not derived.
-- OPT: a single 2 in the mask runs (it only shifts positions), but is flagged as an error: a mask of
-  2s without `position_ids` walks off the position table, and no probe finds that table yet.
+- OPT: a single 2 (or any other value) in the mask runs (it only shifts positions), but is flagged
+  as an error: a mask of 2s without `position_ids` walks off the position table once the row is
+  long enough, and the positions made from the mask's running sum are not replayed as a rule yet.
 - A field with its last axis dropped (`attention_mask` or `position_ids` as `[B]`) that the model
-  broadcasts and runs on is an error (`rank`): the contract grammar has no warning for a rank, and
-  `1?` covers only an axis of size 1. Many of these runs are luck of the values (the sweep counts
-  those that raise once the field's first value is 0).
-- Length limits still come from the hints only: no probe finds a position table yet.
+  runs on for every variant (GPT-2 views a mask as `[B, 1]`; DeBERTa ignores `token_type_ids`) is an
+  error (`rank`): the contract grammar has no warning for a rank (`1?` covers only an axis of size
+  1). `spec_for` probes it and says so in the field's origin; the rank becomes a warning once a
+  field's `severity` may name `rank`.
+- A mask longer or shorter than its input that the model reads only through its sum (SEW,
+  Wav2Vec2) runs, but is a `dim_mismatch` error: a dim of its own with a warning rule would need
+  `tritoncheck.strategies` to draw dims equal to one another.
+- A NaN in the last frames of an AST spectrogram runs (the patch grid does not cover them), but
+  `non_finite` is an error: a NaN in the first frame gives a NaN loss.
 - Pairs derived by fallback (the sweep table's `not traced:` gives the last error seen), by class:
   the forward raised on every batch tried with a shape mismatch between the model's own layers,
   most likely a size the sweep's shrinking leaves at its default while it shrinks another (not
@@ -150,16 +160,23 @@ def render_sweep() -> list[str]:
         "`tests/model_sweep.py` (`HEADS`), built from its config class's defaults shrunk to one tiny layer. "
         "A pair is kept when it builds within the parameter budget and runs its own traced batch; its probes "
         "are mutations of that batch (a value past any table, -7, float and int32 ids, NaN and fp16 floats, an axis "
-        "dropped, a required field left out, [B, L] fields 8x longer, one sample), each run through the real model.\n",
+        "dropped, a required field left out, [B, L] fields 8x and 9x longer, one sample), each run through the real "
+        "model.\n",
+        "A probe is *model-breaking* where the forward raises on it or its loss is not finite. A shape probe (an axis "
+        "dropped, a length changed) is also model-breaking where the forward runs on it but raises once the same "
+        "change is made to a variant of the batch that runs itself: one more sample, the changed dim one shorter, "
+        "or the field's first value 0. A shape is wrong for every batch, and the traced one can run by luck of its "
+        "sizes or values (a [B] mask of ones runs where the model skips an all-ones mask; a 0 reaches the "
+        "broadcast and raises).\n",
         f"- pairs kept: **{s['pairs']}** (left out: {s['skipped']}, not built or not run by the shrunk config); "
         f"derivation failed: **{s['derivation_failed']}**; derived by fallback (no trace): **{s['fallback']}**",
         f"- model-breaking probes caught with an error: **{s['caught']} of {s['breaking']} "
-        f"({_percent(s['caught'], s['breaking'])})**",
+        f"({_percent(s['caught'], s['breaking'])})**; {s['on_variant']} of the {s['breaking']} are shape probes "
+        "the forward ran on that raise on a variant",
         f"- probes the model runs cleanly that get an error (false alarms): **{s['false_alarms']} of {s['clean']} "
         f"({_percent(s['false_alarms'], s['clean'])})**; of these, {dropped} are a field with its last axis dropped "
-        "that the model broadcasts and runs on (a rank the contract cannot make a warning), and "
-        f"{s.get('value_dependent', 0)} of those raise once the field's first value is 0 (a [B] mask of ones runs "
-        "because the model skips an all-ones mask), leaving "
+        "that the model runs on for every variant (it broadcasts or ignores it: almost surely a data bug, but the "
+        "contract grammar has no warning for a rank yet), leaving "
         f"{s['false_alarms'] - dropped} ({_percent(s['false_alarms'] - dropped, s['clean'])}) others",
         "- the figures count the probes of traced pairs only: a pair derived by fallback has no batch it ran "
         "cleanly on to mutate\n",

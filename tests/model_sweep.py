@@ -8,7 +8,10 @@ runs a forward on CPU within a budget, not on a hand-written list. Per pair:
 - its contract is `tc.spec_for(model)`; a pair where that raises counts as a failed derivation;
 - the probes are mutations of the batch the derivation traced (`spec.example`), each run through the
   real model: a probe the model raises on or turns into a non-finite loss is *breaking*, and must get
-  an error; one it runs cleanly must get none (else a false alarm).
+  an error; one it runs cleanly must get none (else a false alarm). A shape probe (an axis dropped, a
+  length changed) is also breaking where the model runs on it but raises once the same change is made
+  to a variant of the batch that itself runs (one more sample, the changed dim one shorter, the field's
+  first value 0): a shape is wrong for every batch, and the traced one can run by luck of its sizes.
 
 `python scripts/models_table.py --sweep` runs it and writes docs/models_sweep.json, which
 docs/models.md's figures are rendered from; the slow test re-runs it and compares.
@@ -42,6 +45,10 @@ class Probe:
     name: str
     field: str | None  # the field it mutates (None: the whole batch)
     batch: dict
+    # a shape probe: the mutation itself, re-applied to variants of the batch (a shape breaks the model if the
+    # forward raises for some sizes or values a valid batch can hold, not only for the traced batch's)
+    mutate: Callable[[dict], dict] | None = None
+    dim: str | None = None  # the dim the mutation changes (a variant makes it one shorter)
 
 
 @dataclass
@@ -58,7 +65,7 @@ class Result:
     alarms: tuple[str, ...] = ()
     fallback: bool = False
     why: str = ""  # a fallback pair: why its forward could not be traced (from the spec's description)
-    value_dependent: int = 0  # false alarms on a shape the forward raises on once the field's first value is 0
+    on_variant: int = 0  # breaking shape probes the forward runs on, but raises on for a variant of the batch
 
 
 def pairs() -> list[tuple[str, str, str]]:
@@ -141,8 +148,23 @@ def _poke(value) -> Callable[[torch.Tensor], torch.Tensor]:
     return change
 
 
-def probes(example: dict, required: set[str]) -> list[Probe]:
-    """Mutations of a batch the model ran cleanly on: some break it, some do not; the forward decides."""
+def _dropped(name: str) -> Callable[[dict], dict]:
+    return lambda batch: _edit(batch, name, lambda t: t[..., 0].contiguous())
+
+
+def _longer(longest: list[str], times: int) -> Callable[[dict], dict]:
+    """Every [B, L] int field as long as the first one, `times` longer."""
+    def change(batch: dict) -> dict:
+        size = batch[longest[0]].shape[1]
+        return {k: (v.repeat(1, times) if k in longest and v.shape[1] == size else v.clone()) for k, v in batch.items()}
+
+    return change
+
+
+def probes(example: dict, required: set[str], dims: dict[str, list] | None = None) -> list[Probe]:
+    """Mutations of a batch the model ran cleanly on: some break it, some do not; the forward decides.
+    `dims`: each field's spec shape (so that a shape probe's variants change the right dim)."""
+    dims = dims or {}
     out = [Probe("the traced batch", None, example)]
     ints = [k for k, v in example.items() if not v.is_floating_point() and v.dtype != torch.bool]
     floats = [k for k, v in example.items() if v.is_floating_point()]
@@ -158,14 +180,16 @@ def probes(example: dict, required: set[str]) -> list[Probe]:
                 Probe(f"{k}: float16", k, _edit(example, k, lambda t: t.half()))]
     for k, v in example.items():
         if v.dim() >= 2:
-            out.append(Probe(f"{k}: last axis dropped", k, _edit(example, k, lambda t: t[..., 0])))
+            drop = _dropped(k)
+            out.append(Probe(f"{k}: last axis dropped", k, drop(example), drop, dims.get(k, [None])[-1]))
         if k in required:
             out.append(Probe(f"{k}: left out", k, {q: w for q, w in example.items() if q != k}))
     longest = [k for k, v in example.items() if v.dim() == 2 and not v.is_floating_point()]
     if longest:
-        out.append(Probe("every [B, L] field 8x longer", None,
-                         {k: (v.repeat(1, 8) if k in longest and v.shape[1] == example[longest[0]].shape[1] else v.clone())
-                          for k, v in example.items()}))
+        dim = dims.get(longest[0], [None, None])[1]
+        for times in (8, 9):  # at and past the shrunk position tables (64 rows; the traced L is 8)
+            longer = _longer(longest, times)
+            out.append(Probe(f"every [B, L] field {times}x longer", None, longer(example), longer, dim))
     if next(iter(example.values())).shape[0] > 1:
         out.append(Probe("one sample", None, {k: v[:1].clone() for k, v in example.items()}))
     return out
@@ -191,20 +215,22 @@ def sweep_pair(head: str, model_type: str, cls_name: str) -> Result:
     if outcome(model, example) != "runs":
         return Result(pair, "skipped: does not run on its own traced batch")
     required = {k for k, f in spec.fields.items() if not f.optional}
+    dims = {k: list(f.shape) for k, f in spec.fields.items()}
     result = Result(pair, "ok")
     missed, alarms = [], []
-    for probe in probes(example, required):
+    for probe in probes(example, required, dims):
         truth = outcome(model, probe.batch)
+        if truth == "runs" and probe.mutate is not None:
+            variant = breaking_variant(model, example, probe, dims)
+            if variant:
+                truth = f"raises {variant}"
+                result.on_variant += 1
         errors = tc.check(probe.batch, spec, backend="torch").errors
         if truth == "runs":
             result.clean += 1
             if errors:
                 result.false_alarms += 1
-                alarm = f"{probe.name}: {sorted({(v.field, v.code) for v in errors})}"
-                if _value_dependent(model, probe):
-                    result.value_dependent += 1
-                    alarm += " (but raises with its first value 0)"
-                alarms.append(alarm)
+                alarms.append(f"{probe.name}: {sorted({(v.field, v.code) for v in errors})}")
         else:
             result.breaking += 1
             if errors:
@@ -215,13 +241,34 @@ def sweep_pair(head: str, model_type: str, cls_name: str) -> Result:
     return result
 
 
-def _value_dependent(model, probe: Probe) -> bool:
-    """Whether a shape probe the model ran cleanly raises with its field's first value set to 0 (a [B] mask of
-    ones runs because the model skips an all-ones mask; a 0 in it reaches the broadcast): a shape, not a value,
-    is what the contract checks, so such a run was luck of the values."""
-    if not probe.name.endswith("last axis dropped") or probe.field is None:
-        return False
-    return outcome(model, _edit(probe.batch, probe.field, _first(0))) != "runs"
+def variants(example: dict, field: str | None, dim: str | None, dims: dict[str, list]) -> list[tuple[str, dict]]:
+    """Other batches of the traced batch's layout: one more sample, `dim` one shorter in every field that has it,
+    the field's first value 0 (a [B] mask of ones runs where the model skips an all-ones mask)."""
+    out = []
+    batched = [k for k in example if dims.get(k, [None])[0] == "B"]
+    if batched:
+        out.append(("with one more sample", {k: torch.cat([v, v[:1]]) if k in batched else v.clone() for k, v in example.items()}))
+    if isinstance(dim, str) and dim != "B" and dim.isidentifier():
+        shorter = {}
+        for k, v in example.items():
+            for axis, entry in enumerate(dims.get(k, [])):
+                if entry == dim and axis < v.dim() and v.shape[axis] > 1:
+                    v = v.narrow(axis, 0, v.shape[axis] - 1)
+            shorter[k] = v.clone()
+        if any(shorter[k].shape != example[k].shape for k in example):
+            out.append((f"with {dim} one shorter", shorter))
+    if field is not None and example[field].numel():
+        out.append(("with its first value 0", _edit(example, field, _first(0))))
+    return out
+
+
+def breaking_variant(model, example: dict, probe: Probe, dims: dict[str, list]) -> str:
+    """A shape probe the forward ran cleanly: the first variant of the batch that runs cleanly itself but raises
+    (or gives a non-finite loss) once mutated the same way; '' where none does."""
+    for why, batch in variants(example, probe.field, probe.dim, dims):
+        if outcome(model, batch) == "runs" and outcome(model, probe.mutate(batch)) != "runs":
+            return why
+    return ""
 
 
 def _first(value) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -239,7 +286,7 @@ def swept() -> list[tuple[str, str, str]]:
 def to_json(r: Result) -> dict:
     return {"pair": r.pair, "status": r.status, "breaking": r.breaking, "caught": r.caught, "clean": r.clean,
             "false_alarms": r.false_alarms, "missed": list(r.missed), "alarms": list(r.alarms), "fallback": r.fallback,
-            "value_dependent": r.value_dependent, "why": r.why}
+            "on_variant": r.on_variant, "why": r.why}
 
 
 def summary(results: list[Result]) -> dict:
@@ -252,5 +299,5 @@ def summary(results: list[Result]) -> dict:
         "fallback": sum(r.fallback for r in ok),
         "breaking": breaking, "caught": sum(r.caught for r in ok), "clean": clean,
         "false_alarms": sum(r.false_alarms for r in ok),
-        "value_dependent": sum(r.value_dependent for r in ok),
+        "on_variant": sum(r.on_variant for r in ok),
     }

@@ -315,3 +315,66 @@ def test_an_optional_float_input_gets_its_dtypes_and_nan_severity_from_probes():
     assert torch.isfinite(Weighted()(**batch))  # the model runs: a warning, not an error
     report = tc.check(batch, spec, backend="torch")
     assert report.ok and [(v.field, v.code) for v in report.violations] == [("weights", "non_finite")]
+
+
+class Positioned(_Tokens):
+    """Learned positions: a table of 12 rows indexed by `arange(L)`, or by the given (float-castable) position_ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Embedding(12, 4)
+
+    def forward(self, ids, position_ids=None):
+        positions = torch.arange(ids.shape[1]) if position_ids is None else position_ids.long()
+        return self.out(self.emb(ids) + self.pos(positions)).mean()
+
+
+def test_a_length_limit_is_probed_from_the_table_positions_index():
+    """No list names this table: the trace sees it indexed by positions, probe forwards find the longest row."""
+    spec = tc.spec_for(Positioned())
+    assert "# probe forwards: L = 12 runs, L = 13 raises; pos (embedding) has 12 rows" in spec.to_yaml()
+    model = Positioned()
+    for length in (12, 13):
+        batch = {"ids": torch.randint(0, 10, (B, length))}
+        errors = {(v.field, v.code) for v in tc.check(batch, spec, backend="torch").errors}
+        assert (runs(model, batch) == "runs") == (length == 12) == (not errors), errors
+        assert errors <= {("ids", "sequence_too_long")}
+    long_with_positions = {"ids": torch.randint(0, 10, (B, 20)), "position_ids": torch.arange(20).remainder(12).expand(B, 20)}
+    for batch in (long_with_positions, {**long_with_positions, "position_ids": long_with_positions["position_ids"].float()}):
+        assert runs(model, batch) == "runs"  # given positions replace arange(L); the model casts float ones
+        assert tc.check(batch, spec, backend="torch").ok
+
+
+class Counted(Lengths):
+    """A per-sample length the forward asserts against the sequence length (XLM's does)."""
+
+    def forward(self, ids, lengths=None):
+        assert lengths is None or int(lengths.max()) <= ids.shape[1], "lengths past the sequence"
+        return super().forward(ids, lengths)
+
+
+def test_a_count_bounded_by_a_dim_is_probed():
+    spec = tc.spec_for(Counted())
+    assert "# probe forwards: lengths = L runs, L + 1 raises" in spec.to_yaml()
+    ids = torch.randint(0, 10, (B, 6))
+    for top in (6, 7):
+        batch = {"ids": ids, "lengths": torch.tensor([1, top, 2])}
+        errors = {(v.field, v.code) for v in tc.check(batch, spec, backend="torch").errors}
+        assert (runs(Counted(), batch) == "runs") == (top == 6) == (not errors)
+        assert errors <= {("lengths", "above_max")}
+
+
+class Broadcast(_Tokens):
+    """A required mask the forward views as [B, -1, 1]: a [B] one broadcasts over the tokens and runs."""
+
+    def forward(self, ids, mask):
+        return self.out(self.emb(ids) * mask.view(ids.shape[0], -1, 1)).mean()
+
+
+def test_a_rank_the_forward_broadcasts_is_named_in_the_origins():
+    spec = tc.spec_for(Broadcast())
+    assert spec.fields["mask"].shape == ["B", "L"]
+    batch = {"ids": torch.randint(0, 10, (B, 6)), "mask": torch.tensor([1, 0, 1])}
+    assert runs(Broadcast(), batch) == "runs"
+    assert any(o.startswith("rank: the forward also runs with the last axis dropped ([2]") for o in spec.origins["fields.mask"])
+    assert not any(o.startswith("rank:") for o in spec.origins["fields.ids"])

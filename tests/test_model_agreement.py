@@ -766,6 +766,34 @@ def test_a_swept_pair_gives_what_was_recorded(cls):
     assert model_sweep.to_json(model_sweep.sweep_pair(head, model_type, name)) == _recorded()["pairs"][index]
 
 
+class _MaskedTokens(torch.nn.Module):
+    """Token ids times a mask; `skip_ones`: an all-ones mask is skipped (as BERT's attention does), so a [B] mask of
+    ones runs and one holding a 0 reaches `mask[:, :, None]` and raises; else a [B] mask broadcasts over the tokens."""
+
+    def __init__(self, skip_ones: bool):
+        super().__init__()
+        self.emb, self.skip_ones = torch.nn.Embedding(10, 4), skip_ones
+
+    def forward(self, ids, mask):
+        h = self.emb(ids)
+        if self.skip_ones and bool(mask.all()):
+            return {"loss": h.mean()}
+        return {"loss": (h * (mask[:, :, None] if self.skip_ones else mask.view(ids.shape[0], -1, 1))).mean()}
+
+
+@pytest.mark.parametrize(("skip_ones", "expected"), [(True, "with its first value 0"), (False, "")])
+def test_a_shape_probe_that_runs_by_luck_of_the_values_is_breaking(skip_ones, expected):
+    """The sweep's truth for a shape: breaking where a variant of the batch that runs raises once changed alike."""
+    import model_sweep
+
+    model = _MaskedTokens(skip_ones)
+    example = {"ids": torch.randint(0, 10, (2, 5)), "mask": torch.ones(2, 5, dtype=torch.long)}
+    dims = {"ids": ["B", "L"], "mask": ["B", "L"]}
+    probe = next(p for p in model_sweep.probes(example, set(), dims) if p.name == "mask: last axis dropped")
+    assert model_sweep.outcome(model, probe.batch) == "runs"
+    assert model_sweep.breaking_variant(model, example, probe, dims) == expected
+
+
 @pytest.mark.slow
 def test_the_whole_sweep_gives_what_docs_models_md_says():
     """Every swept pair re-run (minutes): the figures in docs/models.md are the ones this transformers gives."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import re
 import warnings
 from typing import Any
 
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 
 from .._dtypes import dtype_name
-from .._spec import BatchSpec, ParamValue, SpecError
+from .._spec import BatchSpec, FieldSpec, ParamValue, SpecError
 from . import cache, example, hints, probes, rules, signature, trace
 
 logger = logging.getLogger("tritoncheck")
@@ -117,6 +118,8 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
         data["description"] = f"Derived by tc.spec_for from a trace of {name}.forward." + (
             f" labels: one class index per sample of the final Linear's {data['params']['num_classes']} outputs, "
             "for a loss outside the model." if "labels" in data["fields"] and "num_classes" in data["params"] else "")
+    if derivation.length_probed:  # the hints' "no bound on L" is void
+        notes = [n for n in notes if "bound on L" not in n[0]]
     data["description"] += (f" Traced: one forward of {name} on a batch of "
                             + ", ".join(f"{k} {list(v.shape)}" for k, v in derivation.batch.items()) + ".")
     if dropped:
@@ -197,6 +200,7 @@ class _Tracing:
         self.probed: list[str] = []  # optional inputs no hint describes that a probe forward fed
         self.first: dict[str, str] = {}  # input -> the module that first took it
         self.weighted = False  # whether a layer with weights took an input no hint describes
+        self.length_probed = False  # whether probe forwards found a length limit
         self.hinted = set(data["fields"])  # fields the per-family lists describe (their dtypes were measured)
 
     def call(self, batch: dict[str, torch.Tensor]) -> Any:
@@ -326,6 +330,9 @@ class _Tracing:
             fields[p].setdefault("severity", {})["non_finite"] = "warning"
             origins[f"fields.{p}"].append("non_finite: a warning, the forward runs cleanly with a NaN in its first value")
         self._probe_values(batch, findings, origins)
+        self._max_length(batch, findings, found.tables or {}, origins)
+        self._counts(batch, findings, origins)
+        self._ranks(batch, origins)
         for p, messages in self.messages.items():
             if p in fields and fields[p].get("max") is not None and messages:
                 fields[p].setdefault("hints", {}).update(messages)
@@ -469,6 +476,109 @@ class _Tracing:
                                        "hint": f"shorter than the smallest {dim} the model takes; pad short inputs"})
             origins[f"rules.{rule}"] = [f"probe forwards: {dim} = {high} runs, {dim} = {low} raises"]
 
+    def _max_length(self, batch: dict[str, torch.Tensor], findings: list[trace.Finding], tables: dict[int, str],
+                    origins: dict[str, list[str]]) -> None:
+        """A length limit from the model. Candidates: each embedding table the trace saw indexed by positions (not by
+        a field's own values), and each table an optional input indexes (`position_ids`: left out, the model makes
+        its own positions). Probe forwards without the inputs that index that table, at lengths up to its rows,
+        find the longest sequence that runs, and the next one must raise. Only where no rule bounds the sequence
+        dim with an error yet (the hints' position rules stand)."""
+        fields, params = self.data["fields"], self.data["params"]
+        first = next((k for k, t in batch.items() if t.dim() >= 2 and not t.is_floating_point() and t.dtype != torch.bool
+                      and isinstance(fields[k]["shape"][1], str) and fields[k]["shape"][1].isidentifier()
+                      and fields[k]["shape"][1] not in params and fields[k]["shape"][0] == "B"), None)
+        if first is None:
+            return
+        dim, size = fields[first]["shape"][1], batch[first].shape[1]
+        if any(r.get("severity", "error") == "error" and re.match(rf"(sum\(.*dim={dim}\)|{dim}) <=", r["rule"])
+               for r in self.data["rules"]):
+            return
+        given: dict[int, list[str]] = {}  # rows -> the optional inputs that index a table of that many rows
+        for f in findings:
+            if (f.high is not None and f.target is None and f.field != first and fields.get(f.field, {}).get("optional")
+                    and dim in fields[f.field]["shape"] and f.field not in given.get(f.high + 1, [])):
+                given.setdefault(f.high + 1, []).append(f.field)
+                tables = {f.high + 1: f.origin, **tables}
+        candidates = sorted(n for n in tables if n >= size)
+
+        def runs(n: int, rows: int) -> bool:
+            base = {k: v for k, v in batch.items() if k not in given.get(rows, [])}
+            return probes.clean(self.call, _resized(base, fields, dim, n)) is None
+
+        if candidates and not runs(size + 1, candidates[-1]):
+            return  # a batch made one longer does not run: these probes cannot tell a table's limit
+        for rows in candidates:
+            if runs(rows + 1, rows):
+                continue
+            low, high = size, rows + 1  # low runs, high raises
+            if runs(rows, rows):
+                low = rows
+            while high - low > 1:
+                mid = (low + high) // 2
+                low, high = (mid, high) if runs(mid, rows) else (low, mid)
+            ints = {k: v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
+            param = next((k for k, v in ints.items() if v == low), None)
+            table = next((k for k, v in ints.items() if v == rows), None)
+            bound = param or (f"{table} - {rows - low}" if table else str(low))
+            unless = "".join(f" where not present({f})" for f in given.get(rows, [])[:1])
+            rule = f"{dim} <= {bound}{unless}"
+            self.data["rules"].append({"rule": rule, "code": "sequence_too_long", "field": first,
+                                       "hint": f"the model raises past {dim} = {low}: a table of {rows} rows is indexed "
+                                       "by positions; truncate (truncation=True, max_length=...)"})
+            origins[f"rules.{rule}"] = [f"probe forwards: {dim} = {low} runs, {dim} = {low + 1} raises; "
+                                        f"{tables[rows]} has {rows} rows"]
+            self.length_probed = True
+            return
+
+    def _counts(self, batch: dict[str, torch.Tensor], findings: list[trace.Finding], origins: dict[str, list[str]]) -> None:
+        """An integer field with no upper bound that the forward raises on past some value (XLM's `lengths`, which it
+        asserts against the sequence length): a bound by a dim of the batch, where the value equal to the dim runs
+        and one more raises."""
+        fields, params = self.data["fields"], self.data["params"]
+        indexed = {f.field for f in findings}
+        dims: dict[str, int] = {}
+        for name, t in batch.items():
+            for axis, dim in enumerate(fields[name]["shape"]):
+                if isinstance(dim, str) and dim.isidentifier() and dim != "B" and dim not in params and axis < t.dim():
+                    dims.setdefault(dim, t.shape[axis])
+        for name, t in batch.items():
+            field = fields[name]
+            if (t.is_floating_point() or t.dtype == torch.bool or not t.numel() or name in indexed or name in LABEL_FIELDS
+                    or field.get("max") is not None or field.get("values") is not None):
+                continue
+
+            def runs(value: int, name: str = name, t: torch.Tensor = t) -> bool:
+                poked = t.clone()
+                poked.view(-1)[-1] = value
+                return probes.clean(self.call, {**batch, name: poked}) is None
+
+            if runs(10**6):
+                continue
+            dim = next((d for d, size in dims.items() if runs(size) and not runs(size + 1)), None)
+            if dim is None:
+                continue
+            rule = f"{name} <= {dim}"
+            self.data["rules"].append({"rule": rule, "code": "above_max", "field": name,
+                                       "hint": f"{name} counts positions along {dim}: at most {dim}"})
+            origins[f"rules.{rule}"] = [f"probe forwards: {name} = {dim} runs, {dim} + 1 raises"]
+
+    def _ranks(self, batch: dict[str, torch.Tensor], origins: dict[str, list[str]]) -> None:
+        """Each field of several axes, probed with its last axis dropped: where the forward runs on that (and on the
+        variants `probes.shape_runs` tries), it broadcasts it (GPT-2 views a [B] mask as [B, 1]; DeBERTa ignores
+        token types): a wrong rank is almost surely a data bug, but not a crash. The origin says so; the rank is a
+        warning where the spec grammar lets a field's rank be one (`severity: {rank: warning}`)."""
+        fields = self.data["fields"]
+        soft = _rank_severity_allowed()
+        for name, t in batch.items():
+            if t.dim() < 2 or not probes.shape_runs(self.call, batch, name, lambda x: x[..., 0].contiguous()):
+                continue
+            shape = list(t.shape[:-1])
+            if soft:
+                fields[name].setdefault("severity", {})["rank"] = "warning"
+            origins.setdefault(f"fields.{name}", []).append(
+                f"rank: the forward also runs with the last axis dropped ({shape}, every variant probed): "
+                + ("a warning" if soft else "an error still (the spec grammar has no warning for a rank)"))
+
     def _accept_the_rest(self, fields: dict[str, dict], origins: dict[str, list[str]]) -> None:
         """Every tensor parameter of forward is a field: one no probe could feed gets every dtype and a rank
         guessed from its name, and a warning when a batch carries it (its values are not checked)."""
@@ -494,6 +604,28 @@ def _choices(fields: dict[str, dict]) -> dict[str, dict]:
     for name, f in fields.items():
         shape = f["shape"]
         out[name] = {**f, "shape": ["B", "C", *shape[1:]]} if len(shape) >= 2 and shape[1] == "L" else f
+    return out
+
+
+def _rank_severity_allowed() -> bool:
+    """Whether a field's `severity:` may name `rank` (a contract-grammar change asked for in issue 19)."""
+    try:
+        FieldSpec.model_validate({"dtype": ["int64"], "shape": ["B"], "severity": {"rank": "warning"}})
+    except Exception:  # pydantic's ValidationError: the grammar does not have it
+        return False
+    return True
+
+
+def _resized(batch: dict[str, torch.Tensor], fields: dict[str, dict], dim: str, n: int) -> dict[str, torch.Tensor]:
+    """`batch` with every axis named `dim` repeated (or cut) to `n` entries: the same values, longer."""
+    out = {}
+    for name, t in batch.items():
+        for axis, entry in enumerate(fields[name]["shape"]):
+            if entry == dim and axis < t.dim() and t.shape[axis]:
+                reps = [1] * t.dim()
+                reps[axis] = -(-n // t.shape[axis])
+                t = t.repeat(*reps).narrow(axis, 0, n).contiguous()
+        out[name] = t
     return out
 
 

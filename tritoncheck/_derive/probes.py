@@ -45,6 +45,24 @@ def finite(out: Any) -> bool:
 FLOATS = (torch.float16, torch.float32, torch.float64)
 
 
+def shape_runs(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], name: str,
+               change: Callable[[torch.Tensor], torch.Tensor]) -> bool:
+    """Whether the forward runs cleanly with `change` made to field `name` (a length, a rank), on `batch` and on
+    its variants that run themselves: one more sample, and the field's first value 0. A shape is wrong for
+    every batch: a [B] mask of ones runs where the model skips an all-ones mask, and a 0 reaches the broadcast."""
+    t = batch[name]
+    more = {k: torch.cat([v, v[:1]]) if v.dim() and v.shape[0] == t.shape[0] else v for k, v in batch.items()}
+    zero = t.clone()
+    if zero.numel():
+        zero.view(-1)[0] = 0
+    for variant in (batch, more, {**batch, name: zero}):
+        if variant is not batch and clean(call, variant) is not None:
+            continue
+        if clean(call, {**variant, name: change(variant[name])}) is not None:
+            return False
+    return True
+
+
 def float_dtypes(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], names: list[str]) -> dict[str, list[str]]:
     """Per float field: `["float"]` where the forward runs with it in every other float dtype (the model casts
     it), else its own dtype and those others it runs with (fp16 into an fp32 model runs where it only meets
@@ -70,12 +88,13 @@ def nan_ignored(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], nam
 
 
 def int_dtypes(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], name: str, indexes: bool) -> list[str]:
-    """The dtypes an integer field runs in: its own, int32/int64, and, for a field no op indexes with, float
-    (and bool for a mask) where the forward takes them (`cross_entropy` targets take int64 only)."""
+    """The dtypes an integer field runs in: its own, int32/int64, float (an index the model casts with `.long()`
+    first: DeBERTa's positions) and, for a mask no op indexes with, bool, where the forward takes them
+    (`cross_entropy` targets take int64 only)."""
     t = batch[name]
-    tries = [torch.int32 if t.dtype == torch.int64 else torch.int64]
-    if not indexes:
-        tries += [torch.float32, *([torch.bool] if "mask" in name else [])]
+    tries = [torch.int32 if t.dtype == torch.int64 else torch.int64, torch.float32]
+    if not indexes and "mask" in name:
+        tries.append(torch.bool)
     out = [dtype_name(t.dtype)]
     for dtype in tries:
         if clean(call, {**batch, name: t.to(dtype)}) is None:

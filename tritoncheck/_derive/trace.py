@@ -80,6 +80,9 @@ class Recorder(TorchFunctionMode):
         self.findings: list[Finding] = []
         self.casts: set[str] = set()  # float fields the model casts before any other use
         self.used: set[str] = set()  # fields some op read
+        # embedding tables indexed by something other than a field's own values (positions made from the length,
+        # or from a mask's cumsum): rows -> origin; each a candidate length limit for the probes
+        self.tables: dict[int, str] = {}
 
     @staticmethod
     def _tag(table: dict, tensor: torch.Tensor, value: Any) -> None:
@@ -112,6 +115,8 @@ class Recorder(TorchFunctionMode):
         if sources:
             self.used |= sources
             self._observe(name, args, kwargs)
+        if name == "embedding" and len(args) > 1 and isinstance(args[1], torch.Tensor) and self._field(args[0]) is None:
+            self.tables.setdefault(args[1].shape[0], self.where("embedding"))
         if sources and isinstance(out, torch.Tensor):
             self._tag(self.depends, out, sources)
             first = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -209,6 +214,7 @@ class Trace:
     casts: set[str]
     used: set[str]
     output: Any = None
+    tables: dict[int, str] | None = None  # rows -> origin of tables not indexed by a field's own values
 
 
 def run(model: nn.Module, call: Callable[[], Any], batch: dict[str, torch.Tensor]) -> Trace:
@@ -223,5 +229,5 @@ def run(model: nn.Module, call: Callable[[], Any], batch: dict[str, torch.Tensor
     finally:
         pre.remove()
         post.remove()
-    return Trace(recorder.findings, recorder.casts, recorder.used, output)
+    return Trace(recorder.findings, recorder.casts, recorder.used, output, recorder.tables)
 
