@@ -264,43 +264,65 @@ class BatchSpec(_SpecModel):
     def _rule_strings(cls, v: Any) -> Any:
         return [{"rule": r} if isinstance(r, str) else r for r in v] if isinstance(v, list) else v
 
-    @model_validator(mode="after")
-    def _names_resolve(self) -> BatchSpec:
+    @model_validator(mode="wrap")
+    @classmethod
+    def _every_mistake(cls, data: Any, handler: Any) -> BatchSpec:
+        """Report every mistake of a spec in one SpecError, as pydantic does for its parts.
+
+        Pydantic runs no whole-spec check once a part fails, so an unknown function in one rule would
+        hide an unknown name in a bound until it was fixed: when a part fails, the whole-spec checks
+        run on a stand-in spec made of the valid parts (see `_stand_in`)."""
+        try:
+            spec = handler(data)
+        except ValidationError as exc:
+            stand_in = _stand_in(data)
+            found = stand_in._mistakes() if stand_in is not None else []
+            if not found:
+                raise
+            raise ValidationError.from_exception_data(cls.__name__, [*_details(exc), *map(_value_error, found)]) from None
+        found = spec._mistakes()
+        if found:
+            raise ValidationError.from_exception_data(cls.__name__, [_value_error(m) for m in found])
+        return spec
+
+    def _mistakes(self) -> list[str]:
+        """The whole-spec mistakes (names that do not resolve, clashes, numbers a field cannot hold), each
+        naming its key path. A part pydantic refused is blank in a stand-in spec, so it adds none here."""
+        out = []
         if not self.fields:
-            raise ValueError("a spec needs at least one field")
+            out.append("a spec needs at least one field")
         for kind, group in (("field", self.fields), ("parameter", self.params)):
             for n in group:
                 if not _IDENT.match(n) or keyword.iskeyword(n):
-                    raise ValueError(f"{kind} name {n!r} is not an identifier")
+                    out.append(f"{kind} name {n!r} is not an identifier")
         clash = set(self.fields) & set(self.params)
         if clash:
-            raise ValueError(f"{sorted(clash)} named both a field and a parameter")
+            out.append(f"{sorted(clash)} named both a field and a parameter")
         dims = self.dim_names()
         clash = dims & (set(self.fields) | set(self.params))
         if clash:
-            raise ValueError(f"{sorted(clash)} named both a dim and a field or parameter")
-        if self.batch_dim not in dims:
-            raise ValueError(f"batch_dim {self.batch_dim!r} does not appear in any field's shape"
-                             f"{closest(self.batch_dim, sorted(dims))}")
+            out.append(f"{sorted(clash)} named both a dim and a field or parameter")
+        if self.batch_dim is not None and self.batch_dim not in dims:
+            out.append(f"batch_dim {self.batch_dim!r} does not appear in any field's shape{closest(self.batch_dim, sorted(dims))}")
         for name, f in self.fields.items():
             named = [e for e in f.shape if isinstance(e, str) and e in dims]
             if len(set(named)) != len(named):
-                raise ValueError(f"fields.{name}.shape repeats a dim; each axis needs its own name")
+                out.append(f"fields.{name}.shape repeats a dim; each axis needs its own name")
         for name, f in self.fields.items():
             for entry in f.dtype:
                 if not is_dtype_name(entry) and entry not in self.params:
                     known = [*DTYPES, *GROUPS]
-                    raise ValueError(f"fields.{name}.dtype: unknown dtype {entry!r}, and no parameter of that name"
-                                     f"{_dtype_meant(entry, [*known, *self.params])}; known: {', '.join(known)}")
+                    out.append(f"fields.{name}.dtype: unknown dtype {entry!r}, and no parameter of that name"
+                               f"{_dtype_meant(entry, [*known, *self.params])}; known: {', '.join(known)}")
             dtypes = self.field_dtypes(name, strict=False)
-            integers = dtypes is not None and all_integer(dtypes)
+            integers = bool(dtypes) and all_integer(dtypes)  # a stand-in field has no dtype: no integer rule
             entries = [(k, getattr(f, k)) for k in ("min", "max") if not isinstance(getattr(f, k), (str, type(None)))]
             entries += [(f"allow.{i}", v) for i, v in enumerate(f.allow)]
             entries += [(f"values.{i}", v) for i, v in enumerate(f.values or ())]
             for key, value in entries:
                 problem = number_error(f"fields.{name}.{key}", name, value, integers)
                 if problem:
-                    raise ValueError(problem)
+                    out.append(problem)
         known = set(self.fields) | set(self.params) | dims
         for name, f in self.fields.items():
             for key in ("min", "max"):
@@ -308,18 +330,17 @@ class BatchSpec(_SpecModel):
                 if isinstance(bound, str):
                     unknown = _expr.names(_expr.parse(bound)) - set(self.params) - dims
                     if unknown:
-                        raise ValueError(f"fields.{name}.{key}: unknown name(s) {sorted(unknown)}"
-                                         f"{closest(min(unknown), [*self.params, *dims])}; a bound may use "
-                                         f"parameters ({', '.join(self.params) or 'none'}) and dims")
+                        out.append(f"fields.{name}.{key}: unknown name(s) {sorted(unknown)}"
+                                   f"{closest(min(unknown), [*self.params, *dims])}; a bound may use "
+                                   f"parameters ({', '.join(self.params) or 'none'}) and dims")
         for i, r in enumerate(self.rules):
-            used = set().union(*(_expr.names(_expr.parse(p)) for p in split_where(r.rule)))
-            unknown = used - known
+            used = _rule_names(r.rule)
+            unknown = used - known if used is not None else set()
             if unknown:
-                raise ValueError(f"rules.{i}: unknown name(s) {sorted(unknown)} in {r.rule!r}"
-                                 f"{closest(min(unknown), known)}")
+                out.append(f"rules.{i}: unknown name(s) {sorted(unknown)} in {r.rule!r}{closest(min(unknown), known)}")
             if r.field is not None and r.field not in self.fields:
-                raise ValueError(f"rules.{i}: field {r.field!r} is not in the spec{closest(r.field, self.fields)}")
-        return self
+                out.append(f"rules.{i}: field {r.field!r} is not in the spec{closest(r.field, self.fields)}")
+        return out
 
     def __eq__(self, other: object) -> bool:
         # the contract, not the cached plan: a spec that has checked a batch equals a fresh one
@@ -514,6 +535,69 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel]:
     if model is BatchSpec and len(loc) == 2:
         return {"fields": FieldSpec, "rules": RuleSpec}.get(str(loc[0]), model)
     return model
+
+
+def _stand_in(data: Any) -> BatchSpec | None:
+    """The spec as far as pydantic accepts it, for the whole-spec checks when a part fails: each field keeps its
+    name, its valid keys and the dims its shape names, each rule its valid keys (a refused one stays blank:
+    no dtype, no rule text, nothing to check twice); None when there are no fields to check against."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("fields"), Mapping):
+        return None
+    fields = {name: _valid_keys(FieldSpec, f, dtype=[], shape=_parsing_entries(f)) for name, f in data["fields"].items()
+              if isinstance(name, str)}
+    rules = data.get("rules", [])
+    rules = [_valid_keys(RuleSpec, {"rule": r} if isinstance(r, str) else r, rule="") for r in rules] if isinstance(rules, list) else []
+    params = data.get("params", {})
+    params = {k: v if isinstance(v, (int, float, bool, str)) else None for k, v in params.items() if isinstance(k, str)} \
+        if isinstance(params, Mapping) else {}
+    batch_dim = data.get("batch_dim", "B")
+    return BatchSpec.model_construct(name="", fields=fields, params=params, rules=rules,
+                                     batch_dim=batch_dim if isinstance(batch_dim, str) else None)
+
+
+def _valid_keys(model: type[BaseModel], raw: Any, **blank: Any) -> Any:
+    """A `model` from `blank` with each key of `raw` that validates on its own set (pydantic reports the rest)."""
+    part = model.model_construct(**blank)
+    if isinstance(raw, Mapping):
+        for key, value in raw.items():
+            if key in model.model_fields:
+                try:
+                    model.__pydantic_validator__.validate_assignment(part, key, value)
+                except ValidationError:
+                    pass
+    return part
+
+
+def _parsing_entries(raw: Any) -> list[int | str]:
+    """The entries of a field's shape that are sizes or parse, so a refused shape still names its dims."""
+    shape = raw.get("shape") if isinstance(raw, Mapping) else None
+    return [e for e in shape if (isinstance(e, int) and not isinstance(e, bool)) or _parses(e)] if isinstance(shape, list) else []
+
+
+def _parses(text: Any) -> bool:
+    try:
+        _expr.parse(text)
+    except _expr.ExprError:
+        return False
+    return True
+
+
+def _rule_names(text: str) -> set[str] | None:
+    """The names a rule uses, or None for a rule that does not parse (pydantic reports it)."""
+    try:
+        return set().union(*(_expr.names(_expr.parse(p)) for p in split_where(text)))
+    except ValueError:  # ExprError, or two `where`s
+        return None
+
+
+def _details(exc: ValidationError) -> list[Any]:
+    """pydantic's errors, to raise again together with more."""
+    return [{k: e[k] for k in ("type", "loc", "input", "ctx") if k in e} for e in exc.errors()]
+
+
+def _value_error(message: str) -> Any:
+    """A whole-spec mistake as a pydantic error; its message names its own key path."""
+    return {"type": "value_error", "loc": (), "input": None, "ctx": {"error": ValueError(message)}}
 
 
 def builtin_spec_names() -> list[str]:
