@@ -247,7 +247,8 @@ def test_trainer_in_a_notebook_raises_on_the_scans_first_row_and_skips_exactly_t
                      ["5", "(dataset", "index", "5)"]]]
     assert "<p>dataset indices of the bad samples: 5 (sample 5)</p>" in shown
 
-    # skip: every step runs (6 of 1000 rows); each drop names the batch position and the dataset row the scan gave
+    # skip: every step runs (6 of 1000 rows); each drop and each warning names the batch position and the dataset
+    # row the scan gave
     printed, steps = cells[2][1]
     assert "&#x27;epoch&#x27;: &#x27;1&#x27;}" in printed  # the Trainer's own print of its metrics
     assert steps == "<div class='jp-RenderedText' data-mime-type='text/plain'><pre>6</pre></div>"
@@ -260,14 +261,13 @@ def test_trainer_in_a_notebook_raises_on_the_scans_first_row_and_skips_exactly_t
     repeats = " (repeats of this warning are logged at DEBUG)"
     logged = [r.getMessage().removesuffix(repeats) for r in caplog.records if r.name == "tritoncheck"]
     assert logged == [
-        f"tritoncheck: dropped 1 bad sample(s) of 1000: skipped: sample 5 = dataset index 5 (above_max input_ids); "
-        f"records in {skipped}",
+        f"dropped 1 bad sample(s) of 1000: skipped: sample 5 = dataset index 5 (above_max input_ids); records in {skipped}",
         "bert-sequence-classification: warning: attention_mask[999]: any(attention_mask != 0, dim=L) (found False); "
-        "1 element(s) in sample(s) 999\n" + HINT_MASK,
-        "tritoncheck: dropped 2 bad sample(s) of 1000: skipped: sample 207 = dataset index 2207 (above_max labels), "
+        "1 element(s) in sample(s) 999 (dataset index 1999)\n" + HINT_MASK,
+        "dropped 2 bad sample(s) of 1000: skipped: sample 207 = dataset index 2207 (above_max labels), "
         f"sample 600 = dataset index 2600 (above_max input_ids); records in {skipped}",
         "bert-sequence-classification: warning: attention_mask[1]: any(attention_mask != 0, dim=L) (found False); "
-        "1 element(s) in sample(s) 1\n" + HINT_MASK,
-        f"tritoncheck: dropped 1 bad sample(s) of 1000: skipped: sample 999 = dataset index 5999 (above_max input_ids); "
+        "1 element(s) in sample(s) 1 (dataset index 4001)\n" + HINT_MASK,
+        f"dropped 1 bad sample(s) of 1000: skipped: sample 999 = dataset index 5999 (above_max input_ids); "
         f"records in {skipped}",
     ]

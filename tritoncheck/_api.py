@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from . import _torch_backend
 from ._kernel import build
 from ._plan import bind, compile_plan
-from ._report import BatchValidationError, Report, Violation
+from ._report import MAX_SAMPLES_SHOWN, BatchValidationError, Report, Violation, printable
 from ._spec import BatchSpec, SpecError
 
 Backend = Literal["auto", "torch", "c", "triton"]
@@ -154,14 +155,30 @@ def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: A
 _logged: set[tuple[str, str, str]] = set()
 
 
-def log_warnings(report: Report) -> None:
-    """Log a passing report's warnings: the first of each (spec, field, code) at WARNING, repeats at DEBUG."""
+def log_warnings(report: Report, dataset_indices: Sequence[Any] = ()) -> None:
+    """Log a passing report's warnings: the first of each (spec, field, code) at WARNING, repeats at DEBUG.
+
+    `dataset_indices` gives each batch position's index in the dataset, where the loader knows it
+    (`tc.IndexedDataset`); each warning then names the dataset indices of its samples too.
+    """
     for v in report.warnings:
         key = (report.spec, v.field, v.code)
         level = logging.DEBUG if key in _logged else logging.WARNING
         _logged.add(key)
-        logger.log(level, "%s: %s%s", report.spec, v.message,
+        logger.log(level, "%s: %s%s", report.spec, _with_dataset_indices(v, dataset_indices),
                    "" if level == logging.DEBUG else " (repeats of this warning are logged at DEBUG)")
+
+
+def _with_dataset_indices(v: Violation, dataset_indices: Sequence[Any]) -> str:
+    """`v.message`, its first line ending in the dataset indices of the samples it names where all are known:
+    `...; 1 element(s) in sample(s) 999 (dataset index 1999)`."""
+    shown = v.samples[:MAX_SAMPLES_SHOWN]
+    if not shown or not all(p < len(dataset_indices) and dataset_indices[p] is not None for p in shown):
+        return v.message
+    first, newline, rest = v.message.partition("\n")  # the samples end the first line; a hint follows
+    named = ", ".join(printable(repr(dataset_indices[p])) for p in shown)
+    more = ", ..." if len(v.samples) > len(shown) else ""
+    return f"{first} (dataset {'index' if len(v.samples) == 1 else 'indices'} {named}{more}){newline}{rest}"
 
 
 def disabled() -> bool:

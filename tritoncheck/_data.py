@@ -153,7 +153,8 @@ class ValidatingCollate:
 
     A batch whose every sample is bad has nothing left to yield: the collate returns `None`
     (a DataLoader needs a value), and the training loop should `continue` on it. Every dropped
-    sample is recorded and logged as a warning on the "tritoncheck" logger.
+    sample is recorded and logged as a warning on the "tritoncheck" logger, and so are the warnings
+    of the samples kept, as `tc.validate` logs them, each naming its samples' dataset indices.
     """
 
     def __init__(
@@ -212,31 +213,43 @@ class ValidatingCollate:
         report = check(batch, self.spec, backend=self.backend, strict=self.strict)
         if report.ok:
             if report.violations:
-                log_warnings(report)
+                log_warnings(report, indices)
             return batch
         if self.on_error == "raise":
             return self._reject(report, indices, self._culprits(report, samples, batch))
         plan = compile_plan(self.spec)
-        good, bad, good_batch = split_bad(len(samples), self._subset_checker(samples), report, batch, plan)
+        checked: dict[tuple[int, ...], Report] = {}
+        check_subset = self._subset_checker(samples, checked)
+        good, bad, good_batch = split_bad(len(samples), check_subset, report, batch, plan)
         outcomes: dict[str, list[str]] = {}
         for pos, violations in bad.items():
             outcome = self._record(pos, indices[pos], samples[pos], violations)
             why = ", ".join(sorted({f"{v.code} {v.field}" for v in violations}))
             outcomes.setdefault(outcome, []).append(f"{_sample_name(pos, indices[pos])} ({why})")
-        logger.warning(
-            "tritoncheck: dropped %d bad sample(s) of %d: %s; records in %s", len(bad), len(samples),
+        logger.warning(  # no "tritoncheck:" in the text: the logger's name says it
+            "dropped %d bad sample(s) of %d: %s; records in %s", len(bad), len(samples),
             "; ".join(f"{outcome}: {', '.join(names)}" for outcome, names in outcomes.items()), self.record_dir,
         )
-        return good_batch if good else self._all_bad(report, indices)
+        if not good:
+            return self._all_bad(report, indices)
+        kept = checked[tuple(good)] if tuple(good) in checked else check_subset(good)[0]  # split_bad checked them
+        # the kept samples' warnings, at their positions in the whole batch, as the dropped ones are named
+        log_warnings(replace(kept, violations=tuple(renumber(v, good, plan) for v in kept.violations)), indices)
+        return good_batch
 
     def _all_bad(self, report: Report, indices: list[int | None]) -> Any:
         """What a batch with no good sample left becomes: None (subclasses may raise instead)."""
         return None
 
-    def _subset_checker(self, samples: list[Any]) -> Callable[[list[int]], tuple[Report, Any]]:
+    def _subset_checker(self, samples: list[Any], checked: dict[tuple[int, ...], Report] | None = None,
+                        ) -> Callable[[list[int]], tuple[Report, Any]]:
+        """Checks the batch of the samples at some positions; each report is kept in `checked` by positions."""
         def run(positions: list[int]) -> tuple[Report, Any]:
             batch = self.collate_fn([samples[i] for i in positions])
-            return check(batch, self.spec, backend=self.backend, strict=self.strict), batch
+            report = check(batch, self.spec, backend=self.backend, strict=self.strict)
+            if checked is not None:
+                checked[tuple(positions)] = report
+            return report, batch
 
         return run
 
@@ -282,7 +295,7 @@ class ValidatingCollate:
                 record["sample"] = pt.name
             except Exception as exc:  # a full disk, an unpicklable sample: keep the record, say why
                 record["sample_error"] = f"{type(exc).__name__}: {exc}"
-                logger.error("tritoncheck: could not save the tensors of dropped %s to %s (%s); "
+                logger.error("could not save the tensors of dropped %s to %s (%s); "
                              "only its record is kept", name, self.record_dir, record["sample_error"])
         try:  # the JSON file is written last: a record exists only once everything it names does
             text = json.dumps(record, indent=1)
@@ -290,7 +303,7 @@ class ValidatingCollate:
         except Exception as exc:
             pt.unlink(missing_ok=True)
             _mark_failed(self.record_dir / f"{key}.failed")
-            logger.error("tritoncheck: could not record dropped %s in %s (%s: %s); the sample is lost",
+            logger.error("could not record dropped %s in %s (%s: %s); the sample is lost",
                          name, self.record_dir, type(exc).__name__, exc)
             return "NOT recorded"
         if self.on_error == "skip":
@@ -396,7 +409,12 @@ def split_bad(
 
 
 def relocate(v: Violation, position: int, plan: Plan) -> Violation:
-    """A violation found in a one-sample batch, moved to `position` of the full batch.
+    """A violation found in a one-sample batch, moved to `position` of the full batch."""
+    return renumber(v, [position], plan)
+
+
+def renumber(v: Violation, positions: Sequence[int], plan: Plan) -> Violation:
+    """A violation found in the batch of the samples at `positions` of the full batch, moved to their places.
 
     The batch coordinate of `v.index` is rewritten only where the check's axes are certain: every
     check with this field and code iterates the same axes, of the index's length.
@@ -409,8 +427,8 @@ def relocate(v: Violation, position: int, plan: Plan) -> Violation:
         (only,) = axes
         if len(only) == len(index) and plan.batch_dim in only:
             k = only.index(plan.batch_dim)
-            index = index[:k] + (position,) + index[k + 1:]
-    return replace(v, samples=(position,), index=index)
+            index = index[:k] + (positions[index[k]],) + index[k + 1:]
+    return replace(v, samples=tuple(positions[p] for p in v.samples), index=index)
 
 
 def _with_indices(exc: BatchValidationError, indices: Sequence[int | None], culprits: Sequence[int]) -> BatchValidationError:
