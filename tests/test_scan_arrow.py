@@ -587,3 +587,20 @@ def test_a_scan_imports_no_pandas(tmp_path):
             "print(code, 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.splitlines()[-1] == "1 False", out.stderr
+
+
+def test_ragged_rows_under_element_checks_are_checked_without_padding(tmp_path, monkeypatch):
+    # bounds, value sets and finiteness decide each element alone: the chunk's flat values are checked as they are,
+    # and only the rows holding a bad element (or breaking a rule over dims) are taken, each alone
+    from tritoncheck._scan_arrow import Column
+
+    taken = []
+    take = Column.take
+    monkeypatch.setattr(Column, "take", lambda self, rows, *a, **k: taken.append(len(rows)) or take(self, rows, *a, **k))
+    spec = {**TOKENS, "rules": ["L <= 4"]}
+    ids = [[1, 2], [3], [], [4, 5, 6, 7, 8], [9, 10], [0, 1, 2, 3], [5]]  # 10 is past max 9; row 3 is longer than 4
+    pq.write_table(pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32()))}), tmp_path / "x.parquet")
+    report = scan(tc.BatchSpec.model_validate(spec), tmp_path / "x.parquet", backend="torch")
+    assert [(e["sample"], e["code"], e["value"]) for e in report["violations"]] == [
+        (3, "dim_bound", 5), (4, "above_max", 10)]
+    assert taken and max(taken) == 1  # every take is one row: nothing padded

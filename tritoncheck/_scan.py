@@ -11,8 +11,9 @@ is global: a row's `sample` is the rows of the shards before it (from each file'
 its row in its shard (`row`), and a violation's samples, index and message count from there too.
 Shards can be checked on Ray Data (`--engine ray`, see `tritoncheck._ray_scan`) with the same
 code and the same report; `--bad-rows DIR` writes the bad rows of shards to Parquet. A bad batch
-is narrowed down to its bad samples (see `tritoncheck._data.split_bad`), and each is checked alone
-so that its reported value is its own. A file, or part of one, that cannot be read is recorded
+is narrowed down to its bad samples, and each is checked alone so that its reported value is its
+own: where every check decides a sample from its own values (`_per_sample`), the samples the
+batch's violations name are the bad ones; otherwise `tritoncheck._data.split_bad` narrows. A file, or part of one, that cannot be read is recorded
 (`unreadable`: which file, which rows, why) and the scan goes on; so is a batch whose check fails
 inside tritoncheck (under `unchecked`). A sample with only warnings is listed as well, its entries
 marked `severity: warning`. Exit code 0: clean, or warnings only; 1: errors, or data that cannot
@@ -892,6 +893,14 @@ class _Ragged:
             suspect |= (sizes != sizes[:, :1]).any(dim=1)  # its fields disagree on d
             if d not in self.free:
                 suspect |= sizes[:, 0] != sizes.max()  # shorter along a fixed axis (bbox's 4)
+        flat = self._elementwise(spec, backend, checked)
+        if flat is not None:  # no padding: the rows whose elements break a check, those suspect, and each alone
+            flagged, dims, ran = flat
+            members = checked.nonzero().flatten()
+            again = (flagged | suspect).index_select(0, members) | self._breaks_dim_rule(members, dims)
+            for i in members[again].tolist():
+                found += [(i, relocate(v, i, plan)) for v in check(self.take([i]), spec, backend=backend).violations]
+            return sorted(found, key=lambda f: -1 if f[0] is None else f[0]), self.n, ran
         read = {d for _, dims, needs in plan.needs for d in (*dims, *(n.dim for n in needs))}
         # and the sizes that decide whether a rule applies (`... where present(labels) & (T > 2)`)
         read |= {d for c in plan.checks if getattr(c, "when", None) is not None for d in expr_dims(c.when)}
@@ -907,7 +916,7 @@ class _Ragged:
                 rows, _, ran = scan_batch(batch, spec, backend,
                                           take=lambda pos, m=members: self.take([m[p] for p in pos]))
                 found += [(None, _moved(v, members.__getitem__, plan)) if p is None else
-                          (members[p], relocate(v, members[p], plan)) for p, v in rows]
+                          (members[p], _at(v, members[p], plan)) for p, v in rows]
                 if any(p is None for p, _ in rows):
                     continue  # a metadata problem of the whole group: no row is to blame
                 bad = {members[p] for p, _ in rows}
@@ -916,6 +925,46 @@ class _Ragged:
                 for i in (m for m, s in zip(members, again.tolist(), strict=True) if s and m not in bad):
                     found += [(i, relocate(v, i, plan)) for v in check(self.take([i]), spec, backend=backend).violations]
         return sorted(found, key=lambda f: -1 if f[0] is None else f[0]), self.n, ran
+
+    def _elementwise(self, spec: Any, backend: str, checked: Any) -> tuple[Any, dict[str, Any], str] | None:
+        """Where every data check is a bound (a constant), a value set or finiteness of one field's elements, each
+        row's verdict is its elements': each column's flat values are checked as they are (a batch of elements,
+        no padding), and a row is flagged where one of its elements fails. Returns the flagged rows, the dims of
+        one row alone (for the rules over dims) and the backend that ran; None where the checks are others, or
+        where one row alone shows a problem of every row (a column's dtype or rank: the padded path reports it
+        for the chunk)."""
+        import torch
+
+        from ._api import check
+        from ._checks import FiniteCheck, RangeCheck, ValueSetCheck
+        from ._expr import Const
+        from ._plan import bind
+
+        plan = self.plan
+        if not all(isinstance(c, (ValueSetCheck, FiniteCheck)) or (isinstance(c, RangeCheck) and isinstance(
+                c.bound, Const)) for c in plan.checks):
+            return None
+        rows = checked.nonzero().flatten()
+        if not len(rows):
+            return None
+        probe = self.take([int(rows[0])])
+        first = check(probe, spec, backend=backend)
+        if any(v.code in METADATA_CODES for v in first.violations):
+            return None
+        flagged, ran = torch.zeros(self.n, dtype=torch.bool), first.backend
+        for name in sorted({c.field for c in plan.checks} & self.columns.keys()):
+            column = self.columns[name]
+            field = spec.fields[name].model_copy(update={"shape": [plan.batch_dim]})
+            report = check({name: column.values}, spec.model_copy(update={"fields": {name: field}, "rules": []}),
+                           backend=backend)
+            if any(not v.samples for v in report.violations):
+                return None
+            ran = report.backend
+            if report.violations:  # the failing elements' rows (`starts` is sorted; an empty row starts where the next does)
+                elements = torch.unique(torch.cat([torch.as_tensor(v.samples, dtype=torch.long) for v in report.violations]))
+                flagged[elements if column.starts is None else
+                        torch.searchsorted(column.starts, elements, right=True) - 1] = True
+        return flagged, bind(plan, probe).dims, ran
 
     def _buckets(self, members: Any) -> list[list[int]]:
         """`members` in groups whose padded size is at most twice their own (per padded dim), unless the whole
@@ -1006,17 +1055,33 @@ def _entries(item: _Item, found: list[tuple[int | None, Any]], spec: Any) -> lis
     return out
 
 
+def _at(v: Any, position: int, plan: Any) -> Any:
+    """A violation of one sample, wherever in its batch it was found, placed at `position`: its sample, and the batch
+    coordinate of its index where the check's axes are certain (every check with this field and code iterates the
+    same axes, of the index's length); as `relocate` places one found in a batch of that sample alone."""
+    from dataclasses import replace
+
+    if not v.samples:
+        return v
+    index = v.index
+    axes = {c.axes for c in plan.checks if c.field == v.field and c.code == v.code}
+    if index is not None and len(axes) == 1:
+        (only,) = axes
+        if len(only) == len(index) and plan.batch_dim in only:
+            k = only.index(plan.batch_dim)
+            index = index[:k] + (position,) + index[k + 1:]
+    return replace(v, samples=(position,), index=index)
+
+
 def _moved(v: Any, where: Callable[[int], int], plan: Any) -> Any:
     """A violation found in a batch, its samples and the batch coordinate of its index mapped by `where` (into
-    its chunk, or onto the dataset's rows); an index whose batch coordinate is not certain (see `relocate`) is
+    its chunk, or onto the dataset's rows); an index whose batch coordinate is not certain (see `_at`) is
     dropped rather than left counting from the batch it was found in."""
     from dataclasses import replace
 
-    from ._data import relocate
-
     if not v.samples or all(where(s) == s for s in v.samples):
         return v
-    moved = relocate(v, where(v.samples[0]), plan)
+    moved = _at(v, where(v.samples[0]), plan)
     index = None if v.index is not None and moved.index == v.index else moved.index
     return replace(moved, samples=tuple(where(s) for s in v.samples), index=index)
 
