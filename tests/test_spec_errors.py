@@ -87,6 +87,22 @@ rules: ["y[..., 0] <= x", "x ** 2 > 0", "zz > 0"]
         "  fields.x.dtype: unknown dtype 'int65', and no parameter of that name (did you mean 'int64'?); known: " + DTYPES,
         "  rules.2: unknown name(s) ['zz'] in 'zz > 0'",
     ]
+    # a refused part that may have defined names (params not a mapping, a shape not a list): no name is
+    # called unknown for it, and a spec with no field says only that
+    assert spec_error(tmp_path, """\
+name: parts
+params: [n]
+fields:
+  x: {dtype: int64, shape: B L, max: n}
+  y: {dtype: int64, shape: [B], optinal: true}
+rules: [x < L, isfnite(y)]
+""") == [
+        "  params: Input should be a valid dictionary",
+        "  fields.x.shape: Input should be a valid list",
+        f"  fields.y.optinal: unknown key (did you mean 'optional'?); known: {KEYS}",
+        f"  rules.1.rule: unknown function 'isfnite' (did you mean 'isfinite'?); {FUNCTIONS}",
+    ]
+    assert spec_error(tmp_path, "name: none\nfields: {}\nrules: [x > 0]\n") == ["  a spec needs at least one field"]
 
 
 def test_other_kinds_of_pydantic_errors_come_through_with_the_whole_spec_ones(tmp_path):

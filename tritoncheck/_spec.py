@@ -276,7 +276,7 @@ class BatchSpec(_SpecModel):
             spec = handler(data)
         except ValidationError as exc:
             stand_in = _stand_in(data)
-            found = stand_in._mistakes() if stand_in is not None else []
+            found = stand_in._mistakes(names_known=_names_known(data)) if stand_in is not None else []
             if not found:
                 raise
             raise ValidationError.from_exception_data(cls.__name__, [*_details(exc), *map(_value_error, found)]) from None
@@ -285,12 +285,13 @@ class BatchSpec(_SpecModel):
             raise ValidationError.from_exception_data(cls.__name__, [_value_error(m) for m in found])
         return spec
 
-    def _mistakes(self) -> list[str]:
+    def _mistakes(self, names_known: bool = True) -> list[str]:
         """The whole-spec mistakes (names that do not resolve, clashes, numbers a field cannot hold), each
-        naming its key path. A part pydantic refused is blank in a stand-in spec, so it adds none here."""
-        out = []
+        naming its key path. A part pydantic refused is blank in a stand-in spec, so it adds none here; where
+        it may have defined a name (`names_known` False), no name is called unknown."""
         if not self.fields:
-            out.append("a spec needs at least one field")
+            return ["a spec needs at least one field"]  # every other check is about fields
+        out = []
         for kind, group in (("field", self.fields), ("parameter", self.params)):
             for n in group:
                 if not _IDENT.match(n) or keyword.iskeyword(n):
@@ -302,7 +303,7 @@ class BatchSpec(_SpecModel):
         clash = dims & (set(self.fields) | set(self.params))
         if clash:
             out.append(f"{sorted(clash)} named both a dim and a field or parameter")
-        if self.batch_dim is not None and self.batch_dim not in dims:
+        if names_known and self.batch_dim is not None and self.batch_dim not in dims:
             out.append(f"batch_dim {self.batch_dim!r} does not appear in any field's shape{closest(self.batch_dim, sorted(dims))}")
         for name, f in self.fields.items():
             named = [e for e in f.shape if isinstance(e, str) and e in dims]
@@ -324,7 +325,7 @@ class BatchSpec(_SpecModel):
                 if problem:
                     out.append(problem)
         known = set(self.fields) | set(self.params) | dims
-        for name, f in self.fields.items():
+        for name, f in self.fields.items() if names_known else ():
             for key in ("min", "max"):
                 bound = getattr(f, key)
                 if isinstance(bound, str):
@@ -333,7 +334,7 @@ class BatchSpec(_SpecModel):
                         out.append(f"fields.{name}.{key}: unknown name(s) {sorted(unknown)}"
                                    f"{closest(min(unknown), [*self.params, *dims])}; a bound may use "
                                    f"parameters ({', '.join(self.params) or 'none'}) and dims")
-        for i, r in enumerate(self.rules):
+        for i, r in enumerate(self.rules if names_known else ()):
             used = _rule_names(r.rule)
             unknown = used - known if used is not None else set()
             if unknown:
@@ -553,6 +554,15 @@ def _stand_in(data: Any) -> BatchSpec | None:
     batch_dim = data.get("batch_dim", "B")
     return BatchSpec.model_construct(name="", fields=fields, params=params, rules=rules,
                                      batch_dim=batch_dim if isinstance(batch_dim, str) else None)
+
+
+def _names_known(data: Mapping[str, Any]) -> bool:
+    """Whether a refused spec still shows every name it defines: its parameters a mapping of names, each
+    field a mapping under a name, with a shape of sizes and expressions that parse."""
+    params, fields = data.get("params", {}), data["fields"]
+    return (isinstance(params, Mapping) and all(isinstance(k, str) for k in params)
+            and all(isinstance(name, str) and isinstance(f, Mapping) and isinstance(f.get("shape"), list)
+                    and all(e == UNIT_TAIL or e in _parsing_entries(f) for e in f["shape"]) for name, f in fields.items()))
 
 
 def _valid_keys(model: type[BaseModel], raw: Any, **blank: Any) -> Any:
