@@ -332,7 +332,7 @@ class Positioned(_Tokens):
 def test_a_length_limit_is_probed_from_the_table_positions_index():
     """No list names this table: the trace sees it indexed by positions, probe forwards find the longest row."""
     spec = tc.spec_for(Positioned())
-    assert "# probe forwards: L = 12 runs, L = 13 raises; pos (embedding) has 12 rows" in spec.to_yaml()
+    assert "# probe forwards: L = 12 runs, L = 13 raises (probed up to the 12 rows of pos (embedding))" in spec.to_yaml()
     model = Positioned()
     for length in (12, 13):
         batch = {"ids": torch.randint(0, 10, (B, length))}

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .._dtypes import dtype_name
-from .._spec import BatchSpec, FieldSpec, ParamValue, SpecError
+from .._spec import BatchSpec, FieldSpec, ParamValue, SpecError, split_where
 from . import cache, example, hints, probes, rules, signature, trace
 
 logger = logging.getLogger("tritoncheck")
@@ -481,18 +481,25 @@ class _Tracing:
         """A length limit from the model. Candidates: each embedding table the trace saw indexed by positions (not by
         a field's own values), and each table an optional input indexes (`position_ids`: left out, the model makes
         its own positions). Probe forwards without the inputs that index that table, at lengths up to its rows,
-        find the longest sequence that runs, and the next one must raise. Only where no rule bounds the sequence
-        dim with an error yet (the hints' position rules stand)."""
+        find the longest sequence that runs, and the next one must raise. A limit the lists give stands where the
+        model takes it (the probe is noted in its origin); one longer than the model takes is replaced; the lists'
+        RoBERTa-style rule (non-pad tokens) is left alone."""
         fields, params = self.data["fields"], self.data["params"]
-        first = next((k for k, t in batch.items() if t.dim() >= 2 and not t.is_floating_point() and t.dtype != torch.bool
-                      and isinstance(fields[k]["shape"][1], str) and fields[k]["shape"][1].isidentifier()
-                      and fields[k]["shape"][1] not in params and fields[k]["shape"][0] == "B"), None)
+
+        def seq_dim(name: str) -> str | None:  # the last named axis: L of [B, L] and of [B, C, L]
+            shape = fields[name]["shape"]
+            last = shape[-1] if len(shape) >= 2 and shape[0] == "B" else None
+            return last if isinstance(last, str) and last.isidentifier() and last not in params else None
+
+        first = next((k for k, t in batch.items() if t.dim() >= 2 and t.dtype in (torch.int32, torch.int64) and seq_dim(k)), None)
         if first is None:
             return
-        dim, size = fields[first]["shape"][1], batch[first].shape[1]
-        if any(r.get("severity", "error") == "error" and re.match(rf"(sum\(.*dim={dim}\)|{dim}) <=", r["rule"])
-               for r in self.data["rules"]):
-            return
+        dim, size = seq_dim(first), batch[first].shape[-1]
+        if any(r.get("severity", "error") == "error" and re.match(rf"sum\(.*dim={dim}\) <=", r["rule"]) for r in self.data["rules"]):
+            return  # RoBERTa-style: the lists count non-pad tokens, finer than any length probe
+        listed = next((r for r in self.data["rules"] if r.get("severity", "error") == "error"
+                       and re.match(rf"{dim} <= ", r["rule"])), None)
+        listed_at = example.evaluate(split_where(listed["rule"])[0].split(" <= ", 1)[1], params) if listed else None
         given: dict[int, list[str]] = {}  # rows -> the optional inputs that index a table of that many rows
         for f in findings:
             if (f.high is not None and f.target is None and f.field != first and fields.get(f.field, {}).get("optional")
@@ -516,17 +523,24 @@ class _Tracing:
             while high - low > 1:
                 mid = (low + high) // 2
                 low, high = (mid, high) if runs(mid, rows) else (low, mid)
+            if listed is not None and (not isinstance(listed_at, int) or low >= listed_at):
+                origins.setdefault(f"rules.{listed['rule']}", []).append(
+                    f"probe forwards: {dim} = {low} runs, {dim} = {low + 1} raises")
+                return  # the lists' limit holds (or is stricter)
             ints = {k: v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
             param = next((k for k, v in ints.items() if v == low), None)
             table = next((k for k, v in ints.items() if v == rows), None)
             bound = param or (f"{table} - {rows - low}" if table else str(low))
             unless = "".join(f" where not present({f})" for f in given.get(rows, [])[:1])
             rule = f"{dim} <= {bound}{unless}"
+            if listed is not None:
+                self.data["rules"].remove(listed)
             self.data["rules"].append({"rule": rule, "code": "sequence_too_long", "field": first,
-                                       "hint": f"the model raises past {dim} = {low}: a table of {rows} rows is indexed "
-                                       "by positions; truncate (truncation=True, max_length=...)"})
-            origins[f"rules.{rule}"] = [f"probe forwards: {dim} = {low} runs, {dim} = {low + 1} raises; "
-                                        f"{tables[rows]} has {rows} rows"]
+                                       "hint": f"the model raises past {dim} = {low}; truncate (truncation=True, max_length=...)"})
+            origins[f"rules.{rule}"] = [
+                *([f"the per-family lists said {listed['rule']}, which the model does not take"] if listed else []),
+                f"probe forwards: {dim} = {low} runs, {dim} = {low + 1} raises (probed up to the {rows} rows of "
+                f"{tables[rows]})"]
             self.length_probed = True
             return
 
@@ -543,13 +557,13 @@ class _Tracing:
                     dims.setdefault(dim, t.shape[axis])
         for name, t in batch.items():
             field = fields[name]
-            if (t.is_floating_point() or t.dtype == torch.bool or not t.numel() or name in indexed or name in LABEL_FIELDS
+            if (t.dtype not in (torch.int32, torch.int64) or not t.numel() or name in indexed or name in LABEL_FIELDS
                     or field.get("max") is not None or field.get("values") is not None):
                 continue
 
             def runs(value: int, name: str = name, t: torch.Tensor = t) -> bool:
                 poked = t.clone()
-                poked.view(-1)[-1] = value
+                poked[(-1,) * poked.dim()] = value
                 return probes.clean(self.call, {**batch, name: poked}) is None
 
             if runs(10**6):

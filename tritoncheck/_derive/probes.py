@@ -51,14 +51,19 @@ def shape_runs(call: Callable[[dict], Any], batch: dict[str, torch.Tensor], name
     its variants that run themselves: one more sample, and the field's first value 0. A shape is wrong for
     every batch: a [B] mask of ones runs where the model skips an all-ones mask, and a 0 reaches the broadcast."""
     t = batch[name]
+    if not t.numel():
+        return False
     more = {k: torch.cat([v, v[:1]]) if v.dim() and v.shape[0] == t.shape[0] else v for k, v in batch.items()}
     zero = t.clone()
-    if zero.numel():
-        zero.view(-1)[0] = 0
+    zero[(0,) * zero.dim()] = 0
     for variant in (batch, more, {**batch, name: zero}):
         if variant is not batch and clean(call, variant) is not None:
             continue
-        if clean(call, {**variant, name: change(variant[name])}) is not None:
+        try:
+            changed = change(variant[name])
+        except (IndexError, RuntimeError):  # the change itself does not apply (an empty axis)
+            return False
+        if clean(call, {**variant, name: changed}) is not None:
             return False
     return True
 
