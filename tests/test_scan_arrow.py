@@ -135,7 +135,7 @@ def test_extension_type_over_numbers_is_refused_too(pickled_type):
 
 def test_columns_read_from_buffers_are_their_rows():
     ragged = pa.array([[1, 2, 3], [4], [5, 6], []], pa.list_(pa.int16()))
-    cases = [  # (column, the dtype its values get: every integer type int64, as a collator makes them)
+    cases = [  # (column, the dtype a batch gets: every integer type int64, as a collator makes them)
         (pa.array([1, -2, 3], pa.int32()), torch.int64), (pa.array([0.1, 2.5]), torch.float64),
         (pa.array([0.5, 2.5], pa.float32()), torch.float32), (pa.array([True, False]), torch.bool),
         (ragged, torch.int64), (ragged.slice(1, 2), torch.int64),
@@ -146,9 +146,10 @@ def test_columns_read_from_buffers_are_their_rows():
     ]
     for column, dtype in cases:
         col = read_column(column)
-        assert col.values.dtype == dtype and not col.nulls.any() and not col.jagged.any()
+        assert not col.nulls.any() and not col.jagged.any()
         for r, row in enumerate(column.to_pylist()):  # (plain types: the test's own reference)
             own = col.take(torch.tensor([r]), 0)[0]
+            assert own.dtype == dtype and col.take(torch.arange(len(column)), 0).dtype == dtype
             assert own.tolist() == row or (row == [] and own.numel() == 0), (column, r)
         every = col.take(torch.arange(len(column)), -1)  # padded with -1, each row in its corner
         for r, row in enumerate(column.to_pylist()):
@@ -604,3 +605,18 @@ def test_ragged_rows_under_element_checks_are_checked_without_padding(tmp_path, 
     assert [(e["sample"], e["code"], e["value"]) for e in report["violations"]] == [
         (3, "dim_bound", 5), (4, "above_max", 10)]
     assert taken and max(taken) == 1  # every take is one row: nothing padded
+
+
+def test_narrow_integers_are_checked_as_the_int64_a_batch_holds(tmp_path):
+    # the reader keeps int8/16/32 in their width (checked as they are where no padding is needed); every batch of
+    # rows widens them, so a spec asking for int64 gets int64: uniform chunks, padded ones, and rows alone
+    fields = {"x": {"dtype": "int64", "shape": ["B"], "max": 5}, "ids": {"dtype": "int64", "shape": ["B", "L"], "max": 5}}
+    spec = tc.BatchSpec.model_validate({"name": "s", "fields": fields, "rules": ["x <= sum(ids, dim=L) + 9"]})
+    for kind in (pa.int8(), pa.int16(), pa.int32()):
+        for ids in ([[1, 2], [3, 4], [6, 0]], [[1, 2], [3], [6, 0, 1]]):  # uniform, ragged
+            pq.write_table(pa.table({"x": pa.array([1, 7, 2], kind), "ids": pa.array(ids, pa.list_(kind))}),
+                           tmp_path / "x.parquet")
+            for rule in ([], spec.rules):  # element checks only (no padding), and a rule that pads
+                report = scan(spec.model_copy(update={"rules": rule}), tmp_path / "x.parquet", backend="torch")
+                assert [(e["sample"], e["field"], e["code"]) for e in report["violations"]] == [
+                    (1, "x", "above_max"), (2, "ids", "above_max")], (kind, ids, rule)

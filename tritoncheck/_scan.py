@@ -937,6 +937,7 @@ class _Ragged:
 
         from ._api import check
         from ._checks import FiniteCheck, RangeCheck, ValueSetCheck
+        from ._dtypes import dtype_name
         from ._expr import Const
         from ._plan import bind
 
@@ -954,7 +955,9 @@ class _Ragged:
         flagged, ran = torch.zeros(self.n, dtype=torch.bool), first.backend
         for name in sorted({c.field for c in plan.checks} & self.columns.keys()):
             column = self.columns[name]
-            field = spec.fields[name].model_copy(update={"shape": [plan.batch_dim]})
+            # (in the width the file holds: the probe checked the dtype a batch has; comparisons are exact in any width)
+            field = spec.fields[name].model_copy(update={"shape": [plan.batch_dim],
+                                                         "dtype": [dtype_name(column.values.dtype)]})
             report = check({name: column.values}, spec.model_copy(update={"fields": {name: field}, "rules": []}),
                            backend=backend)
             if any(not v.samples for v in report.violations):

@@ -66,11 +66,19 @@ class Scratch:
 
 
 
+def _wide(values: Any) -> Any:
+    """`values` as a batch holds them: a signed integer narrower than int64 widened to it (a copy), others as they are."""
+    import torch
+
+    return values.long() if values.dtype in (torch.int8, torch.int16, torch.int32) else values
+
+
 @dataclass
 class Column:
     """A column's leaf values, flat, and per row where they start, its shape, and what is wrong with it."""
 
-    values: Any  # tensor [elements]: int64 for every integer type; floats and bools in their own dtype
+    values: Any  # tensor [elements]: signed integers in their own width (int64 in every batch `take` and `whole`
+    #   make, as a collator's torch.tensor makes them), unsigned ones as int64, floats and bools in their own dtype
     starts: Any  # tensor [n] int64; None for a column of scalars (row r is value r)
     sizes: Any  # tensor [n, depth] int64: each row's shape (depth = the number of list levels)
     nulls: Any  # tensor [n] bool: a null somewhere in the row
@@ -93,7 +101,7 @@ class Column:
         """Every row as one tensor [n, *shape], where `uniform` holds: a view of the values, no copy."""
         import torch
 
-        return self.values if not self.sizes.shape[1] else self.take(torch.arange(len(self)), pad)
+        return _wide(self.values) if not self.sizes.shape[1] else self.take(torch.arange(len(self)), pad)
 
     def take(self, rows: Any, pad: float, scratch: Scratch | None = None, key: Any = None) -> Any:
         """Rows `rows` (a long tensor) as one tensor [len(rows), *longest], each padded with `pad`; built in
@@ -101,7 +109,7 @@ class Column:
         import torch
 
         if not self.sizes.shape[1]:  # a column of scalars: row r is value r
-            return self.values.index_select(0, rows)
+            return _wide(self.values.index_select(0, rows))
         sizes = self.sizes.index_select(0, rows)
         starts = self.starts.index_select(0, rows)
         longest = sizes.max(dim=0).values.tolist() if len(rows) else [0] * sizes.shape[1]
@@ -109,7 +117,7 @@ class Column:
             count = int(sizes[0].prod())
             if bool((starts == starts[0] + torch.arange(len(rows)) * count).all()):  # one slice: a view
                 first = int(starts[0])
-                return self.values[first:first + count * len(rows)].view(len(rows), *longest)
+                return _wide(self.values[first:first + count * len(rows)].view(len(rows), *longest))
         m, depth = len(rows), len(longest)
         counts = sizes.prod(dim=1)
         inside = (scratch(("mask",), (m, *longest), torch.bool).fill_(True) if scratch is not None else
@@ -118,8 +126,9 @@ class Column:
             shape = [m] + [1] * depth
             shape[d + 1] = size
             inside &= (torch.arange(size).view(1, size) < sizes[:, d:d + 1]).view(shape)
-        out = (scratch(key, (m, *longest), self.values.dtype).fill_(pad) if scratch is not None else
-               torch.full((m, *longest), pad, dtype=self.values.dtype))
+        dtype = _wide(self.values[:0]).dtype
+        out = (scratch(key, (m, *longest), dtype).fill_(pad) if scratch is not None else
+               torch.full((m, *longest), pad, dtype=dtype))
         total = int(counts.sum())
         if not total:
             return out
@@ -130,7 +139,7 @@ class Column:
             begins = torch.cumsum(counts, 0) - counts
             real = self.values[torch.repeat_interleave(starts - begins, counts) + torch.arange(total)]
         # (row-major order inside the padded row is the row's own order)
-        return out.masked_scatter_(inside, real)
+        return out.masked_scatter_(inside, _wide(real))
 
 
 def read_column(array: Any) -> Column:
@@ -244,10 +253,10 @@ def _any_in(mask: Any, lo: Any, hi: Any) -> Any:
 
 
 def _values(leaf: Any) -> Any:
-    """A leaf array's values as numpy: integers as int64 (as a collator's torch.tensor makes them), floats and
+    """A leaf array's values as numpy: unsigned integers as int64 (torch has few uint ops), signed ones, floats and
     bools as they are (float64 checked as float64: no bound or finiteness verdict on a rounded value); nulls
     as zeros (their rows are reported, not checked). Read from the Arrow buffer itself: no copy of a float or
-    int64 column, and no conversion that could import pandas or run a type's own code."""
+    signed integer column, and no conversion that could import pandas or run a type's own code."""
     import numpy as np
     from pyarrow import types
 
@@ -263,8 +272,8 @@ def _values(leaf: Any) -> Any:
     else:
         dtype = np.dtype(f"<{'i' if types.is_signed_integer(kind) else 'u'}{kind.bit_width // 8}")
     raw = np.frombuffer(buffer, dtype, count=n, offset=leaf.offset * dtype.itemsize) if n else np.zeros(0, dtype)
-    if types.is_integer(kind):
+    if types.is_unsigned_integer(kind):
         if types.is_uint64(kind) and len(raw) and int(raw.max()) > INT64_MAX:
             raise ValueError(f"uint64 value {int(raw.max())} is past int64, the integer type of a torch batch")
-        return raw.astype(np.int64, copy=False)
-    return raw
+        return raw.astype(np.int64)
+    return raw  # (signed integers in their own width: a batch widens what it takes, see `_wide`)
