@@ -76,7 +76,8 @@ def test_a_batch_with_only_warnings_names_dataset_indices_and_positions_without_
     spec = make_spec(tmp_path, "only-warnings")
     data = rows(warn={13})
     caplog.set_level(logging.DEBUG, logger="tritoncheck")
-    list(DataLoader(tc.IndexedDataset(data), batch_size=10, sampler=range(10, 20), collate_fn=tc.ValidatingCollate(spec)))
+    list(DataLoader(tc.IndexedDataset(data), batch_size=10, sampler=range(10, 20),
+                    collate_fn=tc.ValidatingCollate(spec)))
     list(DataLoader(data, batch_size=10, sampler=range(10, 20), collate_fn=tc.ValidatingCollate(spec)))  # no indices
     assert logged(caplog) == [
         f"WARNING:tritoncheck:only-warnings: warning: x[3, 1]: x <= 3 (found 7); 1 element(s) in sample(s) 3 "

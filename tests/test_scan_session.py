@@ -261,7 +261,8 @@ def test_trainer_in_a_notebook_raises_on_the_scans_first_row_and_skips_exactly_t
     repeats = " (repeats of this warning are logged at DEBUG)"
     logged = [r.getMessage().removesuffix(repeats) for r in caplog.records if r.name == "tritoncheck"]
     assert logged == [
-        f"dropped 1 bad sample(s) of 1000: skipped: sample 5 = dataset index 5 (above_max input_ids); records in {skipped}",
+        f"dropped 1 bad sample(s) of 1000: skipped: sample 5 = dataset index 5 (above_max input_ids); "
+        f"records in {skipped}",
         "bert-sequence-classification: warning: attention_mask[999]: any(attention_mask != 0, dim=L) (found False); "
         "1 element(s) in sample(s) 999 (dataset index 1999)\n" + HINT_MASK,
         "dropped 2 bad sample(s) of 1000: skipped: sample 207 = dataset index 2207 (above_max labels), "

@@ -84,7 +84,8 @@ rules: ["y[..., 0] <= x", "x ** 2 > 0", "zz > 0"]
         "  fields.y.shape: a fixed size must be >= 0, got -1",
         f"  fields.y.optinal: unknown key (did you mean 'optional'?); known: {KEYS}",
         "  rules.1.rule: operator Pow is not allowed",
-        "  fields.x.dtype: unknown dtype 'int65', and no parameter of that name (did you mean 'int64'?); known: " + DTYPES,
+        "  fields.x.dtype: unknown dtype 'int65', and no parameter of that name (did you mean 'int64'?); "
+        "known: " + DTYPES,
         "  rules.2: unknown name(s) ['zz'] in 'zz > 0'",
     ]
     # a refused part that may have defined names (params not a mapping, a shape not a list): no name is

@@ -279,7 +279,8 @@ class BatchSpec(_SpecModel):
             found = stand_in._mistakes(names_known=_names_known(data)) if stand_in is not None else []
             if not found:
                 raise
-            raise ValidationError.from_exception_data(cls.__name__, [*_details(exc), *map(_value_error, found)]) from None
+            errors = [*_details(exc), *map(_value_error, found)]
+            raise ValidationError.from_exception_data(cls.__name__, errors) from None
         found = spec._mistakes()
         if found:
             raise ValidationError.from_exception_data(cls.__name__, [_value_error(m) for m in found])
@@ -304,7 +305,8 @@ class BatchSpec(_SpecModel):
         if clash:
             out.append(f"{sorted(clash)} named both a dim and a field or parameter")
         if names_known and self.batch_dim is not None and self.batch_dim not in dims:
-            out.append(f"batch_dim {self.batch_dim!r} does not appear in any field's shape{closest(self.batch_dim, sorted(dims))}")
+            out.append(f"batch_dim {self.batch_dim!r} does not appear in any field's shape"
+                       f"{closest(self.batch_dim, sorted(dims))}")
         for name, f in self.fields.items():
             named = [e for e in f.shape if isinstance(e, str) and e in dims]
             if len(set(named)) != len(named):
@@ -316,7 +318,7 @@ class BatchSpec(_SpecModel):
                     out.append(f"fields.{name}.dtype: unknown dtype {entry!r}, and no parameter of that name"
                                f"{_dtype_meant(entry, [*known, *self.params])}; known: {', '.join(known)}")
             dtypes = self.field_dtypes(name, strict=False)
-            integers = bool(dtypes) and all_integer(dtypes)  # a stand-in field has no dtype: no integer rule
+            integers = dtypes is not None and dtypes != () and all_integer(dtypes)  # a stand-in has no dtype
             entries = [(k, getattr(f, k)) for k in ("min", "max") if not isinstance(getattr(f, k), (str, type(None)))]
             entries += [(f"allow.{i}", v) for i, v in enumerate(f.allow)]
             entries += [(f"values.{i}", v) for i, v in enumerate(f.values or ())]
@@ -544,13 +546,14 @@ def _stand_in(data: Any) -> BatchSpec | None:
     no dtype, no rule text, nothing to check twice); None when there are no fields to check against."""
     if not isinstance(data, Mapping) or not isinstance(data.get("fields"), Mapping):
         return None
-    fields = {name: _valid_keys(FieldSpec, f, dtype=[], shape=_parsing_entries(f)) for name, f in data["fields"].items()
-              if isinstance(name, str)}
+    fields = {name: _valid_keys(FieldSpec, f, dtype=[], shape=_parsing_entries(f))
+              for name, f in data["fields"].items() if isinstance(name, str)}
     rules = data.get("rules", [])
-    rules = [_valid_keys(RuleSpec, {"rule": r} if isinstance(r, str) else r, rule="") for r in rules] if isinstance(rules, list) else []
+    rules = [_valid_keys(RuleSpec, {"rule": r} if isinstance(r, str) else r, rule="")
+             for r in (rules if isinstance(rules, list) else [])]
     params = data.get("params", {})
-    params = {k: v if isinstance(v, (int, float, bool, str)) else None for k, v in params.items() if isinstance(k, str)} \
-        if isinstance(params, Mapping) else {}
+    params = {k: v if isinstance(v, (int, float, bool, str)) else None
+              for k, v in (params.items() if isinstance(params, Mapping) else ()) if isinstance(k, str)}
     batch_dim = data.get("batch_dim", "B")
     return BatchSpec.model_construct(name="", fields=fields, params=params, rules=rules,
                                      batch_dim=batch_dim if isinstance(batch_dim, str) else None)
@@ -560,9 +563,13 @@ def _names_known(data: Mapping[str, Any]) -> bool:
     """Whether a refused spec still shows every name it defines: its parameters a mapping of names, each
     field a mapping under a name, with a shape of sizes and expressions that parse."""
     params, fields = data.get("params", {}), data["fields"]
+
+    def shown(name: Any, f: Any) -> bool:
+        return (isinstance(name, str) and isinstance(f, Mapping) and isinstance(f.get("shape"), list)
+                and all(e == UNIT_TAIL or e in _parsing_entries(f) for e in f["shape"]))
+
     return (isinstance(params, Mapping) and all(isinstance(k, str) for k in params)
-            and all(isinstance(name, str) and isinstance(f, Mapping) and isinstance(f.get("shape"), list)
-                    and all(e == UNIT_TAIL or e in _parsing_entries(f) for e in f["shape"]) for name, f in fields.items()))
+            and all(shown(name, f) for name, f in fields.items()))
 
 
 def _valid_keys(model: type[BaseModel], raw: Any, **blank: Any) -> Any:
@@ -581,7 +588,9 @@ def _valid_keys(model: type[BaseModel], raw: Any, **blank: Any) -> Any:
 def _parsing_entries(raw: Any) -> list[int | str]:
     """The entries of a field's shape that are sizes or parse, so a refused shape still names its dims."""
     shape = raw.get("shape") if isinstance(raw, Mapping) else None
-    return [e for e in shape if (isinstance(e, int) and not isinstance(e, bool)) or _parses(e)] if isinstance(shape, list) else []
+    if not isinstance(shape, list):
+        return []
+    return [e for e in shape if (isinstance(e, int) and not isinstance(e, bool)) or _parses(e)]
 
 
 def _parses(text: Any) -> bool:
