@@ -410,11 +410,16 @@ def split_bad(
 
 def relocate(v: Violation, position: int, plan: Plan) -> Violation:
     """A violation found in a one-sample batch, moved to `position` of the full batch."""
-    return renumber(v, [position], plan)
+    return _moved(v, plan, lambda p: position)
 
 
 def renumber(v: Violation, positions: Sequence[int], plan: Plan) -> Violation:
-    """A violation found in the batch of the samples at `positions` of the full batch, moved to their places.
+    """A violation found in the batch of the samples at `positions` of the full batch, moved to their places."""
+    return _moved(v, plan, positions.__getitem__)
+
+
+def _moved(v: Violation, plan: Plan, place: Callable[[int], int]) -> Violation:
+    """`v` with each of its samples `p` at `place(p)`.
 
     The batch coordinate of `v.index` is rewritten only where the check's axes are certain: every
     check with this field and code iterates the same axes, of the index's length.
@@ -427,8 +432,8 @@ def renumber(v: Violation, positions: Sequence[int], plan: Plan) -> Violation:
         (only,) = axes
         if len(only) == len(index) and plan.batch_dim in only:
             k = only.index(plan.batch_dim)
-            index = index[:k] + (positions[index[k]],) + index[k + 1:]
-    return replace(v, samples=tuple(positions[p] for p in v.samples), index=index)
+            index = index[:k] + (place(index[k]),) + index[k + 1:]
+    return replace(v, samples=tuple(dict.fromkeys(map(place, v.samples))), index=index)
 
 
 def _with_indices(exc: BatchValidationError, indices: Sequence[int | None], culprits: Sequence[int]) -> BatchValidationError:
