@@ -28,11 +28,13 @@ def test_misspelled_spec_keys_get_the_key_that_was_meant(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
     keys = "dtype, shape, optional, min, max, allow, values, finite, hints, severity, description"
-    assert done.stderr.splitlines()[:4] == [
-        "tritoncheck: error: typo.yaml: 3 error(s) in spec",
+    # every mistake in one run: the misspelled keys and the rule's misspelled field name
+    assert done.stderr.splitlines() == [
+        "tritoncheck: error: typo.yaml: 4 error(s) in spec",
         "  fields.input_ids.dtype: Field required",
         f"  fields.input_ids.dtpye: unknown key (did you mean 'dtype'?); known: {keys}, monotonic",
         f"  fields.labels.optinal: unknown key (did you mean 'optional'?); known: {keys}, monotonic",
+        "  rules.0: unknown name(s) ['lables'] in 'lables >= 0' (did you mean 'labels'?)",
     ]
     (tmp_path / "typo.yaml").write_text(SPEC.replace("dtpye", "dtype").replace("optinal", "optional"))
     done = subprocess.run([sys.executable, "-m", "tritoncheck.cli", "check", "typo.yaml", "b.pt"], cwd=tmp_path,

@@ -17,7 +17,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any, Literal
 
 from .._api import Backend, agree, check, disabled, log_warnings
-from .._data import split_bad
+from .._data import renumber, split_bad
 from .._plan import compile_plan
 from .._report import BatchValidationError, Report
 from .._spec import BatchSpec
@@ -122,7 +122,7 @@ class TritoncheckCallback(Callback):
         if not report.ok:
             raise _named(BatchValidationError(report), report, indices, where, why)
         if report.warnings:
-            log_warnings(report)
+            log_warnings(report, indices or ())
 
     def _fields_hint(self, report: Report, items: int) -> Report:
         """A tuple or list batch: the hint says how this callback names its items (`fields=`)."""
@@ -176,12 +176,13 @@ class TritoncheckCallback(Callback):
                                   "spec": self.spec.name, "violations": [v.to_dict() for v in violations]})
         named = "; ".join(f"sample {p}" + ("" if indices is None else f" = dataset index {_index_at(indices, p)!r}")
                           + f" ({', '.join(sorted({v.code for v in vs}))})" for p, vs in bad.items())
-        logger.warning("tritoncheck: %s batch_idx %d: dropped %d bad sample(s) of %d: %s; records in callback.records()",
+        logger.warning("%s batch_idx %d: dropped %d bad sample(s) of %d: %s; records in callback.records()",
                        where["stage"], where["batch_idx"], len(bad), n, named)
         for pos, (name, value) in enumerate(entries.items()):
             axis = axes[name] if name in axes else (0 if _length(value) == n else None)
             batch[pos if isinstance(batch, list) else name] = _take(value, axis, good)
-        return Report(report.spec, (), report.dims, report.skipped, report.backend), None
+        kept = check_subset(good)[0]  # what is left: its warnings are logged, at their places in the batch
+        return replace(kept, violations=tuple(renumber(v, good, plan) for v in kept.violations)), None
 
 
 def _splittable(entries: dict[str, Any], axes: dict[str, int | None], n: int) -> bool:
