@@ -91,6 +91,9 @@ PADDED_ENOUGH = 1 << 16
 # large Parquet row group costs no more memory than its chunk.
 CHUNK_BYTES = 16 << 20
 MAX_CHUNK_ROWS = 1 << 20
+# Element checks of ragged rows read a column's values in blocks of this many (one result slot per block; a row
+# holding a value of a failing block is checked alone), under a dim of this name.
+ELEMENT_BLOCK, ELEMENTS = 1024, "tritoncheck_elements"
 # The rule of a scan's findings about files and columns (`unreadable`, `unsupported_type`), in words.
 READABLE = "the data can be read as Parquet, Arrow or a batch file"
 READ_TYPES = "a column of bools, integers or floats (any width), dictionary-encoded ones, or lists of them"
@@ -928,8 +931,8 @@ class _Ragged:
 
     def _elementwise(self, spec: Any, backend: str, checked: Any) -> tuple[Any, dict[str, Any], str] | None:
         """Where every data check is a bound (a constant), a value set or finiteness of one field's elements, each
-        row's verdict is its elements': each column's flat values are checked as they are (a batch of elements,
-        no padding), and a row is flagged where one of its elements fails. Returns the flagged rows, the dims of
+        row's verdict is its elements': each column's flat values are checked as they are, in blocks (no padding),
+        and a row is flagged where it holds a value of a block that fails. Returns the flagged rows, the dims of
         one row alone (for the rules over dims) and the backend that ran; None where the checks are others, or
         where one row alone shows a problem of every row (a column's dtype or rank: the padded path reports it
         for the chunk)."""
@@ -952,21 +955,37 @@ class _Ragged:
         first = check(probe, spec, backend=backend)
         if any(v.code in METADATA_CODES for v in first.violations):
             return None
-        flagged, ran = torch.zeros(self.n, dtype=torch.bool), first.backend
+        if ELEMENTS in spec.params:
+            return None
+        marks, ran = torch.zeros(self.n + 1, dtype=torch.long), first.backend  # +1 at a flagged span's first row, -1 past its last
         for name in sorted({c.field for c in plan.checks} & self.columns.keys()):
-            column = self.columns[name]
+            values = self.columns[name].values
             # (in the width the file holds: the probe checked the dtype a batch has; comparisons are exact in any width)
-            field = spec.fields[name].model_copy(update={"shape": [plan.batch_dim],
-                                                         "dtype": [dtype_name(column.values.dtype)]})
-            report = check({name: column.values}, spec.model_copy(update={"fields": {name: field}, "rules": []}),
-                           backend=backend)
-            if any(not v.samples for v in report.violations):
-                return None
-            ran = report.backend
-            if report.violations:  # the failing elements' rows (`starts` is sorted; an empty row starts where the next does)
-                elements = torch.unique(torch.cat([torch.as_tensor(v.samples, dtype=torch.long) for v in report.violations]))
-                flagged[elements if column.starts is None else
-                        torch.searchsorted(column.starts, elements, right=True) - 1] = True
+            field = spec.fields[name].model_copy(update={"shape": [plan.batch_dim, ELEMENTS],
+                                                         "dtype": [dtype_name(values.dtype)]})
+            flat = spec.model_copy(update={"fields": {name: field}, "rules": []})
+            # the values in blocks of ELEMENT_BLOCK, one per sample (a result slot per block, not per element), and
+            # the last block again, ending at the last value, where they do not divide evenly: (tensor, first value)
+            whole = len(values) // ELEMENT_BLOCK * ELEMENT_BLOCK
+            parts = [(values[:whole].view(-1, ELEMENT_BLOCK), 0)] if whole else []
+            if len(values) > whole:
+                start = max(len(values) - ELEMENT_BLOCK, 0)
+                parts.append((values[start:].view(1, -1), start))
+            for blocks, start in parts:
+                report = check({name: blocks}, flat, backend=backend)
+                if any(not v.samples for v in report.violations):
+                    return None
+                ran = report.backend
+                if not report.violations:
+                    continue
+                bad = torch.unique(torch.cat([torch.as_tensor(v.samples, dtype=torch.long) for v in report.violations]))
+                first_value = start + bad * blocks.shape[1]
+                span = torch.stack([first_value, first_value + blocks.shape[1] - 1])  # each bad block's values
+                starts = self.columns[name].starts  # (sorted; an empty row starts where the next one does)
+                rows = span if starts is None else torch.searchsorted(starts, span, right=True) - 1
+                marks.index_add_(0, rows[0], torch.ones_like(rows[0]))
+                marks.index_add_(0, rows[1] + 1, -torch.ones_like(rows[1]))
+        flagged = torch.cumsum(marks, 0)[:-1] > 0  # the rows holding a value of a failing block
         return flagged, bind(plan, probe).dims, ran
 
     def _buckets(self, members: Any) -> list[list[int]]:
