@@ -169,6 +169,11 @@ CASES = {
                                      {"m": torch.tensor([[7], [0]], dtype=torch.uint8).view(torch.bool).expand(2, huge)}),
     "x <= sum(x), expanded": (spec({"x": {"dtype": F, "shape": ["B"]}}, ["x * 1000 >= sum(x)"]),
                               {"x": torch.tensor([1.0]).expand(huge)}),
+    # found by the differential fuzz (seed 2635632671): 2 GB and 5 s on torch, a mask per sample of 2**31 + 5
+    "empty field, reduced over its other axis": (
+        spec({"r": {"dtype": "float16", "shape": ["B", "out"]}},
+             ["(r < isfinite(r) % 2) where all(r <= sum(r, dim=B), dim=out)", "sum(r, dim=out) != 0"]),
+        {"r": torch.zeros(2**31 + 5, 0, dtype=torch.float16)}),
 }
 tc.check({"x": torch.zeros(3)}, spec({"x": {"dtype": F, "shape": ["B"], "min": 0}}), backend=backend)  # imports
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -251,3 +256,95 @@ def test_a_bool_field_of_bytes_past_1_is_settled_as_its_truths(backend, bound):
     got = report(batch, s, backend)
     assert got == report({"idx": batch["idx"], "m": torch.ones(3, dtype=torch.bool)}, s, "torch")
     assert [(v["count"], v["value"]) for v in got] == [(("int", 3), ("int", 1))]
+
+
+# -- positions (arange) along an expanded dim: one verdict on every backend (issue 27 cause 8) -------
+
+CTC_LIKE = {"name": "w", "fields": {"targets": {"dtype": "int64", "shape": ["B", "S"]},
+                                    "lengths": {"dtype": "int64", "shape": ["B"]}}}
+WINDOW_RULES = ["targets != 0 where arange(S) < lengths", "targets + arange(S) < 30",
+                "(arange(S) % 3 != 1) | (targets > 2)"]
+
+
+@pytest.mark.parametrize("rule", WINDOW_RULES)
+def test_a_rule_over_positions_along_an_expanded_dim_agrees_on_every_backend(backend, rule):
+    """The C and Triton kernels walk such a dim in full (the torch backend in windows); each report
+    equals the batch materialized."""
+    s = spec_from_dict({**CTC_LIKE, "rules": [rule]}, "w.yaml")
+    batch = {"targets": torch.tensor([[0], [0], [1]]).expand(3, 37), "lengths": torch.tensor([0, 30, 37])}
+    got = report(batch, s, backend)
+    assert got and got == report(materialized(batch), s, "torch")
+
+
+CTC_C = r"""
+import json, resource, sys, time, torch
+import tritoncheck as tc
+spec = tc.load_spec("ctc")
+def batch(s):
+    return {"log_probs": torch.zeros(5, 2, 4), "targets": torch.tensor([[1], [0]]).expand(2, s),
+            "input_lengths": torch.tensor([5, 5]), "target_lengths": torch.tensor([3, 5])}
+tc.check(batch(8), spec, backend="c")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+r = tc.check(batch(2**26), spec, backend="c")
+print(json.dumps({"grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before,
+                  "took": time.perf_counter() - t0, "backend": r.backend,
+                  "found": [(v.code, v.count, list(v.samples), list(v.index)) for v in r.violations]}))
+"""
+
+
+@needs_c
+def test_ctc_with_targets_expanded_to_2_26_costs_no_memory_on_c():
+    """Issue 27 cause 8 on C: the kernel walks the 2**26 positions (time grows with them, see
+    docs/security.md) but allocates nothing in proportion; the report is torch's."""
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", CTC_C], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["backend"] == "c" and out["grew_kib"] < 64 * 1024, out
+    s = tc.load_spec("ctc")
+    small = {"log_probs": torch.zeros(5, 2, 4), "targets": torch.tensor([[1], [0]]).expand(2, 2**26),
+             "input_lengths": torch.tensor([5, 5]), "target_lengths": torch.tensor([3, 5])}
+    expected = [[v.code, v.count, list(v.samples), list(v.index)] for v in tc.check(small, s, backend="torch").violations]
+    assert out["found"] == expected and expected
+
+
+WINDOWED = r"""
+import json, resource, sys, torch
+import tritoncheck as tc
+from tritoncheck._spec import spec_from_dict
+s = spec_from_dict({"name": "w", "fields": {"r": {"dtype": "float32", "shape": ["B", "out"]}},
+                    "rules": ["all(r > 0, dim=out) | (arange(B) < 3)"]}, "w")
+tc.check({"r": torch.zeros(8, 0)}, s, backend="torch")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+r = tc.check({"r": torch.zeros(2**26, 0)}, s, backend="torch")
+print(json.dumps({"grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, "ok": r.ok}))
+"""
+
+
+def test_a_rule_over_positions_with_a_reduction_over_another_axis_goes_in_windows():
+    """`all(r > 0, dim=out) | (arange(B) < 3)`: the reduction spans B but reduces only `out`, so
+    the torch backend still walks B in windows (it built arange(B) and its masks whole: 2**26
+    samples of an empty field cost about 700 MiB, 2**31 + 5 cost 20 GB)."""
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", WINDOWED], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["ok"] and out["grew_kib"] < 64 * 1024, out
+
+
+@pytest.mark.parametrize("rule", ["all(r > 0, dim=out) | (arange(B) < 3)", "any(r > 1, dim=out) | (arange(B) > 4)",
+                                  "(sum(r, dim=out) + arange(B)) % 3 != 1"])
+def test_windows_beside_a_reduction_over_another_axis_give_the_whole_report(monkeypatch, rule):
+    from tritoncheck import _torch_backend
+
+    s = spec_from_dict({"name": "w", "fields": {"r": {"dtype": "float32", "shape": ["B", "out"]}}, "rules": [rule]}, "w")
+    batch = {"r": torch.tensor([[1.0, 2.0], [0.0, 1.0]]).repeat(9, 1)}
+    whole = report(batch, s, "torch")
+    monkeypatch.setattr(_torch_backend, "MAX_MASK", 4)  # 18 x 2 positions in windows of 2
+    assert report(batch, s, "torch") == whole and whole
+    assert whole == report(batch, s, "c" if c_backend.available() else "torch")

@@ -9,7 +9,8 @@ the violation mask and locate the offenders.
 An expanded view (`torch.tensor([1]).expand(2**40)`, zero strides) is checked on its stored
 values only: every zero-stride axis is cut to size 1 (`compact`), masks keep size 1 along the
 axes no operand varies on, and counts, first indices and samples are scaled back to the full
-view, so nothing allocates in proportion to a view's logical size.
+view, so nothing allocates in proportion to a view's logical size. An empty field is cut the same
+way along every axis.
 """
 
 from __future__ import annotations
@@ -99,11 +100,14 @@ MAX_MASK = 2**22  # elements of a mask over positions (arange) built at once; lo
 
 def _window_axis(check: DataCheck, ctx: Context) -> str | None:
     """The dim to walk in windows: one the rule reads positions along (`arange(S)`), that no
-    reduction in it spans, where its mask would pass MAX_MASK elements. `arange(S)` over an
+    reduction in it reduces over, where its mask would pass MAX_MASK elements. `arange(S)` over an
     expanded `targets` (S = 2**26) then costs a window's memory, not S's."""
     if not isinstance(check, RuleCheck) or math.prod(ctx.sizes[a] for a in check.axes) <= MAX_MASK:
         return None
-    reduced = set().union(*(expr_axes(ctx.plan, r.x) for r in _reductions(check.expr) + _reductions(check.where)))
+    # a dim some reduction sums, ORs or ANDs over cannot be cut (one window would see part of it); a
+    # reduction that only spans it (`all(x > 0, dim=L) | (arange(B) < 3)` over B) is evaluated per window
+    reduced = set().union(*(set(r.dims) if r.dims is not None else set(expr_axes(ctx.plan, r.x))
+                            for r in _reductions(check.expr) + _reductions(check.where)))
     for d in sorted(_aranges(check.expr) | _aranges(check.where), key=lambda d: -ctx.sizes[d]):
         if d in check.axes and d not in reduced:
             return d
@@ -193,9 +197,16 @@ class Context:
             self.window, self.sizes[axis] = None, size
 
     def stored(self, name: str) -> torch.Tensor:
-        """The field with its expanded axes cut to size 1 (see `compact`)."""
+        """The field with its expanded axes cut to size 1 (see `compact`); an empty field holds no
+        value along any axis, so each of its axes is cut to size 1 too (its empty ones stay 0): a
+        `[2**31 + 5, 0]` field must not make masks of 2**31 + 5 entries (C and Triton walk such
+        dims at size 1 as well, `ir.loop_sizes`)."""
         if name not in self._compact:
-            self._compact[name] = compact(self.bound.tensors[name])
+            t = self.bound.tensors[name]
+            if t.numel() == 0:
+                self._compact[name] = t.new_empty([min(n, 1) for n in t.shape])
+            else:
+                self._compact[name] = compact(t)
         return self._compact[name]
 
     def tensor(self, name: str) -> torch.Tensor:

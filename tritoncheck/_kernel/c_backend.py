@@ -11,7 +11,9 @@ on-disk cache (`build.py`).
 Only CPU tensors: the function reads the tensors' memory directly. Memory is allocated in
 proportion to the number of checks and the batch size the kernel walks (the result buffer), never
 to the data; an expanded (zero-stride) dim is walked at size 1 where no rule reads positions along
-it (`ir.loop_sizes`), so a batch costs what it stores, not its logical size.
+it (`ir.loop_sizes`), so a batch costs what it stores, not its logical size. A batch dim that must be
+walked in full although no field stores a value per sample goes to the torch backend
+(`ir.check_result_backed`), and so does an expanded view walked past 2**31 - 1 elements.
 """
 
 from __future__ import annotations
