@@ -190,6 +190,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # (three fresh interpreters, one per backend: about 15 s)
 def test_a_batch_that_stores_under_1_mib_checks_in_64_mib_and_1_s_on_every_backend():
     """Issue 27: whatever its logical size (2**40 samples, a dim past 2**31), on torch, C and Triton
     (its interpreter here), each backend's report equal to torch's. Rules that read positions along
