@@ -1,6 +1,7 @@
 """Shared fixtures. The Triton backend runs under TRITON_INTERPRET=1 when no GPU is present,
 so the same kernel source is tested on CPU in CI."""
 
+import importlib.util
 import os
 
 import torch
@@ -14,6 +15,9 @@ try:  # the suite is built on Hypothesis properties, as on pytest: not an option
     from hypothesis import HealthCheck, settings
 except ImportError as exc:
     raise pytest.UsageError("tritoncheck's tests need Hypothesis: pip install -e '.[test]'") from exc
+
+if importlib.util.find_spec("xdist") is None:  # pyproject's addopts run the suite on every core with `-n auto`
+    raise pytest.UsageError("tritoncheck's tests run on pytest-xdist: pip install -e '.[test]'")
 
 settings.register_profile(
     "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
