@@ -378,3 +378,26 @@ def test_a_rank_the_forward_broadcasts_is_named_in_the_origins():
     assert runs(Broadcast(), batch) == "runs"
     assert any(o.startswith("rank: the forward also runs with the last axis dropped ([2]") for o in spec.origins["fields.mask"])
     assert not any(o.startswith("rank:") for o in spec.origins["fields.ids"])
+
+
+class Windowed(Positioned):
+    """Positioned, plus a causal-mask buffer of 12 rows sliced to the length (GPT-Neo's): past 12 tokens it raises
+    even with position_ids given."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("causal", torch.ones(12, 12).tril())
+
+    def forward(self, ids, position_ids=None):
+        length = ids.shape[1]
+        return super().forward(ids, position_ids) * self.causal[:length, :length].expand(length, length).mean()
+
+
+def test_a_length_limit_holds_with_positions_given_where_the_model_says_so():
+    spec = tc.spec_for(Windowed())
+    rules = [r.rule for r in spec.rules if r.code == "sequence_too_long"]
+    assert rules == ["L <= 12"], rules
+    batch = {"ids": torch.randint(0, 10, (B, 13)), "position_ids": torch.zeros(B, 13, dtype=torch.long)}
+    assert runs(Windowed(), batch) == "raises"
+    assert {(v.field, v.code) for v in tc.check(batch, spec, backend="torch").errors} == {("ids", "sequence_too_long")}
+    assert rules != [r.rule for r in tc.spec_for(Positioned()).rules if r.code == "sequence_too_long"]

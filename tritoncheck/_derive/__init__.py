@@ -523,7 +523,11 @@ class _Tracing:
             while high - low > 1:
                 mid = (low + high) // 2
                 low, high = (mid, high) if runs(mid, rows) else (low, mid)
-            if listed is not None and (not isinstance(listed_at, int) or low >= listed_at):
+            explicit = given.get(rows, [])[:1]
+            if explicit and probes.clean(self.call, _resized(batch, fields, dim, low + 1)) is not None:
+                explicit = []  # it raises past `low` with positions given too (GPT-Neo's causal-mask buffer)
+            unless = "".join(f" where not present({f})" for f in explicit)
+            if listed is not None and (not isinstance(listed_at, int) or (low >= listed_at and (unless or " where " not in listed["rule"]))):
                 origins.setdefault(f"rules.{listed['rule']}", []).append(
                     f"probe forwards: {dim} = {low} runs, {dim} = {low + 1} raises")
                 return  # the lists' limit holds (or is stricter)
@@ -531,14 +535,14 @@ class _Tracing:
             param = next((k for k, v in ints.items() if v == low), None)
             table = next((k for k, v in ints.items() if v == rows), None)
             bound = param or (f"{table} - {rows - low}" if table else str(low))
-            unless = "".join(f" where not present({f})" for f in given.get(rows, [])[:1])
             rule = f"{dim} <= {bound}{unless}"
             if listed is not None:
                 self.data["rules"].remove(listed)
             self.data["rules"].append({"rule": rule, "code": "sequence_too_long", "field": first,
                                        "hint": f"the model raises past {dim} = {low}; truncate (truncation=True, max_length=...)"})
             origins[f"rules.{rule}"] = [
-                *([f"the per-family lists said {listed['rule']}, which the model does not take"] if listed else []),
+                *([f"replaces the per-family lists' {listed['rule']}"] if listed else []),
+                *([f"it raises past {dim} = {low} with {', '.join(given[rows])} given too"] if given.get(rows) and not unless else []),
                 f"probe forwards: {dim} = {low} runs, {dim} = {low + 1} raises (probed up to the {rows} rows of "
                 f"{tables[rows]})"]
             self.length_probed = True
