@@ -13,7 +13,9 @@ The torch report is also compared with the torch report of the batch materialize
 CI runs a bounded, derandomized search. A longer run, with a fresh random seed (printed, and
 added to the failure) and no example database, is one command:
 
-    TRITONCHECK_FUZZ_EXAMPLES=20000 TRITONCHECK_FUZZ_SEED=random python -m pytest -q -s tests/test_differential_fuzz.py
+    TRITONCHECK_FUZZ_EXAMPLES=20000 TRITONCHECK_FUZZ_SEED=random python -m pytest -q -s -n 0 tests/test_differential_fuzz.py
+
+(`-n 0`: in one process, so that `-s` shows the seed and the counts.)
 
 `TRITONCHECK_FUZZ_MINUTES=N` makes each of the two parametrizations go on for N minutes (or until
 the examples are run), in searches of ROUND examples each seeded from the run's seed; a failure

@@ -349,3 +349,58 @@ def test_windows_beside_a_reduction_over_another_axis_give_the_whole_report(monk
     monkeypatch.setattr(_torch_backend, "MAX_MASK", 4)  # 18 x 2 positions in windows of 2
     assert report(batch, s, "torch") == whole and whole
     assert whole == report(batch, s, "c" if c_backend.available() else "torch")
+
+
+# -- a reduction over the dim it reads positions along: evaluated in windows on the torch backend ----
+
+REDUCE_POSITIONS = ["any((arange(S) > lengths) & (targets > 0), dim=S)", "sum(targets * arange(S), dim=S) < 1",
+                    "all(arange(S) < lengths + targets, dim=S)", "sum(arange(S) % 3 == targets) > 100",
+                    "any(arange(S) > lengths, dim=S) | (arange(B) < 1)"]
+
+
+@pytest.mark.parametrize("rule", REDUCE_POSITIONS)
+@pytest.mark.parametrize("expand", [False, True])
+def test_a_reduction_over_positions_gives_the_same_report_in_windows(monkeypatch, rule, expand):
+    """The reduction's body is evaluated a window of S at a time and combined (or, and, +); the
+    report equals the whole evaluation's and the C backend's."""
+    from tritoncheck import _torch_backend
+
+    s = spec_from_dict({**CTC_LIKE, "rules": [rule]}, "w.yaml")
+    g = torch.Generator().manual_seed(len(rule))
+    stored = torch.randint(0, 3, (5, 1 if expand else 37), generator=g)
+    batch = {"targets": stored.expand(5, 37), "lengths": torch.tensor([0, 30, 37, 2, 36])}
+    whole = report(batch, s, "torch")
+    monkeypatch.setattr(_torch_backend, "MAX_MASK", 8)  # windows of 1 or 8 positions
+    assert report(batch, s, "torch") == whole and whole
+    assert whole == report(materialized(batch), s, "c" if c_backend.available() else "torch")
+
+
+REDUCE_POSITIONS_RSS = r"""
+import json, resource, sys, torch
+import tritoncheck as tc
+from tritoncheck._spec import spec_from_dict
+s = spec_from_dict({"name": "w", "fields": {"targets": {"dtype": "int64", "shape": ["B", "S"]},
+                                            "lengths": {"dtype": "int64", "shape": ["B"]}},
+                    "rules": [sys.argv[1]]}, "w")
+batch = lambda n: {"targets": torch.tensor([[1], [0]]).expand(2, n), "lengths": torch.tensor([3, 5])}
+tc.check(batch(8), s, backend="torch")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+r = tc.check(batch(2**26), s, backend="torch")
+print(json.dumps({"grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, "ok": r.ok}))
+"""
+
+
+@pytest.mark.slow  # (about 15 s: the time still grows with S, see docs/security.md)
+@pytest.mark.parametrize(("rule", "ok"), [("any((arange(S) > lengths) & (targets > 0), dim=S)", False),
+                                          ("sum(targets * arange(S), dim=S) >= 0", True)])
+def test_a_reduction_over_positions_along_an_expanded_dim_costs_windows_not_its_length(rule, ok):
+    """Issue 27 cause 8 with a reduction over S: arange(S) and the body were built whole
+    (+1,280 and +1,536 MiB at S = 2**26 for two stored values); a window's worth now."""
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", REDUCE_POSITIONS_RSS, rule], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["ok"] == ok and out["grew_kib"] < 160 * 1024, out

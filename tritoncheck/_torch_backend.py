@@ -182,19 +182,21 @@ class Context:
                 self.sizes[axis] = size
         self._summary: dict[str, tuple[Any, Any] | None] = {}
         self._compact: dict[str, torch.Tensor] = {}
-        self.window: tuple[str, int, int] | None = None  # (dim, start, stop): evaluate only there
+        self.windows: dict[str, tuple[int, int]] = {}  # dim -> (start, stop): evaluate only there
         # where a constant's tensor is made: once reshaped to a rank, a CPU one cannot meet a CUDA field
         self.device = next((t.device for t in bound.tensors.values()), None)
 
     @contextlib.contextmanager
     def windowed(self, axis: str, start: int, stop: int):
-        """Evaluate over positions start..stop-1 of `axis` only (`arange` and fields narrowed)."""
+        """Evaluate over positions start..stop-1 of `axis` only (`arange` and fields narrowed); a
+        window over another axis may be open around it."""
         size = self.sizes[axis]
-        self.window, self.sizes[axis] = (axis, start, stop), stop - start
+        self.windows[axis], self.sizes[axis] = (start, stop), stop - start
         try:
             yield
         finally:
-            self.window, self.sizes[axis] = None, size
+            del self.windows[axis]
+            self.sizes[axis] = size
 
     def stored(self, name: str) -> torch.Tensor:
         """The field with its expanded axes cut to size 1 (see `compact`); an empty field holds no
@@ -331,16 +333,16 @@ class Context:
         if isinstance(expr, Dim):
             return self.dims[expr.name], ()
         if isinstance(expr, Arange):
-            if self.window is not None and self.window[0] == expr.dim:
-                return torch.arange(self.window[1], self.window[2], device=self.device), (expr.dim,)
+            if expr.dim in self.windows:
+                return torch.arange(*self.windows[expr.dim], device=self.device), (expr.dim,)
             return torch.arange(self.sizes[expr.dim], device=self.device), (expr.dim,)
         if isinstance(expr, Ref):
             t = self.tensor(expr.field)
             axes = self.plan.field(expr.field).axes
-            if self.window is not None and self.window[0] in axes:
-                w = axes.index(self.window[0])
-                if expr.index[w] is None and t.shape[w] != 1:  # (size 1: an expanded axis, one value)
-                    t = t.narrow(w, self.window[1], self.window[2] - self.window[1])
+            for axis, (start, stop) in self.windows.items():
+                w = axes.index(axis) if axis in axes else None
+                if w is not None and expr.index[w] is None and t.shape[w] != 1:  # (size 1: an expanded axis, one value)
+                    t = t.narrow(w, start, stop - start)
             for axis in reversed(range(len(expr.index))):  # select from the back so positions stay valid
                 if expr.index[axis] is not None:  # (in range: `bind` checked it; an expanded axis holds one value)
                     t = t.select(axis, expr.index[axis] if t.shape[axis] != 1 else 0)
@@ -375,6 +377,9 @@ class Context:
                 b = _align(b, b_axes, axes, None).to(dtype or b.dtype)
             return binary(expr.op, a, b), axes
         if isinstance(expr, Reduce):
+            axis = self._reduce_window_axis(expr)
+            if axis is not None:
+                return self._reduce_in_windows(expr, axis)
             x, axes = self._eval(expr.x)
             if not isinstance(x, torch.Tensor):
                 x = torch.tensor(_fit(x), device=self.device)
@@ -391,6 +396,30 @@ class Context:
                 out = (x != 0).all(dim=red) if red else x != 0
             return out, keep
         raise TypeError(f"cannot evaluate {expr!r}")
+
+    def _reduce_window_axis(self, expr: Reduce) -> str | None:
+        """A dim the reduction reduces over and reads positions along (`any(arange(S) > n, dim=S)`)
+        whose body would pass MAX_MASK elements: the body is then evaluated in windows of it."""
+        body = expr_axes(self.plan, expr.x)
+        if math.prod(self.sizes[a] for a in body) <= MAX_MASK:
+            return None
+        reduced = body if expr.dims is None else expr.dims
+        for d in sorted(_aranges(expr.x), key=lambda d: -self.sizes[d]):
+            if d in reduced and d in body and d not in self.windows:
+                return d
+        return None
+
+    def _reduce_in_windows(self, expr: Reduce, axis: str) -> tuple[Any, tuple[str, ...]]:
+        """The reduction over windows of `axis`, combined: any as or, all as and, sum as + (a float
+        sum then adds the windows' float64 sums in order)."""
+        n = self.sizes[axis]
+        step = max(1, MAX_MASK // max(1, math.prod(self.sizes[a] for a in expr_axes(self.plan, expr.x) if a != axis)))
+        out, keep = None, ()
+        for start in range(0, n, step):
+            with self.windowed(axis, start, min(n, start + step)):
+                part, keep = self._eval(expr)
+            out = part if out is None else out | part if expr.op == "any" else out & part if expr.op == "all" else out + part
+        return out, keep
 
 
 _COMPARE_OPS = frozenset(FLIPPED)
