@@ -597,7 +597,8 @@ def test_ragged_rows_under_element_checks_are_checked_without_padding(tmp_path, 
 
     taken = []
     take = Column.take
-    monkeypatch.setattr(Column, "take", lambda self, rows, *a, **k: taken.append(len(rows)) or take(self, rows, *a, **k))
+    monkeypatch.setattr(Column, "take",
+                        lambda self, rows, *a, **k: taken.append(len(rows)) or take(self, rows, *a, **k))
     spec = {**TOKENS, "rules": ["L <= 4"]}
     ids = [[1, 2], [3], [], [4, 5, 6, 7, 8], [9, 10], [0, 1, 2, 3], [5]]  # 10 is past max 9; row 3 is longer than 4
     pq.write_table(pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32()))}), tmp_path / "x.parquet")
@@ -610,7 +611,8 @@ def test_ragged_rows_under_element_checks_are_checked_without_padding(tmp_path, 
 def test_narrow_integers_are_checked_as_the_int64_a_batch_holds(tmp_path):
     # the reader keeps int8/16/32 in their width (checked as they are where no padding is needed); every batch of
     # rows widens them, so a spec asking for int64 gets int64: uniform chunks, padded ones, and rows alone
-    fields = {"x": {"dtype": "int64", "shape": ["B"], "max": 5}, "ids": {"dtype": "int64", "shape": ["B", "L"], "max": 5}}
+    fields = {"x": {"dtype": "int64", "shape": ["B"], "max": 5},
+              "ids": {"dtype": "int64", "shape": ["B", "L"], "max": 5}}
     spec = tc.BatchSpec.model_validate({"name": "s", "fields": fields, "rules": ["x <= sum(ids, dim=L) + 9"]})
     for kind in (pa.int8(), pa.int16(), pa.int32()):
         for ids in ([[1, 2], [3, 4], [6, 0]], [[1, 2], [3], [6, 0, 1]]):  # uniform, ragged

@@ -3,10 +3,11 @@
 Each example writes a directory of shards (Parquet with row groups of any size, zero included;
 Arrow IPC files and streams; empty shards) whose two columns, `a` and `b`, each get, shard by
 shard, an Arrow type drawn from every type a column can have: every integer width, signed and
-unsigned, float16/32/64, bool, dictionary-encoded (a null as an index or as a value), list, large_list, fixed_size_list, lists of
-lists, and the types the scan does not read (string, binary, struct, map, timestamp, date32 past
-Python's range, decimal, the null type, extension types: one whose values unpickle, registered
-as Ray Data registers its own, and one over plain int64). Values include nulls, NaN, infinities,
+unsigned, float16/32/64, bool, dictionary-encoded (a null as an index or as a value), list,
+large_list, fixed_size_list, lists of lists, and the types the scan does not read (string,
+binary, struct, map, timestamp, duration, date32 past Python's range, decimal, the null type,
+list_view, extension types: one whose values unpickle, registered as Ray Data registers its own,
+and one over plain int64). Values include nulls, NaN, infinities,
 signed zeros, float64 values float32 would round, and every type's extremes; an Arrow shard may
 have damaged list offsets.
 
@@ -202,8 +203,8 @@ def damaged(array):
     """`array` (a list array with rows) with one offset past its values: what a corrupt file holds."""
     import numpy as np
 
-    offsets = np.frombuffer(array.buffers()[1], np.int64 if pa.types.is_large_list(array.type) else np.int32,
-                            count=len(array) + 1, offset=array.offset * (8 if pa.types.is_large_list(array.type) else 4))
+    width = 8 if pa.types.is_large_list(array.type) else 4
+    offsets = np.frombuffer(array.buffers()[1], f"<i{width}", count=len(array) + 1, offset=array.offset * width)
     bad = offsets.copy()
     bad[len(bad) // 2] = 2**20
     return pa.Array.from_buffers(array.type, len(array), [array.buffers()[0], pa.py_buffer(bad.tobytes())],
@@ -319,7 +320,8 @@ def expected(depths, low, shards, folder):
                 for rows, leaf in readable.values()):
             whole.add((None, "unreadable"))
         spec = spec_for(depths, low)
-        fields = {k: f.model_copy(update={"optional": True}) if k not in readable else f for k, f in spec.fields.items()}
+        fields = {k: f.model_copy(update={"optional": True}) if k not in readable else f
+                  for k, f in spec.fields.items()}
         spec = spec.model_copy(update={"fields": fields})
         for r in range(shard["rows"] if readable else 0):
             marks = {k: flaw(rows[r]) for k, (rows, _) in readable.items()}

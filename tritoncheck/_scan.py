@@ -13,7 +13,8 @@ Shards can be checked on Ray Data (`--engine ray`, see `tritoncheck._ray_scan`) 
 code and the same report; `--bad-rows DIR` writes the bad rows of shards to Parquet. A bad batch
 is narrowed down to its bad samples, and each is checked alone so that its reported value is its
 own: where every check decides a sample from its own values (`_per_sample`), the samples the
-batch's violations name are the bad ones; otherwise `tritoncheck._data.split_bad` narrows. A file, or part of one, that cannot be read is recorded
+batch's violations name are the bad ones; otherwise `tritoncheck._data.split_bad` narrows. A file,
+or part of one, that cannot be read is recorded
 (`unreadable`: which file, which rows, why) and the scan goes on; so is a batch whose check fails
 inside tritoncheck (under `unchecked`). A sample with only warnings is listed as well, its entries
 marked `severity: warning`. Exit code 0: clean, or warnings only; 1: errors, or data that cannot
@@ -326,7 +327,8 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
         # need no second check; each bad one is checked alone, so that its reported value is its own
         each: list[tuple[int | None, Any]] = []
         for pos in sorted({int(s) for v in report.violations for s in v.samples}):
-            own = check(take([pos]) if take is not None else _take(batch, plan, [pos]), spec, backend=backend).violations
+            one = take([pos]) if take is not None else _take(batch, plan, [pos])
+            own = check(one, spec, backend=backend).violations
             if not own and take is None:  # (not for a check of one sample's values; split_bad settles it if it does)
                 break
             # (padded rows, `take`: one that passes alone failed only on its padding, a value it does not hold)
@@ -957,7 +959,8 @@ class _Ragged:
             return None
         if ELEMENTS in spec.params:
             return None
-        marks, ran = torch.zeros(self.n + 1, dtype=torch.long), first.backend  # +1 at a flagged span's first row, -1 past its last
+        # +1 at the first row of a failing block's values, -1 past its last
+        marks, ran = torch.zeros(self.n + 1, dtype=torch.long), first.backend
         for name in sorted({c.field for c in plan.checks} & self.columns.keys()):
             values = self.columns[name].values
             # (in the width the file holds: the probe checked the dtype a batch has; comparisons are exact in any width)

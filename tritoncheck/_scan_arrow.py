@@ -65,9 +65,9 @@ class Scratch:
         return buffer[:numel].view(shape)
 
 
-
 def _wide(values: Any) -> Any:
-    """`values` as a batch holds them: a signed integer narrower than int64 widened to it (a copy), others as they are."""
+    """`values` as a batch holds them: a signed integer narrower than int64 widened to it (a copy), others as
+    they are."""
     import torch
 
     return values.long() if values.dtype in (torch.int8, torch.int16, torch.int32) else values
@@ -98,7 +98,8 @@ class Column:
             (self.starts == self.starts[0] + torch.arange(n) * count).all())
 
     def whole(self, pad: float) -> Any:
-        """Every row as one tensor [n, *shape], where `uniform` holds: a view of the values, no copy."""
+        """Every row as one tensor [n, *shape], where `uniform` holds: a view of the values (a copy only where a
+        narrow integer is widened to int64)."""
         import torch
 
         return _wide(self.values) if not self.sizes.shape[1] else self.take(torch.arange(len(self)), pad)
@@ -164,7 +165,7 @@ def read_column(array: Any) -> Column:
     array.validate(full=True)  # offsets, buffer sizes, dictionary indices: before any buffer is read
     n = len(array)
     if not (types.is_list(array.type) or types.is_large_list(array.type) or types.is_fixed_size_list(array.type)):
-        # a column of scalars: its values as they are (no copy of an int64 or float column), row r is value r
+        # a column of scalars: its values as they are (no copy of a signed integer or float column), row r is value r
         leaf = array.dictionary_decode() if types.is_dictionary(array.type) else array
         nulls = _nulls(leaf)  # (decoded: a dictionary may hold a null as a value, not only as an index)
         with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
