@@ -132,6 +132,7 @@ def test_a_round_times_many_calls_and_the_thread_clock_leaves_out_sleep():
     assert min(wall["nap"]) >= 5.0
 
 
+@pytest.mark.slow  # forked DataLoader workers and a cold compile, each a few seconds of CPU: run by .ci/run
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork and resource: Linux")
 def test_startup_rows_dataloader_first_batches_and_a_cold_compile():
     opts = bench.Options(scenarios=[], tiny=True, dataloader=["bert"], cold_compile=["mse"])
