@@ -23,3 +23,13 @@ def test_a_public_name_resolves_once_to_its_module_attribute():
     from tritoncheck import BatchValidationError
 
     assert BatchValidationError.__module__ == "tritoncheck"
+
+
+def test_the_version_command_answers_without_torch():
+    code = ("import sys\nfrom tritoncheck.cli import main\nsys.argv = ['tritoncheck', '--version']\ncode = main()\n"
+            "print(code, sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pydantic')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    import tritoncheck
+
+    assert out.stdout.splitlines() == [f"tritoncheck {tritoncheck.__version__}", "0 []"], out.stdout

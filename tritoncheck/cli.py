@@ -21,8 +21,8 @@ from importlib import import_module
 from typing import Any
 
 from . import __version__
-from ._cli_commands import EXIT_INTERNAL, EXIT_USAGE, EXIT_VIOLATIONS, say
-from ._report import printable
+
+# The command modules import torch (over a second of CPU): `tritoncheck --version` answers before them.
 
 # One module per subcommand; each has add_parser(subparsers) that sets the `run` default. `bench`
 # is not among them: its harness is imported only when `tritoncheck bench` runs (see _add_bench).
@@ -35,6 +35,11 @@ EPILOG = """exit codes:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:
+        print(f"tritoncheck {__version__}")
+        return 0
+    from ._cli_commands import EXIT_USAGE, say
+
     pipe = sys.stdout = _ClosablePipe(sys.stdout)
     try:
         with _ascii_under_c_locale(sys.stderr):
@@ -48,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    from ._cli_commands import EXIT_INTERNAL, EXIT_VIOLATIONS, say
+    from ._report import printable
+
     parser = argparse.ArgumentParser(prog="tritoncheck", description="Check training batches against a contract.",
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
