@@ -57,7 +57,10 @@ FAMILIES = """\
   gives a limit, `spec_for` finds one: each embedding table the trace sees indexed by positions
   (not by a field's own values) is a candidate, and probe forwards find the longest row that runs
   (the next one must raise); a per-sample count the forward asserts against the length (XLM's
-  `lengths`) gets `lengths <= L` the same way.
+  `lengths`) gets `lengths <= L` the same way. The probe also checks the lists' limits: YOSO and
+  MRA raise 2 positions earlier than the lists said (their tables hold 2 offset rows), and GPT-Neo
+  and ImageGPT slice a causal-mask buffer of as many rows, so their limit holds with `position_ids`
+  given too.
 - **Causal LMs** shift the labels: with labels only at position 0, or L = 1, nothing is left to
   predict and the loss is NaN (`all_ignored`). A label at position 0 is never used.
 - **Question answering** clamps positions to `[0, L]` and ignores `L`: a position off the row is a
@@ -145,7 +148,7 @@ def run_sweep() -> dict:
 
 
 def _percent(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.1f}%" if whole else "n/a"
+    return f"{100 * part / whole:.2f}%" if whole else "n/a"
 
 
 def render_sweep() -> list[str]:
