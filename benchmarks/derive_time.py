@@ -7,8 +7,9 @@ Targets (issue 19): at most 2 s of CPU for a tiny model from scratch, at most 1 
 per model: `cold_s` is the median of `--repeat` derivations with the cache cleared (each traces a
 copy of the model), `cached_ms` the median of 200 calls that hit the cache (the key is computed
 from the class, the config and the parameter shapes on every call), `forwards` how many forwards
-the derivation ran. CPU only; run on an idle machine (`nproc` and the torch thread count are in
-the CSV).
+the derivation ran. CPU only; `cold_s` is process CPU time (every torch thread counted), so a loaded
+machine inflates it less than wall time would; `nproc`, the 1-minute load average and the torch thread
+count are in the CSV. The latest run is in benchmarks/results/derive-time.csv.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def main(argv: list[str]) -> int:
         warnings.simplefilter("ignore")
         for name, model in models().items():
             rows.append({"model": name, **measure(model, args.repeat), "nproc": os.cpu_count(),
+                         "load_1m": round(os.getloadavg()[0], 2),
                          "torch_threads": torch.get_num_threads(),
                          "torch": torch.__version__})
     out = open(args.out, "w", newline="") if args.out else sys.stdout  # noqa: SIM115 - closed below when a file
