@@ -45,9 +45,10 @@ FAMILIES = """\
 ## What each family needed
 
 - **Attention masks** are multiplied into the scores: 0/1 in an integer, bool or float dtype all run.
-  Another value (2, 0.5) runs on garbage: a warning, except for OPT, whose positions are the mask's
-  running sum (a mask of 2s walks off the position table: an error). XLNet computes `1.0 - mask`,
-  so a bool mask raises there. A row with no attended position runs everywhere (a warning).
+  Another value (2, 0.5) runs on garbage: a warning, except for OPT without `position_ids`, whose
+  positions are then the mask's running sum (a mask of 2s on a row of the longest length walks off
+  the position table: an error, found by probe forwards). XLNet computes `1.0 - mask`, so a bool
+  mask raises there. A row with no attended position runs everywhere (a warning).
 - **Lengths.** A learned position table (BERT, GPT-2, OPT, BART, Marian, Pegasus, CLIP's text side,
   Whisper's decoder) raises past its rows: an error, unless explicit `position_ids` are given (then
   the ids are bounded instead). RoBERTa-style tables count only non-pad tokens. Rotary models
@@ -101,9 +102,10 @@ Batches where a contract and the model still disagree, not claimed by the table 
 - Fields the model does not name: a forward that takes `**kwargs` drops them, the contract reports
   `unexpected_field` (except `token_type_ids`, which tokenizers emit: declared and ignored).
 - The smallest image Swin, ConvNeXt or ResNet takes is not derived.
-- OPT: a single 2 (or any other value) in the mask runs (it only shifts positions), but is flagged
-  as an error: a mask of 2s without `position_ids` walks off the position table once the row is
-  long enough, and the positions made from the mask's running sum are not replayed as a rule yet.
+- OPT without `position_ids`: a mask holding 2 is an error (a rule `where not present(position_ids)`),
+  though on a short row it runs: positions are the mask's running sum, which walks off the table
+  only on long rows, and the running sum is not replayed as a rule yet. With `position_ids` it is a
+  warning.
 - A field with its last axis dropped (`attention_mask` or `position_ids` as `[B]`) that the model
   runs on for every variant (GPT-2 views a mask as `[B, 1]`; DeBERTa ignores `token_type_ids`) is an
   error (`rank`): the contract grammar has no warning for a rank (`1?` covers only an axis of size

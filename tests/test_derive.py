@@ -422,6 +422,29 @@ def test_architectures_outside_every_table_are_derived_from_their_modules():
     assert _codes(batch, spec) == {("labels", "above_max"), ("pixel_values", "non_finite")}
 
 
+def test_opts_mask_values_are_a_warning_with_positions_given_and_an_error_without():
+    """OPT makes positions from the mask's running sum when position_ids are absent: a mask of 2s runs on any row
+    with position_ids (a warning), and walks off the position table on a long row without them (an error; a short
+    one runs, and is an error too: the rule cannot see how far the running sum goes)."""
+    opt = T.OPTForCausalLM(T.OPTConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1, ffn_dim=20,
+                                       num_attention_heads=2, max_position_embeddings=20, word_embed_proj_dim=16)).eval()
+    spec = _spec(opt)
+    for length, positions, truth in ((20, True, "runs"), (20, False, "raises")):
+        batch = _causal(length)
+        batch["attention_mask"] = torch.full((B, length), 2)
+        if positions:
+            batch["position_ids"] = torch.arange(length).expand(B, length)
+        try:
+            with torch.no_grad():
+                ran = "runs" if torch.isfinite(opt(**batch).loss) else "nan"
+        except IndexError:
+            ran = "raises"
+        assert ran == truth
+        report = tc.check(batch, spec, backend="torch")
+        assert ("attention_mask", "not_in_set") in {(v.field, v.code) for v in report.violations}
+        assert report.ok == (truth == "runs"), report
+
+
 class _Forecaster(nn.Module):
     """A model with a Hugging Face-like config whose inputs spec_for does not know."""
 

@@ -201,6 +201,7 @@ class _Tracing:
         self.first: dict[str, str] = {}  # input -> the module that first took it
         self.weighted = False  # whether a layer with weights took an input no hint describes
         self.length_probed = False  # whether probe forwards found a length limit
+        self.limit: tuple[str, int, list[str]] | None = None  # (dim, the longest that runs, inputs giving positions)
         self.hinted = set(data["fields"])  # fields the per-family lists describe (their dtypes were measured)
 
     def call(self, batch: dict[str, torch.Tensor]) -> Any:
@@ -332,6 +333,7 @@ class _Tracing:
         self._probe_values(batch, findings, origins)
         self._max_length(batch, findings, found.tables or {}, origins)
         self._counts(batch, findings, origins)
+        self._value_sets(batch, findings, origins)
         self._ranks(batch, origins)
         for p, messages in self.messages.items():
             if p in fields and fields[p].get("max") is not None and messages:
@@ -527,6 +529,7 @@ class _Tracing:
             if explicit and probes.clean(self.call, _resized(batch, fields, dim, low + 1)) is not None:
                 explicit = []  # it raises past `low` with positions given too (GPT-Neo's causal-mask buffer)
             unless = "".join(f" where not present({f})" for f in explicit)
+            self.limit = (dim, low, given.get(rows, []))
             if listed is not None and (not isinstance(listed_at, int) or (low >= listed_at and (unless or " where " not in listed["rule"]))):
                 origins.setdefault(f"rules.{listed['rule']}", []).append(
                     f"probe forwards: {dim} = {low} runs, {dim} = {low + 1} raises")
@@ -579,6 +582,39 @@ class _Tracing:
             self.data["rules"].append({"rule": rule, "code": "above_max", "field": name,
                                        "hint": f"{name} counts positions along {dim}: at most {dim}"})
             origins[f"rules.{rule}"] = [f"probe forwards: {name} = {dim} runs, {dim} + 1 raises"]
+
+    def _value_sets(self, batch: dict[str, torch.Tensor], findings: list[trace.Finding], origins: dict[str, list[str]]) -> None:
+        """An integer field with a value set (a mask's 0/1) whose other values are an error: where the forward runs with
+        every value out of the set, a warning, unless a row of the longest length it takes, left without the inputs
+        that give positions, then raises (OPT's positions are the mask's running sum): an error there, as a rule
+        `where not present(position_ids)`; with no such input the error stands."""
+        fields = self.data["fields"]
+        indexed = {f.field for f in findings}
+        for name, t in batch.items():
+            field = fields[name]
+            values = field.get("values")
+            if (not values or name in indexed or t.dtype not in (torch.int32, torch.int64)
+                    or field.get("severity", {}).get("not_in_set") == "warning"):
+                continue
+            bad = int(max(values)) + 1
+            if probes.clean(self.call, {**batch, name: torch.full_like(t, bad)}) is not None:
+                continue  # it raises: the error stands
+            notes = [f"not_in_set: a warning, the forward runs with every value {bad}"]
+            if self.limit is not None:
+                dim, low, given = self.limit
+                long = _resized({k: v for k, v in batch.items() if k not in given}, fields, dim, low)
+                long[name] = torch.full_like(long[name], bad)
+                if probes.clean(self.call, long) is not None:
+                    if not given:
+                        continue
+                    rule = " | ".join(f"({name} == {v})" for v in values) + f" where not present({given[0]})"
+                    self.data["rules"].append({"rule": rule, "code": "not_in_set", "field": name,
+                                               "hint": f"without {given[0]} the model makes positions from {name}: "
+                                               f"a value other than {', '.join(map(str, values))} walks off the position table"})
+                    origins[f"rules.{rule}"] = [f"probe forwards: every value {bad} on a row of {dim} = {low} raises "
+                                                f"without {given[0]}, runs with it"]
+            field.setdefault("severity", {})["not_in_set"] = "warning"
+            origins.setdefault(f"fields.{name}", []).extend(notes)
 
     def _ranks(self, batch: dict[str, torch.Tensor], origins: dict[str, list[str]]) -> None:
         """Each field of several axes, probed with its last axis dropped: where the forward runs on that (and on the
