@@ -114,6 +114,8 @@ Batches where a contract and the model still disagree, not claimed by the table 
 - A mask longer or shorter than its input that the model reads only through its sum (SEW,
   Wav2Vec2) runs, but is a `dim_mismatch` error: a dim of its own with a warning rule would need
   `tritoncheck.strategies` to draw dims equal to one another.
+- Canine: a mask value of 10**6 gives a NaN loss (a single 2 runs): `not_in_set` is a warning there,
+  so that probe is the sweep's one miss.
 - A NaN in the last frames of an AST spectrogram runs (the patch grid does not cover them), but
   `non_finite` is an error: a NaN in the first frame gives a NaN loss.
 - Pairs derived by fallback (the sweep table's `not traced:` gives the last error seen), by class:
