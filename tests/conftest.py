@@ -3,6 +3,7 @@ so the same kernel source is tested on CPU in CI."""
 
 import importlib.util
 import os
+from pathlib import Path
 
 import torch
 
@@ -36,6 +37,14 @@ def _cache_dir(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRITONCHECK_CACHE_DIR", str(tmp_path_factory.mktemp("tritoncheck-cache")))
         yield
+
+
+@pytest.fixture(scope="session")
+def run_tmp_path(tmp_path_factory) -> Path:
+    """A folder of this run shared by every pytest-xdist worker (each worker's own temporary folders
+    sit below it): for a costly result one worker computes and the others read, under a lock."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def pytest_configure(config):

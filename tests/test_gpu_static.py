@@ -18,6 +18,7 @@ must be removed from `FAILING`. The compile runs in a subprocess because the int
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
 import subprocess
@@ -73,9 +74,18 @@ PROCESSES = 2  # compiles are single-threaded: two processes halve the wall time
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    """Rows by spec: every built-in with the representative signature, plus "scalar" and "dividing"."""
-    tmp = tmp_path_factory.mktemp("gpu_static")
+def report(tmp_path_factory, run_tmp_path):
+    """Rows by spec: every built-in with the representative signature, plus "scalar" and "dividing".
+    Compiled once per run: a pytest-xdist worker that finds them compiled by another reads them."""
+    done = run_tmp_path / "gpu_static_report.json"
+    with open(run_tmp_path / "gpu_static_report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            done.write_text(json.dumps(_compile_report(tmp_path_factory.mktemp("gpu_static"))))
+        return json.loads(done.read_text())
+
+
+def _compile_report(tmp: Path) -> dict:
     (tmp / "dividing.yaml").write_text(DIVIDING)
     names = [*SPECS, "scalar", "dividing"]
     # None: gpu_static.REPRESENTATIVE
