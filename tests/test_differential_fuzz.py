@@ -46,6 +46,9 @@ import tritoncheck as tc
 EXAMPLES = int(os.environ.get("TRITONCHECK_FUZZ_EXAMPLES", "150"))
 MINUTES = float(os.environ.get("TRITONCHECK_FUZZ_MINUTES", "0"))  # go on for this long (each parametrization)
 ROUND = 200  # examples per seed of a timed run
+# a batch is also checked materialized up to this many logical elements: an expanded 70,000 x 1025
+# x 2 field materialized took the torch backend 130 s and 2.3 GB (the view itself: 0.6 s, 45 MiB)
+MATERIALIZE_LIMIT = 2**22
 _SEED_ENV = os.environ.get("TRITONCHECK_FUZZ_SEED")
 SEED = None if _SEED_ENV is None else random.randrange(2**32) if _SEED_ENV == "random" else int(_SEED_ENV)
 if SEED is not None:
@@ -133,7 +136,8 @@ def check_case(case: Case, spec_dir: Path, backends: tuple[str, ...] = BACKENDS)
     finally:
         os.unlink(f.name)
     reports = {b: report_of(case.batch, spec, b) for b in backends}
-    reports["torch, the batch materialized"] = report_of(materialized(case.batch), spec, "torch")
+    if sum(v.numel() for v in case.batch.values() if isinstance(v, torch.Tensor)) <= MATERIALIZE_LIMIT:
+        reports["torch, the batch materialized"] = report_of(materialized(case.batch), spec, "torch")
     reference = reports["torch"]
     for b, r in reports.items():
         assert r == reference, f"backend {b!r} disagrees with torch:\n{_diff(reference, r)}"
