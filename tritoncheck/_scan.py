@@ -69,6 +69,7 @@ from ._cli_commands import (
     spec_from_args,
     write_json,
 )
+from ._data import relocate
 from ._report import WARNING_PREFIX, Violation, fitted_table, printable, report_json
 from ._scan_arrow import Column, Scratch, read_column, refusal
 from ._spec import close_match, closest
@@ -921,7 +922,7 @@ class _Ragged:
                 rows, _, ran = scan_batch(batch, spec, backend,
                                           take=lambda pos, m=members: self.take([m[p] for p in pos]))
                 found += [(None, _moved(v, members.__getitem__, plan)) if p is None else
-                          (members[p], _at(v, members[p], plan)) for p, v in rows]
+                          (members[p], relocate(v, members[p], plan)) for p, v in rows]
                 if any(p is None for p, _ in rows):
                     continue  # a metadata problem of the whole group: no row is to blame
                 bad = {members[p] for p, _ in rows}
@@ -1080,33 +1081,15 @@ def _entries(item: _Item, found: list[tuple[int | None, Any]], spec: Any) -> lis
     return out
 
 
-def _at(v: Any, position: int, plan: Any) -> Any:
-    """A violation of one sample, wherever in its batch it was found, placed at `position`: its sample, and the batch
-    coordinate of its index where the check's axes are certain (every check with this field and code iterates the
-    same axes, of the index's length); as `relocate` places one found in a batch of that sample alone."""
-    from dataclasses import replace
-
-    if not v.samples:
-        return v
-    index = v.index
-    axes = {c.axes for c in plan.checks if c.field == v.field and c.code == v.code}
-    if index is not None and len(axes) == 1:
-        (only,) = axes
-        if len(only) == len(index) and plan.batch_dim in only:
-            k = only.index(plan.batch_dim)
-            index = index[:k] + (position,) + index[k + 1:]
-    return replace(v, samples=(position,), index=index)
-
-
 def _moved(v: Any, where: Callable[[int], int], plan: Any) -> Any:
     """A violation found in a batch, its samples and the batch coordinate of its index mapped by `where` (into
-    its chunk, or onto the dataset's rows); an index whose batch coordinate is not certain (see `_at`) is
+    its chunk, or onto the dataset's rows); an index whose batch coordinate is not certain (see `relocate`) is
     dropped rather than left counting from the batch it was found in."""
     from dataclasses import replace
 
     if not v.samples or all(where(s) == s for s in v.samples):
         return v
-    moved = _at(v, where(v.samples[0]), plan)
+    moved = relocate(v, where(v.samples[0]), plan)
     index = None if v.index is not None and moved.index == v.index else moved.index
     return replace(moved, samples=tuple(where(s) for s in v.samples), index=index)
 
