@@ -168,10 +168,7 @@ def read_column(array: Any) -> Column:
         # a column of scalars: its values as they are (no copy of a signed integer or float column), row r is value r
         leaf = array.dictionary_decode() if types.is_dictionary(array.type) else array
         nulls = _nulls(leaf)  # (decoded: a dictionary may hold a null as a value, not only as an index)
-        with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
-            warnings.simplefilter("ignore", UserWarning)
-            flat = torch.from_numpy(_values(leaf))
-        return Column(flat, None, torch.zeros((n, 0), dtype=torch.long),
+        return Column(_leaf_tensor(leaf), None, torch.zeros((n, 0), dtype=torch.long),
                       torch.zeros(n, dtype=torch.bool) if nulls is None else torch.from_numpy(nulls),
                       torch.zeros(n, dtype=torch.bool))
     lo, hi = np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64)  # each row's span in `level`
@@ -200,11 +197,7 @@ def read_column(array: Any) -> Column:
     leaf = level.dictionary_decode() if types.is_dictionary(level.type) else level
     nulls |= _any_in(_nulls(leaf), lo, hi)  # (decoded: a dictionary may hold a null as a value, not only as an index)
     shape = _shapes(sizes, n)
-    values = _values(leaf)
-    with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
-        warnings.simplefilter("ignore", UserWarning)
-        flat = torch.from_numpy(values)
-    return Column(flat, torch.from_numpy(lo), shape, torch.from_numpy(nulls), torch.from_numpy(jagged))
+    return Column(_leaf_tensor(leaf), torch.from_numpy(lo), shape, torch.from_numpy(nulls), torch.from_numpy(jagged))
 
 
 def _plain(kind: Any) -> Any:
@@ -251,6 +244,15 @@ def _any_in(mask: Any, lo: Any, hi: Any) -> Any:
         return np.zeros(len(lo), bool)
     total = np.concatenate([[0], np.cumsum(mask)])
     return total[hi] > total[lo]
+
+
+def _leaf_tensor(leaf: Any) -> Any:
+    """`_values(leaf)` as a tensor over the same memory."""
+    import torch
+
+    with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(_values(leaf))
 
 
 def _values(leaf: Any) -> Any:
