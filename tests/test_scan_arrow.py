@@ -12,6 +12,7 @@ import torch
 pa = pytest.importorskip("pyarrow", reason="scans read Parquet and Arrow: pip install pyarrow (in the test extra)")
 pq = pytest.importorskip("pyarrow.parquet", reason="scans read Parquet: pip install pyarrow (in the test extra)")
 
+from hostile_payload import Payload  # noqa: E402
 import tritoncheck as tc  # noqa: E402
 from tritoncheck._scan import scan  # noqa: E402
 from tritoncheck._scan_arrow import read_column, refusal  # noqa: E402
@@ -23,16 +24,6 @@ BERT = [f"--param={k}={v}" for k, v in PARAMS.items()]
 
 def bert():
     return tc.load_spec("bert-sequence-classification", **PARAMS)
-
-
-class Payload:
-    """Unpickling it creates the file `marker` (what a hostile pickle would do, harmlessly)."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
 
 
 class PickledType(pa.ExtensionType):

@@ -49,6 +49,7 @@ from hypothesis import strategies as st
 pa = pytest.importorskip("pyarrow", reason="scans read Parquet and Arrow: pip install pyarrow (in the test extra)")
 pq = pytest.importorskip("pyarrow.parquet", reason="scans read Parquet: pip install pyarrow (in the test extra)")
 
+from hostile_payload import Payload  # noqa: E402
 import tritoncheck as tc  # noqa: E402
 import tritoncheck._scan as scan_module  # noqa: E402
 
@@ -66,16 +67,6 @@ INT64_MAX = 2**63 - 1
 INTS = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
 FLOATS = [pa.float16(), pa.float32(), pa.float64()]
 LEAVES = [*INTS, *FLOATS, pa.bool_()]
-
-
-class Payload:
-    """Unpickling it creates the file `marker` (what a hostile pickle would do, harmlessly)."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
 
 
 class PickledType(pa.ExtensionType):
