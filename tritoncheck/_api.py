@@ -130,10 +130,19 @@ def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: A
             raises at the next deferred `validate` (of any spec) or at `tc.wait()`, naming the
             step it was submitted at (see `tritoncheck/_triton/deferred.py`).
 
+    Inside a `torch.compile`d function (`fullgraph=True` included) the check is one custom op that
+    runs at every call of the compiled code, without a graph break (`tritoncheck/_triton/graph_op.py`).
+
     `TRITONCHECK_DISABLE=1` in the environment turns validation off (the batch is returned as is).
     """
     if disabled():
         return batch
+    if _compiling():  # inside a torch.compile'd step: one custom op, no graph break
+        if not isinstance(spec, BatchSpec):
+            raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
+        from ._triton import graph_op
+
+        return graph_op.validate(batch, spec, backend=backend, group=group, deferred=deferred, strict=strict)
     if group is not None:
         require_process_group(group)
     if deferred:
@@ -179,6 +188,13 @@ def _with_dataset_indices(v: Violation, dataset_indices: Sequence[Any]) -> str:
     named = ", ".join(printable(repr(dataset_indices[p])) for p in shown)
     more = ", ..." if len(v.samples) > len(shown) else ""
     return f"{first} (dataset {'index' if len(v.samples) == 1 else 'indices'} {named}{more}){newline}{rest}"
+
+
+def _compiling() -> bool:
+    """True while torch.compile (Dynamo) traces the caller."""
+    import torch
+
+    return torch.compiler.is_compiling()
 
 
 def disabled() -> bool:
