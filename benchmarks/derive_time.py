@@ -26,8 +26,7 @@ import torch
 from torch import nn
 
 import tritoncheck as tc
-from tritoncheck._derive import cache
-
+from tritoncheck.derive import cache
 TINY = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 20}
 
 

@@ -99,7 +99,7 @@ def load_plan(spec_name: str, variant: str) -> Any:
     """The spec's plan, its parameters from `harness.BUILTIN_PARAMS` and the model dtype (a spec
     whose float field takes the model's compute dtype, like LayoutLMv3's pixels) the variant's float."""
     import tritoncheck as tc
-    from tritoncheck._plan import compile_plan
+    from tritoncheck.plan.lower import compile_plan
     from harness import BUILTIN_PARAMS  # benchmarks/harness.py (this folder is sys.path[0])
 
     return compile_plan(tc.load_spec(spec_name, config={**BUILTIN_PARAMS, "dtype": VARIANTS[variant][2]}))
@@ -123,8 +123,7 @@ def signature_text(batch: dict[str, torch.Tensor]) -> str:
 
 def launch_args(program: Any, bound: Any) -> tuple[list[Any], dict[str, Any]]:
     """The positional arguments and keyword options `backend.launch` passes to `program.fn[grid]`."""
-    from tritoncheck._triton import backend
-
+    from tritoncheck.backends import triton as backend
     out = torch.zeros(backend.launch_for(program, bound).length, dtype=torch.int64)
     args, kwargs, _ = backend.launch_args(program, bound, out)
     return args, kwargs
@@ -132,8 +131,7 @@ def launch_args(program: Any, bound: Any) -> tuple[list[Any], dict[str, Any]]:
 
 def geometry(program: Any, dims: dict[str, int]) -> list[Any]:
     """Per group of the kernel, for these dim sizes: programs, tiles per program, bytes per tile."""
-    from tritoncheck._triton import backend
-
+    from tritoncheck.backends import triton as backend
     return backend.geometry(program, dims)
 
 
@@ -351,9 +349,8 @@ def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], 
     it does not lower goes to the torch backend)."""
     import triton
 
-    from tritoncheck._plan import bind
-    from tritoncheck._triton import backend
-
+    from tritoncheck.plan.lower import bind
+    from tritoncheck.backends import triton as backend
     plan = load_plan(spec_name, variant)
     dims = SIZES[aligned]
     batch = make_batch(plan, variant, dims)

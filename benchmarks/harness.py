@@ -2,7 +2,7 @@
 
 It lives in the repository's `benchmarks/`, not in the package (no check needs it): the scripts
 here (`run.py`: the full run, the CSV history, the README table; `profile_check.py`,
-`gpu_profile.py`) import it as `harness`, and `tritoncheck bench` (tritoncheck/bench.py, a thin
+`gpu_profile.py`) import it as `harness`, and `tritoncheck bench` (tritoncheck/cli/bench.py, a thin
 entry point) parses its arguments and runs its quick set from a checkout.
 
 Each scenario builds a spec and a realistic valid batch for a built-in family, plus the same

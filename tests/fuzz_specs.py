@@ -5,7 +5,7 @@ mapping from a small model of what it declares (fields, their ranks and dims, pa
 that most texts load and most batches fit its shapes, while names, numbers and rules come from
 pools of hostile choices: names the kernel generator uses (`out`, `i`, `tl`, `ptr`), unicode,
 dims named like fields, -0.0, huge, fractional and non-finite bounds, rules from the whole
-expression grammar of `tritoncheck/_expr.py`. Batches mix odd dtypes, strides (transposed,
+expression grammar of `tritoncheck/expr.py`. Batches mix odd dtypes, strides (transposed,
 stepped, expanded, offset), sizes (0, 1, past a block) and values (NaN, +-inf, -0.0,
 denormals, integer extremes); a share of them is drawn inside the spec's bounds, so that the
 path where nothing is wrong runs too.

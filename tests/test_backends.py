@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck import _api
-from tritoncheck._kernel import build, c_backend
-from tritoncheck._spec import spec_from_dict
+from tritoncheck import api as _api
+from tritoncheck.backends import codecache as build
+from tritoncheck.backends import c as c_backend
+from tritoncheck.spec.schema import spec_from_dict
 
 SPEC = dict(vocab_size=30, num_labels=2, max_position_embeddings=16, type_vocab_size=2)
 
@@ -138,7 +139,7 @@ def test_a_triton_fallback_is_named_in_the_report():
     """Triton hands an expanded view it would walk in full (a rule sums over it) to torch; the
     report must not claim the kernel ran."""
     pytest.importorskip("triton", reason="pip install triton (in the test extra)")
-    from tritoncheck._triton.backend import EXPANDED_WALK_LIMIT
+    from tritoncheck.backends.triton import EXPANDED_WALK_LIMIT
 
     spec = tc.BatchSpec.model_validate({"name": "s", "fields": {"x": {"dtype": "int64", "shape": ["B"]}},
                                         "rules": ["x <= sum(x)"]})

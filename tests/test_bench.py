@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck import bench as entry
+from tritoncheck.cli import bench as entry
 from tritoncheck.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,10 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from report_compare import comparable
 
 import tritoncheck as tc
-from tritoncheck import _torch_backend
-from tritoncheck._kernel import build, c, c_backend, ir
-from tritoncheck._plan import bind, compile_plan
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import read_spec
+from tritoncheck.plan.lower import bind, compile_plan
+from tritoncheck.backends import torch as _torch_backend
+from tritoncheck.backends import codecache as build
+from tritoncheck.codegen import c
+from tritoncheck.backends import c as c_backend
+from tritoncheck.kernel import ir
+from tritoncheck.plan.lower import bind, compile_plan
+from tritoncheck.spec.schema import spec_from_dict
 
 pytestmark = pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
 
@@ -53,7 +58,7 @@ def assert_same(spec: tc.BatchSpec, batch: dict) -> list:
 
 
 def builtin(name: str) -> tc.BatchSpec:
-    needed = set(tc._spec.read_spec(name).params)
+    needed = set(read_spec(name).params)
     return tc.load_spec(name, **{k: v for k, v in PARAMS.items() if k in needed})
 
 
@@ -418,8 +423,9 @@ def test_no_compiler_is_a_compile_error(monkeypatch):
 CHILD = textwrap.dedent("""
     import os, sys, time, torch
     import tritoncheck as tc
-    from tritoncheck._kernel import build, c_backend
-    from tritoncheck._plan import bind, compile_plan
+    from tritoncheck.backends import codecache as build
+    from tritoncheck.backends import c as c_backend
+    from tritoncheck.plan.lower import bind, compile_plan
     if sys.argv[1] == "load-only":
         def refuse(*a, **k):
             raise SystemExit("compiled, but the kernel was in the cache")
@@ -472,15 +478,15 @@ def test_decoding_a_failing_batch_costs_its_violations_not_its_rows():
     import ctypes
     import time
 
-    from tritoncheck._kernel import ir
-    from tritoncheck._kernel.decode import decode
+    from tritoncheck.kernel import ir
+    from tritoncheck.kernel.decode import decode
 
     spec = tc.BatchSpec.model_validate({"name": "d", "fields": {"x": {"dtype": "int64", "shape": ["B"], "max": 5}}})
     n = 2**22
     x = torch.zeros(n, dtype=torch.int64)
     x[[7, n - 1]] = 9
-    plan = tc._plan.compile_plan(spec)
-    bound = tc._plan.bind(plan, {"x": x})
+    plan = compile_plan(spec)
+    bound = bind(plan, {"x": x})
     kernel = ir.lower(plan, tuple(bound.runnable), {"x": ir.FieldSig("x", torch.int64, ("B",), True)})
     out = (ctypes.c_int64 * kernel.layout.length(n))()
     base, row = kernel.layout.sample_base(0)

@@ -220,7 +220,7 @@ def test_output_file_is_the_same_json_for_check_and_scan(saved, tmp_path, capsys
 
 def test_check_never_imports_the_benchmark_harness(saved):
     code = ("import sys; from tritoncheck.cli import main; rc = main(['check', 'cross-entropy', sys.argv[1]]); "
-            "print('bench imported:', 'tritoncheck.bench' in sys.modules)")
+            "print('bench imported:', 'tritoncheck.cli.bench' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code, saved(ce_batch())], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().endswith("bench imported: False"), done.stdout + done.stderr
 

@@ -9,8 +9,9 @@ import torch
 from torch.utils.data import DataLoader
 
 import tritoncheck as tc
-from tritoncheck._data import Indexed, split_bad
-from tritoncheck._plan import compile_plan
+from tritoncheck.spec.schema import spec_from_dict
+from tritoncheck.integrations.data import Indexed, split_bad
+from tritoncheck.plan.lower import compile_plan
 
 VOCAB, NUM_LABELS, N = 50, 3, 24
 BAD_IDS = {3, 7}  # a token id >= vocab_size
@@ -314,7 +315,7 @@ def test_the_skip_log_says_why_each_sample_was_dropped(tmp_path, caplog):
 
 def test_raise_names_only_samples_with_errors_as_bad():
     """A sample with only a warning is not named among the bad samples of a raised batch."""
-    spec = tc._spec.spec_from_dict({"name": "warn-and-error", "fields": {"x": {
+    spec = spec_from_dict({"name": "warn-and-error", "fields": {"x": {
         "dtype": "int64", "shape": ["B"], "min": 0, "max": 3, "severity": {"above_max": "warning"}}}}, "w.yaml")
     samples = [{"x": torch.tensor(v)} for v in (0, 7, 0, -1)]
     loader = DataLoader(tc.IndexedDataset(samples), batch_size=4, collate_fn=tc.ValidatingCollate(spec))

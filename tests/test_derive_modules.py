@@ -16,8 +16,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 import tritoncheck as tc
-from tritoncheck._derive import cache
-
+from tritoncheck.derive import cache
 B = 3
 
 

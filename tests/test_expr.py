@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tritoncheck import _expr
-from tritoncheck._expr import Arange, Binary, Const, ExprError, RawIndex, Reduce, Sym, Unary
+from tritoncheck import expr as _expr
+from tritoncheck.expr import Arange, Binary, Const, ExprError, RawIndex, Reduce, Sym, Unary
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck._spec import read_spec
+from tritoncheck.spec.schema import read_spec
 
 
 def _write(path, text):
@@ -166,8 +166,7 @@ def test_a_large_base_is_refused_before_it_is_read(tmp_path, monkeypatch):
 
 
 def test_a_base_that_grows_after_the_size_check_is_read_no_further(tmp_path, monkeypatch):
-    from tritoncheck import _extends
-
+    from tritoncheck.spec import extends as _extends
     _write(tmp_path / "base.yaml", BASE + "# " + "x" * 200 + "\n")
     monkeypatch.setattr(_extends, "MAX_BYTES", 100)
     real_stat = os.stat_result

@@ -18,16 +18,16 @@ import torch
 from torch._subclasses import fake_tensor
 
 import tritoncheck as tc
-from tritoncheck._checks import kind_of
-from tritoncheck._kernel.decode import point_value
-from tritoncheck._plan import RuleCheck, bind, compile_plan
-from tritoncheck._torch_backend import Context
+from tritoncheck.checks.registry import kind_of
+from tritoncheck.kernel.decode import point_value
+from tritoncheck.plan.lower import RuleCheck, bind, compile_plan
+from tritoncheck.backends.torch import Context
 
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
 from test_triton_backend import SPECS, corruptions, make_batch, spec_for  # noqa: E402
 
-from tritoncheck._triton import backend as tb  # noqa: E402
+from tritoncheck.backends import triton as tb  # noqa: E402
 
 
 def _getitem(self, index):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck._guard import _deferred_available
+from tritoncheck.integrations.guard import _deferred_available
 
 transformers = pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
 
@@ -91,7 +91,7 @@ def test_remove_and_disable_take_the_guard_off(bert, spec, calls, monkeypatch):
 
 
 def test_guard_without_a_spec_uses_the_models_contract(bert, calls):
-    if importlib.util.find_spec("tritoncheck._derive") is None:
+    if importlib.util.find_spec("tritoncheck.derive") is None:
         with pytest.raises(NotImplementedError, match="pass one"):
             tc.guard(bert)
     else:

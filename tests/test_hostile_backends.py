@@ -19,9 +19,11 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck import _api
-from tritoncheck._kernel import build, c_backend
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.plan.lower import MAX_DATA_CHECKS, compile_plan
+from tritoncheck import api as _api
+from tritoncheck.backends import codecache as build
+from tritoncheck.backends import c as c_backend
+from tritoncheck.spec.schema import spec_from_dict
 
 pytestmark = pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
 
@@ -129,7 +131,7 @@ def test_a_compile_timeout_kills_the_compilers_whole_process_group(fresh, monkey
 TRUNCATED = """
 import torch
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 s = spec_from_dict({"name": "truncated", "fields": {"x": {"dtype": "int64", "shape": ["B"], "min": 0}}}, "t.yaml")
 r = tc.check({"x": torch.tensor([1, -2])}, s, backend="c")
 print(r.backend, [v.code for v in r.violations])
@@ -152,10 +154,10 @@ def test_a_truncated_cached_library_is_rebuilt_never_mapped(fresh):
 
 def test_a_spec_of_too_many_checks_is_refused_at_load():
     fields = {"x": {"dtype": "int64", "shape": ["B"]}}
-    rules = [f"x != {i}" for i in range(tc._plan.MAX_DATA_CHECKS + 1)]
+    rules = [f"x != {i}" for i in range(MAX_DATA_CHECKS + 1)]
     with pytest.raises(tc.SpecError, match=r"257 data checks .* at most 256"):
-        tc._plan.compile_plan(spec_from_dict({"name": "big", "fields": fields, "rules": rules}, "t.yaml"))
-    tc._plan.compile_plan(spec_from_dict({"name": "big", "fields": fields, "rules": rules[:-1]}, "t.yaml"))
+        compile_plan(spec_from_dict({"name": "big", "fields": fields, "rules": rules}, "t.yaml"))
+    compile_plan(spec_from_dict({"name": "big", "fields": fields, "rules": rules[:-1]}, "t.yaml"))
 
 
 def test_the_cache_keeps_a_size_and_hash_beside_each_library(fresh):

@@ -158,8 +158,8 @@ def test_an_internal_error_exits_3_in_every_subcommand(command, evil, monkeypatc
         "infer": ["infer", good],
         "bench": ["bench", "--tiny", "--scenario", "ctc"],
     }[command]
-    target = {"check": "tritoncheck._api.check", "specs": "tritoncheck._spec.builtin_spec_names",
-              "infer": "tritoncheck._infer._draft", "bench": "tritoncheck.bench.run_benchmarks"}[command]
+    target = {"check": "tritoncheck.api.check", "specs": "tritoncheck.spec.schema.builtin_spec_names",
+              "infer": "tritoncheck.cli.infer._draft", "bench": "tritoncheck.cli.bench.run_benchmarks"}[command]
     monkeypatch.setattr(target, boom)
     monkeypatch.delenv("TRITONCHECK_DEBUG", raising=False)
     assert main(argv) == 3
@@ -177,7 +177,6 @@ def test_help_documents_the_exit_codes(capsys):
     out = capsys.readouterr().out
     assert "exit codes" in out and "3  internal error" in out and "2  usage or spec error" in out
     from tritoncheck import cli
-
     assert "3  internal error" in cli.__doc__
 
 
@@ -276,7 +275,7 @@ def test_infer_reads_expanded_tensors_without_materialising_them(tmp_path, capsy
 
 
 def test_infer_leaves_out_overlapping_views():
-    from tritoncheck._infer import infer_yaml
+    from tritoncheck.cli.infer import infer_yaml
 
     batch = {"x": torch.zeros(2**20 + 2**20).as_strided((2**20, 2**20), (1, 1)), "y": torch.zeros(3)}
     draft = yaml.safe_load(infer_yaml([batch]))
@@ -307,8 +306,8 @@ def ce(target):
 
 
 def test_scan_records_a_failing_check_and_goes_on(tmp_path, monkeypatch, capsys):
-    import tritoncheck._api as api
-    import tritoncheck._data  # noqa: F401  (imported now, it binds the real check, not the patched one below)
+    import tritoncheck.api as api
+    import tritoncheck.integrations.data  # noqa: F401  (imported now, it binds the real check, not the patched one below)
 
     real = api.check
 

@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tritoncheck as tc
-from tritoncheck._kernel import ir
-from tritoncheck._plan import bind, compile_plan
+from tritoncheck.kernel import ir
+from tritoncheck.plan.lower import bind, compile_plan
 
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
-from tritoncheck._triton import codegen  # noqa: E402
+from tritoncheck.codegen import triton as codegen  # noqa: E402
 
 
 @pytest.fixture

@@ -17,9 +17,11 @@ import torch
 from report_compare import comparable
 
 import tritoncheck as tc
-from tritoncheck import _api, _plan
-from tritoncheck._kernel import build, c_backend
-from tritoncheck._spec import spec_from_dict
+from tritoncheck import api as _api
+from tritoncheck.plan import lower as _plan
+from tritoncheck.backends import codecache as build
+from tritoncheck.backends import c as c_backend
+from tritoncheck.spec.schema import spec_from_dict
 
 needs_c = pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
 needs_proc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
@@ -148,7 +150,7 @@ def test_a_batch_dim_no_field_stores_is_never_a_result_buffer_per_sample(backend
 STORED_SMALL = r"""
 import json, resource, sys, time, warnings, torch
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 warnings.simplefilter("ignore")
 backend, huge = sys.argv[1], 2**40
 def spec(fields, rules=()):
@@ -315,7 +317,7 @@ def test_ctc_with_targets_expanded_to_2_26_costs_no_memory_on_c():
 WINDOWED = r"""
 import json, resource, sys, torch
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 s = spec_from_dict({"name": "w", "fields": {"r": {"dtype": "float32", "shape": ["B", "out"]}},
                     "rules": ["all(r > 0, dim=out) | (arange(B) < 3)"]}, "w")
 tc.check({"r": torch.zeros(8, 0)}, s, backend="torch")
@@ -341,8 +343,7 @@ def test_a_rule_over_positions_with_a_reduction_over_another_axis_goes_in_window
 @pytest.mark.parametrize("rule", ["all(r > 0, dim=out) | (arange(B) < 3)", "any(r > 1, dim=out) | (arange(B) > 4)",
                                   "(sum(r, dim=out) + arange(B)) % 3 != 1"])
 def test_windows_beside_a_reduction_over_another_axis_give_the_whole_report(monkeypatch, rule):
-    from tritoncheck import _torch_backend
-
+    from tritoncheck.backends import torch as _torch_backend
     s = spec_from_dict({"name": "w", "fields": {"r": {"dtype": "float32", "shape": ["B", "out"]}}, "rules": [rule]}, "w")
     batch = {"r": torch.tensor([[1.0, 2.0], [0.0, 1.0]]).repeat(9, 1)}
     whole = report(batch, s, "torch")
@@ -363,8 +364,7 @@ REDUCE_POSITIONS = ["any((arange(S) > lengths) & (targets > 0), dim=S)", "sum(ta
 def test_a_reduction_over_positions_gives_the_same_report_in_windows(monkeypatch, rule, expand):
     """The reduction's body is evaluated a window of S at a time and combined (or, and, +); the
     report equals the whole evaluation's and the C backend's."""
-    from tritoncheck import _torch_backend
-
+    from tritoncheck.backends import torch as _torch_backend
     s = spec_from_dict({**CTC_LIKE, "rules": [rule]}, "w.yaml")
     g = torch.Generator().manual_seed(len(rule))
     stored = torch.randint(0, 3, (5, 1 if expand else 37), generator=g)
@@ -378,7 +378,7 @@ def test_a_reduction_over_positions_gives_the_same_report_in_windows(monkeypatch
 REDUCE_POSITIONS_RSS = r"""
 import json, resource, sys, torch
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 s = spec_from_dict({"name": "w", "fields": {"targets": {"dtype": "int64", "shape": ["B", "S"]},
                                             "lengths": {"dtype": "int64", "shape": ["B"]}},
                     "rules": [sys.argv[1]]}, "w")

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck._triton import backend as triton_backend
-
+from tritoncheck.backends import triton as triton_backend
 SPEC = {"name": "ids", "fields": {"ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0, "max": 9}}}
 
 

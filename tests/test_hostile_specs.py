@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 
 
 def load(tmp_path, text: str, **params):
@@ -237,7 +237,7 @@ def test_value_sets_and_sentinels_compare_exactly_in_the_tensors_dtype(backend):
 EXPANDED = """
 import json, sys, time, torch
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 backend, n = sys.argv[1], int(sys.argv[2])
 s = spec_from_dict({"name": "e", "fields": {
     "x": {"dtype": "float32", "shape": ["B", "L"], "max": 1, "finite": True},
@@ -286,7 +286,7 @@ def test_expanded_views_report_as_the_materialised_batch_would(backend):
 EXPANDED_BATCH = """
 import json, sys, torch
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 backend, n = sys.argv[1], int(sys.argv[2])
 s = spec_from_dict({"name": "e", "fields": {"y": {"dtype": "int32", "shape": ["B"], "max": 5}}}, "e")
 y = torch.tensor([7, 1], dtype=torch.int32)[:1].expand(n)
@@ -306,7 +306,7 @@ def test_an_expanded_batch_axis_lists_every_sample(backend):
 PEAK_RSS = """
 import json, resource, sys, torch
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 backend = sys.argv[1]
 s = spec_from_dict({"name": "e", "fields": {
     "a": {"dtype": "int32", "shape": ["B", "L"], "max": 0, "values": [0, 2], "allow": [-100]},

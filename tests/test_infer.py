@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import tritoncheck as tc
 from tritoncheck import cli
-from tritoncheck._cli_commands import UsageError
-from tritoncheck._infer import infer_yaml
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.cli.commands import UsageError
+from tritoncheck.cli.infer import infer_yaml
+from tritoncheck.spec.schema import spec_from_dict
 
 
 def _examples(tmp_path, sizes=((4, 12), (4, 9), (3, 15))):

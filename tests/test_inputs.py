@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
+from tritoncheck.plan.lower import bind, compile_plan
 
 CE = tc.load_spec("cross-entropy")
 
@@ -47,7 +48,7 @@ def test_a_list_of_samples_is_told_to_collate(capsys):
 
 def test_a_too_long_sequence_names_the_parameter_and_its_value():
     """Issue 21: the dims were named, the limit's value was not."""
-    from tritoncheck._spec import spec_from_dict
+    from tritoncheck.spec.schema import spec_from_dict
 
     s = spec_from_dict({"name": "t", "params": {"max_position_embeddings": 8, "other": 3},
                         "fields": {"input_ids": {"dtype": "int64", "shape": ["B", "L"]}},
@@ -67,7 +68,7 @@ def test_value_not_a_tensor(value):
 def test_numpy_arrays_are_viewed_without_a_copy():
     arr_in = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
     arr_t = np.array([0, 4, -100, 7])
-    bound = tc._plan.bind(tc._plan.compile_plan(CE), {"input": arr_in, "target": arr_t})
+    bound = bind(compile_plan(CE), {"input": arr_in, "target": arr_t})
     assert np.shares_memory(bound.tensors["input"].numpy(), arr_in)
     assert np.shares_memory(bound.tensors["target"].numpy(), arr_t)
     report = tc.check({"input": arr_in, "target": arr_t}, CE)

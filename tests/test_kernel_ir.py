@@ -10,12 +10,13 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck._dtypes import INT64_MAX, INT64_MIN, int_limit
-from tritoncheck._plan import compile_plan
-from tritoncheck._spec import spec_from_dict
-from tritoncheck._kernel import c, ir
-from tritoncheck._kernel.decode import PointOps
-from tritoncheck._triton.codegen import TritonCodegen
+from tritoncheck.dtypes import INT64_MAX, INT64_MIN, int_limit
+from tritoncheck.plan.lower import compile_plan
+from tritoncheck.spec.schema import spec_from_dict
+from tritoncheck.codegen import c
+from tritoncheck.kernel import ir
+from tritoncheck.kernel.decode import PointOps
+from tritoncheck.codegen.triton import TritonCodegen
 
 BERT = dict(vocab_size=50, max_position_embeddings=16, type_vocab_size=2, num_labels=5)
 

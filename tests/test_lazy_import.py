@@ -17,7 +17,7 @@ def test_import_and_version_need_no_torch():
 
 def test_a_public_name_resolves_once_to_its_module_attribute():
     import tritoncheck as tc
-    from tritoncheck._api import check
+    from tritoncheck.api import check
 
     assert tc.check is check and "check" in vars(tc)  # (kept: later uses do not go through __getattr__)
     from tritoncheck import BatchValidationError

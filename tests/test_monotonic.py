@@ -1,6 +1,6 @@
 """`monotonic: <dim>`: a field never decreases along a named axis (position_ids along L).
 
-The kind is one section of tritoncheck/_checks.py; every backend runs it natively and reports the
+The kind is one section of tritoncheck/checks/registry.py; every backend runs it natively and reports the
 first position i where x[i] < x[i-1], the number of such positions, and the samples holding one.
 """
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tritoncheck as tc
-from tritoncheck._plan import MonotonicCheck, compile_plan
+from tritoncheck.plan.lower import MonotonicCheck, compile_plan
 from tritoncheck.strategies import malformed_batches, valid_batches
 
 

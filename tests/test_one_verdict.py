@@ -18,7 +18,8 @@ import torch
 from report_compare import comparable
 
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.plan.lower import compile_plan
+from tritoncheck.spec.schema import spec_from_dict
 
 
 def spec(fields: dict, rules: list | None = None) -> tc.BatchSpec:
@@ -180,7 +181,7 @@ def test_an_expanded_batch_past_65536_samples_lists_every_sample(backend):
 RSS = """
 import json, resource, sys, time, torch
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 backend, n = sys.argv[1], int(sys.argv[2])
 s = spec_from_dict({"name": "e", "fields": {"y": {"dtype": "int64", "shape": ["B"], "max": 0},
                                             "m": {"dtype": "bool", "shape": ["B", "L"], "values": [1]}},
@@ -219,13 +220,13 @@ SIX = {f"x{i}": {"dtype": "int64", "shape": ["B", f"L{i}"]} for i in range(6)}
                                   "any(x0 != x1)"])
 def test_a_rule_over_unrelated_dims_is_refused_at_load(rule):
     with pytest.raises(tc.SpecError, match=r"rules\.0: .* walks the dims .*no one field spans"):
-        tc._plan.compile_plan(spec(SIX, [{"rule": rule}]))
+        compile_plan(spec(SIX, [{"rule": rule}]))
 
 
 @pytest.mark.parametrize("rule", ["x0 + x0[:, 0] < 100", "sum(x0, dim=L0) <= sum(x1, dim=L1)", "x0 < arange(L0)",
                                   "x1 != 3 where arange(L1) < x0[:, 0]", "any(x0 != 1)"])
 def test_a_rule_within_one_fields_dims_loads(rule):
-    plan = tc._plan.compile_plan(spec(SIX, [{"rule": rule}]))
+    plan = compile_plan(spec(SIX, [{"rule": rule}]))
     assert len(plan.checks) == 1
 
 
@@ -242,8 +243,7 @@ WINDOW_RULES = ["targets != 0 where arange(S) < lengths", "targets + arange(S) <
 @pytest.mark.parametrize("rule", WINDOW_RULES)
 @pytest.mark.parametrize("expand", [False, True])
 def test_a_rule_over_positions_gives_the_same_report_in_windows(monkeypatch, rule, expand):
-    from tritoncheck import _torch_backend
-
+    from tritoncheck.backends import torch as _torch_backend
     s = spec(CTC_LIKE, [rule])
     g = torch.Generator().manual_seed(len(rule))
     stored = torch.randint(0, 5, (3, 1 if expand else 37), generator=g)

@@ -7,7 +7,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 
 SPEC = {
     "name": "seq2seq",

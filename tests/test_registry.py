@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import tritoncheck as tc
-from tritoncheck._checks import REGISTRY, CheckKind, UnknownCheckKind, describe, hint, kind_of
-from tritoncheck._plan import compile_plan, referenced_fields
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.checks.registry import REGISTRY, CheckKind, UnknownCheckKind, describe, hint, kind_of
+from tritoncheck.plan.lower import compile_plan, referenced_fields
+from tritoncheck.spec.schema import spec_from_dict
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
 OPTIONAL_PARTS = {"repair", "value_fails"}  # a kind may need no repair, and only element-wise kinds test one value
@@ -62,7 +62,7 @@ def test_dispatch_raises_on_an_unknown_kind():
 
 
 def test_registering_a_kind_twice_is_refused():
-    from tritoncheck._checks import register
+    from tritoncheck.checks.registry import register
 
     with pytest.raises(ValueError, match="already registered"):
         register(REGISTRY["min"])

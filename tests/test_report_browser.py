@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from notebook_cells import notebook_page, run_notebook
 
-RED = (0xFD, 0xE2, 0xE1)  # the error row's ground (tritoncheck._report: _HTML_ERROR)
+RED = (0xFD, 0xE2, 0xE1)  # the error row's ground (tritoncheck.report: _HTML_ERROR)
 AMBER = (0xFF, 0xF3, 0xCD)  # the warning row's ground (_HTML_WARNING)
 
 NOTEBOOK = [

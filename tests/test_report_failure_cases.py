@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tritoncheck as tc
-from tritoncheck._plan import compile_plan
-from tritoncheck._spec import read_spec
+from tritoncheck.plan.lower import compile_plan
+from tritoncheck.spec.schema import read_spec
 
 pd = pytest.importorskip("pandas", reason="FailureCases.to_pandas: pip install pandas (in the test extra)")
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck._report import REPORT_SCHEMA, report_json
+from tritoncheck.report import REPORT_SCHEMA, report_json
 
 VIOLATION_KEYS = ["field", "code", "severity", "rule", "hint", "count", "value", "index", "rows", "rows_total",
                   "message"]
@@ -43,7 +43,7 @@ def test_an_expanded_batch_of_2_40_bad_samples_lists_the_first_rows_and_says_how
     import torch
 
     import tritoncheck as tc
-    from tritoncheck._report import MAX_JSON_ROWS
+    from tritoncheck.report import MAX_JSON_ROWS
 
     spec = tc.BatchSpec.model_validate({"name": "e", "fields": {"y": {"dtype": "int32", "shape": ["B"], "max": 5}}})
     y = torch.tensor([7], dtype=torch.int32).expand(2**40)

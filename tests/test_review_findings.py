@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from report_compare import comparable
 
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 
 PRESENCE = {
     "name": "presence",
@@ -125,9 +125,8 @@ def test_scan_strict_messages_read_as_errors(tmp_path, capsys):
 
 
 def test_specs_built_in_a_loop_do_not_pile_up_in_the_caches():
-    from tritoncheck import _plan
-    from tritoncheck._kernel import c_backend
-
+    from tritoncheck.plan import lower as _plan
+    from tritoncheck.backends import c as c_backend
     base = spec_from_dict({"name": "n", "params": {"k": 1}, "fields": {"x": {"dtype": "int64", "shape": ["B"], "max": "k"}}},
                           "n.yaml")
     for k in range(_plan.MAX_PLANS + 5):  # a new plan each time (of the same text: one compile)
@@ -164,7 +163,7 @@ def test_malformed_batches_of_a_rule_on_a_selection(case):
 
 
 def test_scan_narrows_a_batch_whose_unit_tail_field_has_its_size_1_axis():
-    from tritoncheck._scan import scan_batch
+    from tritoncheck.scanning.engine import scan_batch
 
     spec = spec_from_dict({"name": "cls", "fields": {
         "input_ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0},
@@ -287,8 +286,7 @@ def test_threads_missing_bind_cache_together_do_not_break_it(monkeypatch):
     import sys
     import threading
 
-    from tritoncheck import _plan
-
+    from tritoncheck.plan import lower as _plan
     monkeypatch.setattr(_plan, "MAX_SIGNATURES", 2)
     spec = tc.BatchSpec.model_validate({"name": "race", "fields": {"x": {"dtype": "int64", "shape": ["B", "L"], "max": 5}}})
     plan = _plan.compile_plan(spec)

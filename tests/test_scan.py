@@ -217,7 +217,7 @@ def test_progress_counts_rows_against_rows_and_output_says_rows(tmp_path, monkey
 
 
 def test_ragged_rows_are_padded_per_chunk_not_checked_one_by_one(tmp_path, monkeypatch, capsys):
-    import tritoncheck._api as api
+    import tritoncheck.api as api
 
     calls = []
     real = api.check
@@ -353,7 +353,7 @@ def bert():
 
 
 def test_parquet_and_arrow_shards_report_global_rows_as_row_by_row_does(shards, tmp_path):
-    from tritoncheck._scan import scan as scan_data
+    from tritoncheck.scanning.engine import scan as scan_data
 
     path, every, bad = shards
     report = scan_data(bert(), path, batch_size=4)
@@ -369,7 +369,7 @@ def test_parquet_and_arrow_shards_report_global_rows_as_row_by_row_does(shards, 
 def test_bad_rows_are_written_as_parquet_with_global_row_and_codes(shards, tmp_path):
     import pyarrow.parquet as pq
 
-    from tritoncheck._scan import scan as scan_data
+    from tritoncheck.scanning.engine import scan as scan_data
 
     path, every, _ = shards
     report = scan_data(bert(), path, batch_size=4, bad_rows=tmp_path / "bad")
@@ -443,16 +443,16 @@ def three_fields(rule):
 
 @pytest.mark.parametrize("rule, own", PER_SAMPLE)
 def test_a_rule_decides_each_sample_alone_only_without_a_batch_wide_term(rule, own):
-    from tritoncheck._plan import compile_plan
-    from tritoncheck._scan import _per_sample
+    from tritoncheck.plan.lower import compile_plan
+    from tritoncheck.scanning.engine import _per_sample
 
     assert _per_sample(compile_plan(three_fields(rule))) is own
 
 
 @pytest.mark.parametrize("rule, own", [("y <= 0.5", True), ("y <= 0.5 + 0 * sum(y)", False)])
 def test_a_failing_batch_of_per_sample_checks_is_checked_once_then_its_bad_rows(rule, own, monkeypatch):
-    import tritoncheck._api as api
-    from tritoncheck._scan import scan_batch
+    import tritoncheck.api as api
+    from tritoncheck.scanning.engine import scan_batch
 
     sizes = []
     check = api.check

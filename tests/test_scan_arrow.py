@@ -14,8 +14,8 @@ pq = pytest.importorskip("pyarrow.parquet", reason="scans read Parquet: pip inst
 
 from hostile_payload import Payload  # noqa: E402
 import tritoncheck as tc  # noqa: E402
-from tritoncheck._scan import scan  # noqa: E402
-from tritoncheck._scan_arrow import read_column, refusal  # noqa: E402
+from tritoncheck.scanning.engine import scan  # noqa: E402
+from tritoncheck.scanning.arrow import read_column, refusal  # noqa: E402
 from tritoncheck.cli import main  # noqa: E402
 
 PARAMS = {"vocab_size": 50, "max_position_embeddings": 16, "type_vocab_size": 2, "num_labels": 3}
@@ -444,9 +444,9 @@ def test_a_shard_with_no_column_to_read_ends(tmp_path):
 
 
 def test_chunks_of_a_table_of_no_columns_end():
-    from tritoncheck._scan import _chunks
+    from tritoncheck.scanning.engine import _chunks
 
-    from tritoncheck._scan import _Piece
+    from tritoncheck.scanning.engine import _Piece
 
     table = pa.table({"a": [1, 2, 3, 4, 5]})
     piece = _Piece(5, table.select, lambda cols, rows: iter([table.select(cols)]), lambda cols: 8.0)
@@ -584,7 +584,7 @@ def test_a_scan_imports_no_pandas(tmp_path):
 def test_ragged_rows_under_element_checks_are_checked_without_padding(tmp_path, monkeypatch):
     # bounds, value sets and finiteness decide each element alone: the chunk's flat values are checked as they are,
     # and only the rows holding a bad element (or breaking a rule over dims) are taken, each alone
-    from tritoncheck._scan_arrow import Column
+    from tritoncheck.scanning.arrow import Column
 
     taken = []
     take = Column.take

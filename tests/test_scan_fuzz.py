@@ -51,7 +51,7 @@ pq = pytest.importorskip("pyarrow.parquet", reason="scans read Parquet: pip inst
 
 from hostile_payload import Payload  # noqa: E402
 import tritoncheck as tc  # noqa: E402
-import tritoncheck._scan as scan_module  # noqa: E402
+import tritoncheck.scanning.engine as scan_module  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TRITONCHECK_SCAN_FUZZ_EXAMPLES", "100"))
 _SEED_ENV = os.environ.get("TRITONCHECK_FUZZ_SEED")

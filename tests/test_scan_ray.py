@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray", reason="`scan --engine ray` needs Ray Data: pip
 
 from test_scan import BERT, bert, write_shards  # noqa: E402
 
-from tritoncheck._scan import scan  # noqa: E402
+from tritoncheck.scanning.engine import scan  # noqa: E402
 from tritoncheck.cli import main  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 
 SPEC_YAML = """
 name: boxes

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 import tritoncheck as tc
-from tritoncheck._spec import read_spec, spec_from_dict
+from tritoncheck.spec.schema import read_spec, spec_from_dict
 
 
 @pytest.mark.parametrize("name", tc.builtin_spec_names())

@@ -54,7 +54,7 @@ def test_a_name_with_a_trailing_newline_is_not_an_identifier(kind):
 
 
 def _load(data):
-    from tritoncheck._spec import spec_from_dict
+    from tritoncheck.spec.schema import spec_from_dict
 
     return spec_from_dict(data, "<test>")
 

@@ -11,9 +11,9 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import tritoncheck as tc
-from tritoncheck._checks import REGISTRY
-from tritoncheck._plan import RuleCheck, compile_plan
-from tritoncheck._spec import read_spec
+from tritoncheck.checks.registry import REGISTRY
+from tritoncheck.plan.lower import RuleCheck, compile_plan
+from tritoncheck.spec.schema import read_spec
 from tritoncheck.strategies import (
     RULE_SHAPES,
     Expected,
@@ -43,7 +43,7 @@ def long_l(spec: tc.BatchSpec) -> dict:
 
 def _triton_ready() -> bool:
     try:
-        return importlib.util.find_spec("tritoncheck._triton.backend") is not None
+        return importlib.util.find_spec("tritoncheck.backends.triton") is not None
     except ImportError:
         return False
 

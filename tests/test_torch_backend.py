@@ -7,7 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tritoncheck as tc
-from tritoncheck._spec import spec_from_dict
+from tritoncheck.spec.schema import spec_from_dict
 
 LV3 = dict(vocab_size=50, max_position_embeddings=20, pad_token_id=1, type_vocab_size=1, max_2d_position_embeddings=1024,
            num_channels=3, input_size=8, num_labels=3)
@@ -153,7 +153,7 @@ def test_nan_is_left_to_the_finite_check_and_inf_breaks_a_bound():
 def test_a_selected_value_does_not_promote_a_dimensioned_operand(backend):
     """`program_id - arange[0]`: the 0-d float64 selection leaves the float32 field's type, as in torch
     (long-fuzz finding: the reference computed it in float64, the compiled backends in float32)."""
-    from tritoncheck._spec import spec_from_dict
+    from tritoncheck.spec.schema import spec_from_dict
 
     spec = spec_from_dict({"name": "t", "batch_dim": "T", "fields": {
         "program_id": {"dtype": "float32", "shape": ["T"]}, "arange": {"dtype": "float64", "shape": ["L"]}},

@@ -18,12 +18,14 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck._expr import Ref
-from tritoncheck._plan import FiniteCheck, RangeCheck, RuleCheck, ValueSetCheck, compact, compile_plan, evaluate_scalar
+from tritoncheck.spec.schema import spec_from_dict
+from tritoncheck.expr import Ref
+from tritoncheck.plan.lower import FiniteCheck, RangeCheck, RuleCheck, ValueSetCheck, bind, compact, compile_plan, evaluate_scalar
+from tritoncheck.spec.schema import read_spec
 
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
-from tritoncheck._triton import backend as tb  # noqa: E402
+from tritoncheck.backends import triton as tb  # noqa: E402
 
 PARAMS = {
     "vocab_size": 50,
@@ -42,7 +44,7 @@ DTYPES = [torch.int64, torch.int32, torch.bool, torch.float32, torch.float16, to
 
 
 def spec_for(name: str) -> tc.BatchSpec:
-    needed = set(tc._spec.read_spec(name).params)
+    needed = set(read_spec(name).params)
     return tc.load_spec(name, **{k: v for k, v in PARAMS.items() if k in needed})
 
 
@@ -311,7 +313,7 @@ def test_more_checks_than_one_flag_word_holds(device):
     counts its own violations and first index, the 32nd onwards too."""
     spec = _custom([f"x != {k}" for k in range(40)], fields={"x": {"dtype": "int64", "shape": ["B", "L"]}})
     plan = compile_plan(spec)
-    program = tb.program_for(plan, tc._plan.bind(plan, {"x": torch.zeros(2, 3, dtype=torch.int64) - 1}))
+    program = tb.program_for(plan, bind(plan, {"x": torch.zeros(2, 3, dtype=torch.int64) - 1}))
     assert len(re.findall(r"^ +flags\w* = bad_", program.source, re.M)) == 2
     x = torch.tensor([[0, 30, 31], [39, 5, 31]], device=device)
     report = assert_same({"x": x}, spec, device)
@@ -369,8 +371,7 @@ def test_fmod_is_exact(tmp_path, device, dtype, bits, negation):
     import importlib.util
 
     import numpy as np
-    from tritoncheck._triton import codegen
-
+    from tritoncheck.codegen import triton as codegen
     name = "_fmod_f" if dtype == torch.float32 else "_fmod_d"
     path = tmp_path / "fmod_kernel.py"
     path.write_text(_FMOD_KERNEL.format(helper=codegen._HELPERS[name]).replace("_fmod_f(x, y)", f"{name}(x, y)"))
@@ -445,8 +446,8 @@ def test_nested_reduction_falls_back_to_the_torch_backend(device):
     spec = _custom(["any(sum(x > 0, dim=L) > 2)"])
     batch = to_device({"x": torch.zeros(2, 3, dtype=torch.int64), "y": torch.zeros(2, dtype=torch.int64)}, device)
     plan = compile_plan(spec)
-    assert tb.program_for(plan, tc._plan.bind(plan, batch)) is None
-    assert tb.launch(plan, tc._plan.bind(plan, batch)).backend == "torch"
+    assert tb.program_for(plan, bind(plan, batch)) is None
+    assert tb.launch(plan, bind(plan, batch)).backend == "torch"
     assert not assert_same(batch, spec, device, ran="torch").ok
 
 
@@ -462,14 +463,14 @@ def test_huge_expanded_views_and_host_scalars_past_int64_are_left_to_the_torch_b
                        ({"x": x[1:].expand(2**31, 1), "y": y.new_zeros(1).expand(2**31)}, "triton"),  # walked once
                        ({"x": x.expand(2, 2), "y": y}, "torch"),  # L = 2: the bound is 2**63
                        ({"x": x.repeat(1, 2), "y": y}, "torch")]:
-        pending = tb.launch(plan, tc._plan.bind(plan, batch))
+        pending = tb.launch(plan, bind(plan, batch))
         assert pending.backend == ran
         assert pending.result() == list(tc.check(batch, spec, backend="torch").violations)
     spec = _custom(["x[:, 0] <= sum(y)"])  # the sum reads y's positions along B
     plan = compile_plan(spec)
     for n, ran in [(2**10, "triton"), (tb.EXPANDED_WALK_LIMIT + 1, "torch")]:
         batch = {"x": torch.tensor([[3]], device=device).expand(n, 1), "y": y.new_ones(1).expand(n)}
-        pending = tb.launch(plan, tc._plan.bind(plan, batch))
+        pending = tb.launch(plan, bind(plan, batch))
         assert pending.backend == ran
         assert pending.result() == list(tc.check(batch, spec, backend="torch").violations)
 
@@ -480,7 +481,7 @@ def test_expanded_views_run_on_the_kernel(device):
     row = torch.tensor([[0, 5, 2]], device=device)
     y = torch.tensor([1], device=device).expand(4)
     batch = {"x": row.expand(4, 3), "y": y}
-    assert tb.launch(compile_plan(spec), tc._plan.bind(compile_plan(spec), batch)).backend == "triton"
+    assert tb.launch(compile_plan(spec), bind(compile_plan(spec), batch)).backend == "triton"
     assert assert_same(batch, spec, device).ok
     bad = {"x": torch.tensor([[2], [0]], device=device).expand(2, 3), "y": torch.ones(2, dtype=torch.int64,
                                                                                        device=device)}
@@ -489,7 +490,7 @@ def test_expanded_views_run_on_the_kernel(device):
 
 def _count_launches(monkeypatch, spec, batch):
     tc.check(batch, spec, backend="triton")
-    program = tb.program_for(compile_plan(spec), tc._plan.bind(compile_plan(spec), batch))
+    program = tb.program_for(compile_plan(spec), bind(compile_plan(spec), batch))
     calls = []
     cls = type(program.fn)
     original = cls.run
@@ -524,20 +525,20 @@ def test_a_dirty_buffer_is_reset_before_reuse(device):
     bad = make_batch(spec)
     bad["labels"][0] = 99
     bad = to_device(bad, device)
-    assert [v.code for v in tb.run(plan, tc._plan.bind(plan, bad))] == ["above_max"]
-    assert tb.run(plan, tc._plan.bind(plan, good)) == []
-    assert [v.code for v in tb.run(plan, tc._plan.bind(plan, bad))] == ["above_max"]
+    assert [v.code for v in tb.run(plan, bind(plan, bad))] == ["above_max"]
+    assert tb.run(plan, bind(plan, good)) == []
+    assert [v.code for v in tb.run(plan, bind(plan, bad))] == ["above_max"]
 
 
 def test_a_valid_batch_writes_nothing(device):
     spec = spec_for("mse")
     plan = compile_plan(spec)
     good = to_device(make_batch(spec), device)
-    first = tb.launch(plan, tc._plan.bind(plan, good))
+    first = tb.launch(plan, bind(plan, good))
     slot = first.slot
     assert first.result() == []  # the slot goes back to the pool
     slot.device.fill_(-7)        # poison it: a launch that writes nothing leaves the poison
-    pending = tb.launch(plan, tc._plan.bind(plan, good))
+    pending = tb.launch(plan, bind(plan, good))
     assert pending.slot is slot
     assert set(slot.device.tolist()) == {-7}
     if pending.event is not None:  # on a GPU the launch also started the copy back, which read the poison
@@ -548,7 +549,7 @@ def test_a_valid_batch_writes_nothing(device):
     assert pending.result() == []
     bad = make_batch(spec)
     bad["input"][1, 1] = float("nan")
-    pending = tb.launch(plan, tc._plan.bind(plan, to_device(bad, device)))
+    pending = tb.launch(plan, bind(plan, to_device(bad, device)))
     assert set(pending.slot.device.tolist()) != {0}  # and a bad one does write
     assert [v.code for v in pending.result()] == ["non_finite"]
 
@@ -596,7 +597,7 @@ def test_deferred_validate_raises_at_next_call_or_wait(device):
 def test_deferred_validate_logs_a_passing_batchs_warnings(device, caplog):
     """Deferred validation logs the warnings of a batch that passes, as validate does (the first of
     each field and code at WARNING, repeats at DEBUG)."""
-    spec = tc._spec.spec_from_dict({"name": "deferred-warning", "fields": {"x": {
+    spec = spec_from_dict({"name": "deferred-warning", "fields": {"x": {
         "dtype": "int64", "shape": ["B"], "max": 3, "severity": {"above_max": "warning"}}}}, "w.yaml")
     batch = {"x": torch.tensor([0, 7], device=device)}
     with caplog.at_level(logging.DEBUG, logger="tritoncheck"):
@@ -607,8 +608,7 @@ def test_deferred_validate_logs_a_passing_batchs_warnings(device, caplog):
 
 def test_deferred_strict_counts_warnings(device):
     """A batch with only a warning passes deferred validation, and raises with `strict`."""
-    from tritoncheck._triton import deferred
-
+    from tritoncheck.backends import deferred
     spec = spec_for("bert-token-classification")
     batch = make_batch(spec)
     batch["attention_mask"][0].zero_()  # a row that attends to nothing: a warning
@@ -638,7 +638,7 @@ def test_int64_indexing_path_gives_the_same_report(monkeypatch, name, device):
     for _, mutate in corruptions(spec, batch):
         mutate()
     plan = compile_plan(spec)
-    bound = tc._plan.bind(plan, to_device(batch, device))
+    bound = bind(plan, to_device(batch, device))
     program = tb.program_for(plan, bound)
     assert tb.launch_for(program, bound).wide is False  # int32 indices
     monkeypatch.setattr(tb, "INT32_LIMIT", 4)
@@ -660,7 +660,7 @@ def test_constant_booleans_combine_with_blocks(device, dtype, rule, x):
     """Constants and host scalars meet blocks (under `&`, `|`, `~`, and inside the floor-division and
     remainder helpers): every value is a block of its scope's shape, so the interpreter never widens
     a broadcast 0-d bool and raises InterpreterError in bitwise_and / bitwise_or)."""
-    spec = tc._spec.spec_from_dict({"name": "s", "fields": {"x": {"dtype": dtype, "shape": ["B"]}}, "rules": [rule]},
+    spec = spec_from_dict({"name": "s", "fields": {"x": {"dtype": dtype, "shape": ["B"]}}, "rules": [rule]},
                                    "<t>")
     batch = to_device({"x": x}, device)
     got, ref = tc.check(batch, spec, backend="triton"), tc.check(batch, spec, backend="torch")
@@ -675,7 +675,7 @@ def test_fuzz_finding_constant_operands_across_groups(device):
     to the torch backend, so it is written over i here.)"""
     rules = ["(all(arange(tl) >= 0.5, dim=0)) | (i < 0)", "(-(-100) * isfinite(255) % 2) < 0.5 <= N[:, :, -1]",
              "isfinite(abs(N)) % 2 < i where not (N == N <= i[-1])", "abs(0.1 // N) != N != tl"]
-    spec = tc._spec.spec_from_dict({"name": "s", "batch_dim": "K", "rules": rules, "fields": {
+    spec = spec_from_dict({"name": "s", "batch_dim": "K", "rules": rules, "fields": {
         "N": {"dtype": ["float16", "int32"], "shape": ["K", "B", "tl"]}, "i": {"dtype": "int", "shape": [1]}}}, "<t>")
     for n in (torch.tensor([[[1, -2, 3]], [[0, 5, 2]]], dtype=torch.int32),
               torch.tensor([[[1.0, -2.0, 3.0]], [[0.0, float("inf"), 0.1]]], dtype=torch.float16)):

@@ -15,13 +15,14 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck._kernel import ir
-from tritoncheck._plan import bind, compile_plan
+from tritoncheck.plan.lower import describe
+from tritoncheck.kernel import ir
+from tritoncheck.plan.lower import bind, compile_plan
 
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
-from tritoncheck._triton import backend as tb  # noqa: E402
-from tritoncheck._triton import codegen  # noqa: E402
+from tritoncheck.backends import triton as tb  # noqa: E402
+from tritoncheck.codegen import triton as codegen  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden" / "ctc_kernel.txt"
 
@@ -57,7 +58,7 @@ def test_header_names_fields_checks_and_bytes():
     assert "log_probs: bfloat16 [T, N, C], contiguous" in header
     assert "input_lengths: int32 [N], contiguous" in header
     for check in plan.checks:
-        assert tc._plan.describe(check) in header
+        assert describe(check) in header
     assert "bytes read, at least (each field once): 2*T*N*C + 8*N*S + 4*N + 8*N" in header
     assert "writes: nothing on a valid batch" in header
     body = program.source[len(header):]
@@ -172,9 +173,8 @@ import tritoncheck as tc
 from triton.backends.compiler import GPUTarget
 from triton.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
-from tritoncheck._plan import bind, compile_plan
-from tritoncheck._triton import backend
-
+from tritoncheck.plan.lower import bind, compile_plan
+from tritoncheck.backends import triton as backend
 spec = tc.load_spec("bert-token-classification", vocab_size=50, type_vocab_size=2, max_position_embeddings=512,
                     num_labels=5)
 plan = compile_plan(spec)
@@ -212,10 +212,9 @@ import tritoncheck as tc
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import create_function_from_signature
-from tritoncheck._plan import bind, compile_plan
-from tritoncheck._spec import spec_from_dict
-from tritoncheck._triton import backend
-
+from tritoncheck.plan.lower import bind, compile_plan
+from tritoncheck.spec.schema import spec_from_dict
+from tritoncheck.backends import triton as backend
 TARGET = GPUTarget("cuda", 90, 32)  # an H100
 
 

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck._plan import bind, compile_plan
+from tritoncheck.plan.lower import bind, compile_plan
 
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
-from tritoncheck._triton import backend as tb  # noqa: E402
-from tritoncheck._triton import codegen  # noqa: E402
+from tritoncheck.backends import triton as tb  # noqa: E402
+from tritoncheck.codegen import triton as codegen  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -75,9 +75,9 @@ def test_a_user_script_type_checks_with_real_types_and_its_mistakes_are_caught(t
     out = done.stdout
     assert "user.py" in out and not [line for line in out.splitlines() if line.startswith("user.py") and ": error:" in line], out
     assert 'Revealed type is "def (model: Any, *, problem_type: str | None =' in out
-    assert "-> tritoncheck._spec.BatchSpec" in out
-    assert 'Revealed type is "tritoncheck._data.ValidatingCollate"' in out
-    assert "def (spec: tritoncheck._spec.BatchSpec" in out  # the strategies module is typed too
+    assert "-> tritoncheck.spec.schema.BatchSpec" in out
+    assert 'Revealed type is "tritoncheck.integrations.data.ValidatingCollate"' in out
+    assert "def (spec: tritoncheck.spec.schema.BatchSpec" in out  # the strategies module is typed too
     mistakes = "\n".join(line for line in out.splitlines() if line.startswith("mistakes.py"))
     assert 'Argument "problem_type" to "spec_for" has incompatible type "int"' in mistakes
     assert 'expression has type "ValidatingCollate", variable has type "int"' in mistakes

@@ -11,53 +11,53 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time every name loads on first use (_LAZY)
-    from . import strategies as strategies
-    from ._api import check as check
-    from ._api import validate as validate
-    from ._api import warmup as warmup
-    from ._data import IndexedDataset as IndexedDataset
-    from ._data import ValidatingCollate as ValidatingCollate
-    from ._derive import spec_for as spec_for
-    from ._guard import checked as checked
-    from ._guard import guard as guard
-    from ._report import VIOLATION_CODES as VIOLATION_CODES
-    from ._report import BatchValidationError as BatchValidationError
-    from ._report import Report as Report
-    from ._report import Violation as Violation
-    from ._scan import scan as scan
-    from ._spec import BatchSpec as BatchSpec
-    from ._spec import FieldSpec as FieldSpec
-    from ._spec import RuleSpec as RuleSpec
-    from ._spec import SpecError as SpecError
-    from ._spec import builtin_spec_names as builtin_spec_names
-    from ._spec import load_spec as load_spec
-    from ._triton.deferred import wait as wait
+    from tritoncheck import strategies as strategies
+    from tritoncheck.api import check as check
+    from tritoncheck.api import validate as validate
+    from tritoncheck.api import warmup as warmup
+    from tritoncheck.integrations.data import IndexedDataset as IndexedDataset
+    from tritoncheck.integrations.data import ValidatingCollate as ValidatingCollate
+    from tritoncheck.derive import spec_for as spec_for
+    from tritoncheck.integrations.guard import checked as checked
+    from tritoncheck.integrations.guard import guard as guard
+    from tritoncheck.report import VIOLATION_CODES as VIOLATION_CODES
+    from tritoncheck.report import BatchValidationError as BatchValidationError
+    from tritoncheck.report import Report as Report
+    from tritoncheck.report import Violation as Violation
+    from tritoncheck.scanning.engine import scan as scan
+    from tritoncheck.spec.schema import BatchSpec as BatchSpec
+    from tritoncheck.spec.schema import FieldSpec as FieldSpec
+    from tritoncheck.spec.schema import RuleSpec as RuleSpec
+    from tritoncheck.spec.schema import SpecError as SpecError
+    from tritoncheck.spec.schema import builtin_spec_names as builtin_spec_names
+    from tritoncheck.spec.schema import load_spec as load_spec
+    from tritoncheck.backends.deferred import wait as wait
 
 # Loaded on first use: `import tritoncheck` (and `tritoncheck.__version__`) imports nothing else, not even torch
 # (1.5 s of CPU); the core names load torch, pydantic and the checker when first used, and neither hypothesis,
 # triton nor transformers (a DataLoader worker on a CPU-only machine needs none of them) until their names are.
 _LAZY = {
-    "check": ("tritoncheck._api", "check"),
-    "validate": ("tritoncheck._api", "validate"),
-    "warmup": ("tritoncheck._api", "warmup"),
-    "VIOLATION_CODES": ("tritoncheck._report", "VIOLATION_CODES"),
-    "BatchValidationError": ("tritoncheck._report", "BatchValidationError"),
-    "Report": ("tritoncheck._report", "Report"),
-    "Violation": ("tritoncheck._report", "Violation"),
-    "BatchSpec": ("tritoncheck._spec", "BatchSpec"),
-    "FieldSpec": ("tritoncheck._spec", "FieldSpec"),
-    "RuleSpec": ("tritoncheck._spec", "RuleSpec"),
-    "SpecError": ("tritoncheck._spec", "SpecError"),
-    "builtin_spec_names": ("tritoncheck._spec", "builtin_spec_names"),
-    "load_spec": ("tritoncheck._spec", "load_spec"),
+    "check": ("tritoncheck.api", "check"),
+    "validate": ("tritoncheck.api", "validate"),
+    "warmup": ("tritoncheck.api", "warmup"),
+    "VIOLATION_CODES": ("tritoncheck.report", "VIOLATION_CODES"),
+    "BatchValidationError": ("tritoncheck.report", "BatchValidationError"),
+    "Report": ("tritoncheck.report", "Report"),
+    "Violation": ("tritoncheck.report", "Violation"),
+    "BatchSpec": ("tritoncheck.spec.schema", "BatchSpec"),
+    "FieldSpec": ("tritoncheck.spec.schema", "FieldSpec"),
+    "RuleSpec": ("tritoncheck.spec.schema", "RuleSpec"),
+    "SpecError": ("tritoncheck.spec.schema", "SpecError"),
+    "builtin_spec_names": ("tritoncheck.spec.schema", "builtin_spec_names"),
+    "load_spec": ("tritoncheck.spec.schema", "load_spec"),
     "strategies": ("tritoncheck.strategies", None),
-    "spec_for": ("tritoncheck._derive", "spec_for"),
-    "ValidatingCollate": ("tritoncheck._data", "ValidatingCollate"),
-    "IndexedDataset": ("tritoncheck._data", "IndexedDataset"),
-    "guard": ("tritoncheck._guard", "guard"),
-    "checked": ("tritoncheck._guard", "checked"),
-    "scan": ("tritoncheck._scan", "scan"),
-    "wait": ("tritoncheck._triton.deferred", "wait"),
+    "spec_for": ("tritoncheck.derive", "spec_for"),
+    "ValidatingCollate": ("tritoncheck.integrations.data", "ValidatingCollate"),
+    "IndexedDataset": ("tritoncheck.integrations.data", "IndexedDataset"),
+    "guard": ("tritoncheck.integrations.guard", "guard"),
+    "checked": ("tritoncheck.integrations.guard", "checked"),
+    "scan": ("tritoncheck.scanning.engine", "scan"),
+    "wait": ("tritoncheck.backends.deferred", "wait"),
 }
 
 

@@ -21,7 +21,7 @@ import pytest
 
 def _strategies():
     try:
-        from . import strategies
+        from tritoncheck import strategies
     except ImportError as exc:
         pytest.fail(f"tritoncheck fixtures need hypothesis: pip install 'tritoncheck[strategies]' ({exc})", pytrace=False)
     return strategies

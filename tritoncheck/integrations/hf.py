@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._data import OnError, ValidatingCollate
-from .._report import Report
-from .._spec import BatchSpec
+from tritoncheck.integrations.data import OnError, ValidatingCollate
+from tritoncheck.report import Report
+from tritoncheck.spec.schema import BatchSpec
 
 
 class ValidatingDataCollator(ValidatingCollate):

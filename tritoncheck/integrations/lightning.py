@@ -16,11 +16,11 @@ from dataclasses import replace
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any, Literal
 
-from .._api import Backend, agree, check, disabled, log_warnings
-from .._data import renumber, split_bad
-from .._plan import compile_plan
-from .._report import BatchValidationError, Report
-from .._spec import BatchSpec
+from tritoncheck.api import Backend, agree, check, disabled, log_warnings
+from tritoncheck.integrations.data import renumber, split_bad
+from tritoncheck.plan.lower import compile_plan
+from tritoncheck.report import BatchValidationError, Report
+from tritoncheck.spec.schema import BatchSpec
 
 try:
     from lightning.pytorch.callbacks import Callback

@@ -8,7 +8,7 @@ position, pad the tail past a token budget, clip a length to another). Large ten
 from one drawn seed with a torch generator, so a 1M-element batch costs one draw.
 
 Each check kind's valid-data constraint, repair and mutation are registered with the kind itself
-(`tritoncheck._checks.REGISTRY`), and reach this module's machinery through the draw context;
+(`tritoncheck.checks.registry.REGISTRY`), and reach this module's machinery through the draw context;
 `RULE_SHAPES` does the same for rule shapes. A test walks every
 built-in plan and asserts nothing is missing.
 
@@ -33,12 +33,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("tritoncheck.strategies needs hypothesis: pip install 'tritoncheck[strategies]'") from exc
 
-from .._plan import FieldPlan, Plan, RuleCheck, compile_plan
-from .._spec import BatchSpec
-from .domains import DEFAULT_SPAN, MAX_TRIES, Domain, Infeasible, pick
-from .draw import DEFAULT_BATCH, DEFAULT_DIM, Draw, UnsatisfiableSpecError, applies, dim_intervals, draw_batch
-from .mutate import mutate
-from .shapes import RULE_SHAPES, RuleShape, rule_shape
+from tritoncheck.plan.lower import FieldPlan, Plan, RuleCheck, compile_plan
+from tritoncheck.spec.schema import BatchSpec
+from tritoncheck.strategies.domains import DEFAULT_SPAN, MAX_TRIES, Domain, Infeasible, pick
+from tritoncheck.strategies.draw import DEFAULT_BATCH, DEFAULT_DIM, Draw, UnsatisfiableSpecError, applies, dim_intervals, draw_batch
+from tritoncheck.strategies.mutate import mutate
+from tritoncheck.strategies.shapes import RULE_SHAPES, RuleShape, rule_shape
 
 __all__ = ["Expected", "UnsatisfiableSpecError", "malformed_batches", "valid_batches"]
 # (also importable, as before the split: Domain, pick, mutate, rule_shape, RuleShape, RULE_SHAPES,
@@ -83,7 +83,7 @@ def _parse_bounds(plan: Plan, dim_bounds: dict[str, Any]) -> dict[str, tuple[int
 
 def _valid(draw, spec: BatchSpec, plan: Plan, intervals, overrides=None, force_present=frozenset()) -> Draw:
     """A valid batch; retries a few fresh draws for rules no shape covers, then gives up loudly."""
-    from .._api import check
+    from tritoncheck.api import check
 
     problem = ""
     unknown = [c.text for c in plan.checks if isinstance(c, RuleCheck) and rule_shape(c) is None]

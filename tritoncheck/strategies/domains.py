@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .._dtypes import compute_dtype
+from tritoncheck.dtypes import compute_dtype
 
 DEFAULT_SPAN = 50  # an unbounded int field draws from [lo, lo + 50]; floats from a span of 8
 MAX_TRIES = 8  # tries at one write that breaks nothing else, or at one valid draw

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from .. import _torch_backend
-from .._checks import range_limit
-from .._expr import Binary, Const, Dim, Expr, Ref
-from .._plan import (
+from tritoncheck.backends import torch as _torch_backend
+from tritoncheck.checks.registry import range_limit
+from tritoncheck.expr import Binary, Const, Dim, Expr, Ref
+from tritoncheck.plan.lower import (
     DimCheck,
     FieldPlan,
     Plan,
@@ -30,9 +30,9 @@ from .._plan import (
     presence_field,
     referenced_fields,
 )
-from .._spec import BatchSpec
-from .domains import MAX_TRIES, Domain, Infeasible, fill, pick, representable
-from .shapes import CMP, FLIP, pins_selection, rule_shape
+from tritoncheck.spec.schema import BatchSpec
+from tritoncheck.strategies.domains import MAX_TRIES, Domain, Infeasible, fill, pick, representable
+from tritoncheck.strategies.shapes import CMP, FLIP, pins_selection, rule_shape
 
 DEFAULT_BATCH = (1, 4)
 DEFAULT_DIM = (1, 8)
@@ -75,7 +75,7 @@ class Draw:
     def scalar(self, e: Expr) -> Any:
         return evaluate_scalar(e, self.dims)
 
-    # -- what a check kind's strategy parts (tritoncheck._checks) may use -----------------------
+    # -- what a check kind's strategy parts (tritoncheck.checks.registry) may use -----------------------
     def limit(self, c: RangeCheck) -> int | float:
         """A range check's bound as the backends compare it (rounded for an integer field)."""
         return range_limit(c, self.dims, self.batch[c.field].dtype)
@@ -236,7 +236,7 @@ def _domains(ctx: Draw) -> dict[str, Domain]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Helpers for the check kinds' strategy parts (`tritoncheck._checks`)
+# Helpers for the check kinds' strategy parts (`tritoncheck.checks.registry`)
 
 
 def own_codes(ctx: Draw, name: str, v: float, severity: str | None = None) -> set[str]:

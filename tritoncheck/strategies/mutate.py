@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from .._dtypes import DTYPES
-from .._plan import FieldPlan, kind_of
-from .draw import Draw
+from tritoncheck.dtypes import DTYPES
+from tritoncheck.plan.lower import FieldPlan, kind_of
+from tritoncheck.strategies.draw import Draw
 
 
 def _mutate_field(fp: FieldPlan, ctx: Draw, rng: random.Random):

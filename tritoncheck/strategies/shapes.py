@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .. import _torch_backend
-from .._checks import expr_fields
-from .._expr import Binary, Const, Expr, Reduce, Ref, has_arange, is_host
-from .._plan import RuleCheck, bind
-from .domains import MAX_TRIES, Infeasible, admitted, pick, representable
+from tritoncheck.backends import torch as _torch_backend
+from tritoncheck.checks.registry import expr_fields
+from tritoncheck.expr import Binary, Const, Expr, Reduce, Ref, has_arange, is_host
+from tritoncheck.plan.lower import RuleCheck, bind
+from tritoncheck.strategies.domains import MAX_TRIES, Infeasible, admitted, pick, representable
 
 if TYPE_CHECKING:
-    from .draw import Draw
+    from tritoncheck.strategies.draw import Draw
 
 FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 CMP = ("<", "<=", ">", ">=", "==", "!=")

@@ -1,0 +1,183 @@
+"""The C backend: a plan's data checks as one compiled C function, called once per `check`.
+
+`run(plan, bound)` looks up the program for the batch's *signature* — the runnable checks, each
+field's dtype and contiguity, and whether sizes need 64-bit loop indices — in an in-process
+cache (a warm call hashes no source and walks no expression), packs one int64 argument array
+(pointers, strides of non-contiguous fields, dim sizes, host scalars), calls the function once,
+and decodes the small result buffer only when it reports a failure. The first call for a
+signature lowers the plan to the kernel IR, generates C, and compiles it or loads it from the
+on-disk cache (`build.py`).
+
+Only CPU tensors: the function reads the tensors' memory directly. Memory is allocated in
+proportion to the number of checks and the batch size the kernel walks (the result buffer), never
+to the data; an expanded (zero-stride) dim is walked at size 1 where no rule reads positions along
+it (`ir.loop_sizes`), so a batch costs what it stores, not its logical size. A batch dim that must be
+walked in full although no field stores a value per sample goes to the torch backend
+(`ir.check_result_backed`), and so does an expanded view walked past 2**31 - 1 elements.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from typing import Any
+
+from tritoncheck.plan.lower import MAX_PLANS, Bound, DataCheck, Plan, referenced_fields
+from tritoncheck.report import Violation
+from tritoncheck.backends import codecache as build
+from tritoncheck.codegen import c
+from tritoncheck.kernel import ir
+from tritoncheck.kernel.decode import decode
+
+INT32_LIMIT = 2**31 - 1
+_I64P, _F64P = ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double)
+
+
+def available() -> bool:
+    """True when a C compiler is on PATH (the backend can build kernels)."""
+    return build.compiler() is not None
+
+
+class Program:
+    """A compiled kernel and what a call needs to fill its arguments."""
+
+    def __init__(self, kernel: ir.Kernel, source: c.CSource, fn: Any):
+        self.kernel, self.source, self.fn = kernel, source, fn
+        self.ptr_fields = tuple(f.name for f in kernel.fields)
+        self.stride_fields = tuple(f.name for f in kernel.fields if not f.contiguous)
+        self.size_dims = kernel.sizes
+        self.int_scalars = tuple(kernel.scalars[s] for s in kernel.int_slots)
+        self.float_scalars = tuple(kernel.scalars[s] for s in kernel.float_slots)
+        self.int_array = ctypes.c_int64 * len(kernel.int_args())  # ctypes array types, made once
+        self.float_array = ctypes.c_double * len(self.float_scalars)
+        self.out_arrays: dict[int, type] = {}  # batch size -> result buffer type
+        self.positional = ir.positional_axes(kernel)
+        # selections like x[:, 1] along a dim: bind reports one past the dim; never read past it here
+        axes = {f.name: f.axes for f in kernel.fields}
+        self.selections = tuple((f, pos, sel, axes[f][pos]) for f, pos, sel in kernel.selections()
+                                if axes[f][pos] not in kernel.fixed)
+
+    def __call__(self, bound: Bound) -> list[Violation]:
+        tensors, dims = bound.tensors, bound.dims
+        for f, pos, sel, axis in self.selections:
+            size = tensors[f].shape[pos]
+            if not -size <= sel < size:
+                raise IndexError(f"{f}: index {sel} is out of range for axis {axis} of size {size}")
+        walked = bound.memo.get("c_sizes")  # per batch signature (strides included): computed once
+        if walked is None:
+            walked = bound.memo["c_sizes"] = self.walked(bound)
+        args = [tensors[f].data_ptr() for f in self.ptr_fields]
+        for f in self.stride_fields:
+            args.extend(tensors[f].stride())
+        args.extend(walked[d] for d in self.size_dims)
+        if self.int_scalars or self.float_scalars:
+            values = bound.dim_values()
+            args.extend(h.value(values) for h in self.int_scalars)
+            floats = self.float_array(*(h.value(values) for h in self.float_scalars))
+        else:
+            floats = None
+        batch = walked.get(self.kernel.batch_dim, dims[self.kernel.batch_dim][0] if self.kernel.batch_dim in dims else 0)
+        out_array = self.out_arrays.get(batch)
+        if out_array is None:
+            out_array = self.out_arrays[batch] = ctypes.c_int64 * self.kernel.layout.length(batch)
+        out = out_array()  # zeroed
+        packed = self.int_array()
+        packed[:] = args  # (cheaper than int_array(*args))
+        if self.fn(packed, floats, out):
+            return decode(self.kernel, out, bound, walked)
+        return []
+
+    def walked(self, bound: Bound) -> dict[str, int]:
+        """The dim sizes the kernel walks (`ir.loop_sizes`: an expanded dim at size 1). A field whose
+        expanded view still spans more than 2**31 - 1 walked elements is left to the torch backend,
+        which reads its stored values only."""
+        sizes = ir.loop_sizes(self.kernel, self.positional, bound.tensors, bound.dim_values())
+        for f in self.kernel.fields:
+            t = bound.tensors[f.name]
+            if 0 in t.stride() and math.prod(sizes.get(a, self.kernel.fixed.get(a, 1)) for a in f.axes) > INT32_LIMIT:
+                raise ir.Unsupported("an expanded (zero-stride) view of more than 2**31 - 1 elements, along an axis "
+                                     "whose positions a rule reads")
+        ir.check_result_backed(self.kernel, bound.tensors, sizes)
+        return sizes
+
+
+class _PlanEntry:
+    def __init__(self, plan: Plan):
+        self.plan = plan  # kept alive, so the ids of its checks stay unique
+        self.fields: dict[tuple[int, ...], tuple[str, ...]] = {}
+        self.programs: dict[tuple, Program] = {}
+        self.lock = threading.Lock()
+
+
+_entries: dict[int, _PlanEntry] = {}
+_entries_lock = threading.Lock()
+
+
+def program_for(plan: Plan, bound: Bound) -> Program:
+    """The compiled program for this plan, these runnable checks and this field signature (cached).
+
+    A batch whose signature `bind` has seen finds its program in `bound.memo` (one dict lookup);
+    otherwise the program is looked up by what it depends on, so batches that differ only in
+    their sizes (dynamic padding) share one.
+    """
+    program = bound.memo.get("c")
+    if program is None:
+        program = bound.memo["c"] = _program_by_layout(plan, bound)
+    return program
+
+
+def _program_by_layout(plan: Plan, bound: Bound) -> Program:
+    entry = _entries.get(id(plan))
+    if entry is None or entry.plan is not plan:
+        with _entries_lock:
+            entry = _entries[id(plan)] = _PlanEntry(plan)
+            while len(_entries) > MAX_PLANS:  # oldest first: specs built in a loop must not pile up
+                _entries.pop(next(iter(_entries)))
+    checks = bound.runnable
+    # runnable checks keep the plan's order, so all of them is the common key; else their ids
+    ids = () if len(checks) == len(plan.checks) else tuple(map(id, checks))
+    fields = entry.fields.get(ids)
+    if fields is None:
+        fields = entry.fields[ids] = tuple(sorted({f for ch in checks for f in referenced_fields(ch)}))
+    ts = [bound.tensors[f] for f in fields]
+    # per field: dtype, contiguity, device, and past 2**31 - 1 elements (loop indices must be
+    # int64) whether it is an expanded view (2); a device or a huge expanded view is refused below,
+    # on the first call of its signature
+    sig = tuple([(t.dtype, t.is_contiguous(), t.is_cpu, t.numel() > INT32_LIMIT and 1 + (0 in t.stride())) for t in ts])
+    # a dim past 2**31 - 1 needs int64 loop bounds even where every field it sizes is empty
+    wide = any(size > INT32_LIMIT for size, _ in bound.dims.values())
+    key = (ids, sig, wide)
+    program = entry.programs.get(key)
+    if program is None:
+        for f, (_, _, cpu, _) in zip(fields, sig, strict=True):
+            if not cpu:  # the kernel reads host memory: never hand it a device pointer
+                raise ValueError(f"backend='c' needs CPU tensors; {f} is on {bound.tensors[f].device}")
+        with entry.lock:  # lowering, generation and compilation happen once per key, even with threads
+            program = entry.programs.get(key)
+            if program is None:
+                program = entry.programs[key] = _compile(plan, tuple(checks), dict(zip(fields, sig, strict=True)), wide)
+    return program
+
+
+def _compile(plan: Plan, checks: tuple[DataCheck, ...], sig: dict[str, tuple], wide: bool) -> Program:
+    fields = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous) for f, (dtype, contiguous, _, _) in sig.items()}
+    big = wide or any(b for _, _, _, b in sig.values())
+    kernel = ir.lower(plan, checks, fields)
+    source = c.generate(kernel, index_bits=64 if big else 32)
+    # the function object keeps its library mapped while this program lives (`lib[name]`, unlike
+    # getattr, caches nothing on the library: once the program goes, so can the library)
+    fn = build.load(source.text)[c.FUNCTION]
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [_I64P, _F64P, _I64P]
+    return Program(kernel, source, fn)
+
+
+def run(plan: Plan, bound: Bound) -> list[Violation]:
+    """Every runnable data check of `plan` on the bound (CPU) batch, as violations."""
+    if not bound.runnable:
+        return []
+    return program_for(plan, bound)(bound)
+
+
+__all__ = ["Program", "available", "program_for", "run"]

@@ -1,0 +1,134 @@
+"""Deferred validation: launch now, read the verdict later, so the host never waits on the GPU.
+
+`tc.validate(batch, spec, deferred=True)` checks the batch and returns it at once. Each call is one
+*step*: submissions are numbered from 0 in this process (with one deferred validate per training
+step, the number is the loop's step). Verdicts wait in one first-in, first-out queue, whatever
+their spec. The next deferred `validate` (of any spec) first checks its own batch, then reads every
+earlier verdict that is ready and raises `BatchValidationError` for the earliest bad one; `tc.wait()`
+waits for all of them and does the same. Every submitted batch is checked, and every bad verdict
+is raised exactly once: one error per bad batch, the rest stay queued for the next call. The error
+names its step in a note ("batch submitted at step 17 (deferred)") and in `exc.step`.
+
+What a queued verdict holds:
+- computed at once (the torch backend, or Triton's interpreter on CPU): only the `Report`; the
+  batch is not kept alive.
+- launched on CUDA: the launch (its bound tensors and result buffer) until its event has completed
+  and the verdict has been read at the next deferred `validate` or `tc.wait()`; reading it needs
+  the tensors to name the first offending value. It never blocks: an unfinished launch stays
+  queued. Then only the `Report` is kept, and only if the batch was bad.
+With `group` (torch.distributed), the verdict is agreed across ranks at the next deferred call,
+blocking if needed, so that every rank runs the same collectives in the same order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tritoncheck.report import BatchValidationError, Report
+
+_lock = threading.Lock()  # guards the queue, and reading verdicts, so each is read and raised once
+_steps = itertools.count()
+_queue: list[_Entry] = []  # in submission order
+
+
+class _Entry:
+    """One submitted batch: its step and its verdict, or what is still needed to settle it.
+
+    `report` is the local verdict once known; `finish` (CUDA) reads it from the launch; `group`
+    is cleared once the verdict has been agreed across ranks. Settled: `finish` and `group` None.
+    """
+
+    __slots__ = ("step", "report", "finish", "event", "group")
+
+    def __init__(self, step: int, report: Report | None, finish: Callable[[], Report] | None, event: Any, group: Any):
+        self.step, self.report, self.finish, self.event, self.group = step, report, finish, event, group
+
+    def settled(self) -> bool:
+        return self.finish is None and self.group is None
+
+    def ready(self) -> bool:
+        """Settling it now would not block the host (a group must settle at the next call on every rank)."""
+        return self.group is not None or self.event is None or self.event.query()
+
+
+def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None, strict: bool = False) -> Any:
+    """Check this batch (its verdict is queued), then raise for the earliest bad earlier batch.
+
+    `strict` counts warnings as errors in this batch's verdict (`Report.strict`), as `check` does.
+    """
+    from tritoncheck import api as _api
+    plan, bound, chosen = _api.prepare(batch, spec, backend)
+
+    def report(data: list, ran: str = chosen) -> Report:
+        out = Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
+        return out.strict() if strict else out
+
+    done, finish, event = None, None, None
+    if chosen == "triton":
+        from tritoncheck.backends import triton as triton_backend
+        pending = triton_backend.launch(plan, bound)
+        if pending.event is None:  # nothing to wait for (the CPU interpreter, or no data checks)
+            done = report(pending.result(), pending.backend)
+        else:
+            event = pending.event
+
+            def finish() -> Report:
+                return report(pending.result(), pending.backend)
+    else:
+        done = report(*_api.run_data_checks(plan, bound, chosen))
+    with _lock:
+        earlier = len(_queue)
+        _queue.append(_Entry(next(_steps), done, finish, event, group))
+        _raise_earliest(_queue[:earlier], block=False)
+    return batch
+
+
+def wait() -> None:
+    """Read every queued verdict (waiting for the GPU); raise for the earliest bad batch."""
+    with _lock:
+        _raise_earliest(list(_queue), block=True)
+
+
+def _raise_earliest(entries: list[_Entry], *, block: bool) -> None:
+    """Settle the `entries` that are ready (all, with `block`), drop the good ones, raise for the first bad one.
+
+    Called with `_lock` held; `entries` are in `_queue`, oldest first.
+    """
+    for entry in entries:
+        if not entry.settled() and (block or entry.ready()):
+            _settle(entry)
+    settled = [e for e in entries if e.settled()]
+    bad = [e for e in settled if not e.report.ok]
+    from tritoncheck import api as _api
+    for e in settled:
+        if e.report.ok:
+            _api.log_warnings(e.report)  # as a synchronous validate logs a passing batch's warnings
+    for e in settled:
+        if e.report.ok or e is bad[0]:
+            _queue.remove(e)
+    if bad:
+        first = bad[0]
+        exc = BatchValidationError(first.report)
+        exc.step = first.step  # type: ignore[attr-defined]
+        exc.add_note(f"batch submitted at step {first.step} (deferred)")
+        if len(bad) > 1:
+            steps = ", ".join(str(e.step) for e in bad[1:])
+            exc.add_note(f"the batches submitted at steps {steps} were bad too; each raises at the next deferred validate or tc.wait()")
+        raise exc
+
+
+def _settle(entry: _Entry) -> None:
+    """Read a launched check's verdict (freeing the launch) and agree on it across ranks."""
+    from tritoncheck import api as _api
+    try:
+        if entry.finish is not None:
+            entry.report, entry.finish, entry.event = entry.finish(), None, None
+        if entry.group is not None:
+            entry.report, entry.group = _api.agree(entry.report, entry.group), None
+    except BaseException as exc:  # an internal error: raised once, not again at every later call
+        _queue.remove(entry)
+        exc.add_note(f"while reading the verdict of the batch submitted at step {entry.step} (deferred)")
+        raise

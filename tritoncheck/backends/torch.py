@@ -1,0 +1,556 @@
+"""The torch backend: the plan's data checks as torch ops, on CPU or CUDA tensors.
+
+It is the reference the Triton backend is tested against, and what DataLoader workers run.
+On a valid batch each field is read about once: one `aminmax` per field settles its range,
+value-set and finiteness checks together. Only when that summary cannot clear a check (a value
+is out of range, a sentinel such as -100 is present, a NaN turned up) does a second pass build
+the violation mask and locate the offenders.
+
+An expanded view (`torch.tensor([1]).expand(2**40)`, zero strides) is checked on its stored
+values only: every zero-stride axis is cut to size 1 (`compact`), masks keep size 1 along the
+axes no operand varies on, and counts, first indices and samples are scaled back to the full
+view, so nothing allocates in proportion to a view's logical size. An empty field is cut the same
+way along every axis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from tritoncheck.checks.registry import hint, kind_of, message, range_limit
+from tritoncheck.dtypes import FLIPPED, INT64_MAX, INT64_MIN, comparable_values, compute_dtype, exact_comparison
+from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from tritoncheck.kernel.ir import expr_axes
+from tritoncheck.plan.lower import (
+    Bound,
+    DataCheck,
+    Plan,
+    RangeCheck,
+    RuleCheck,
+    compact,
+    evaluate_scalar,
+)
+from tritoncheck.report import Violation
+
+class SampleRange(Sequence[int]):
+    """The samples 0..n-1 in constant space: every sample of an expanded (zero-stride) batch axis.
+
+    Equal to any sequence of the same positions (the tuple the same batch materialized gives), so
+    reports compare as they read; a batch of 2**40 expanded samples lists them without 2**40 ints.
+    """
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        picked = range(self.n)[i]
+        return tuple(picked) if isinstance(i, slice) else picked
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __contains__(self, x: object) -> bool:
+        return x in range(self.n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SampleRange):
+            return other.n == self.n
+        if isinstance(other, (tuple, list, range)):
+            return len(other) == self.n and all(a == i for i, a in enumerate(other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(range(self.n))) if self.n <= 2**16 else hash((SampleRange, self.n))
+
+    def __repr__(self) -> str:
+        return f"SampleRange({self.n})"
+
+
+def run(plan: Plan, bound: Bound) -> list[Violation]:
+    """Every data check of `plan` that `bind` found runnable, as violations."""
+    ctx = Context(plan, bound)
+    out = []
+    for check in bound.runnable:
+        axis = _window_axis(check, ctx)
+        if axis is not None:
+            out.extend(_windowed(check, ctx, axis))
+            continue
+        bad = ctx.bad_mask(check)
+        if bad is None:
+            continue
+        count, samples, index = locate(bad, check.axes, plan.batch_dim, ctx.sizes)
+        if count:
+            out.append(make_violation(check, ctx, count, samples, index))
+    return out
+
+
+MAX_MASK = 2**22  # elements of a mask over positions (arange) built at once; longer dims go in windows
+
+
+def _window_axis(check: DataCheck, ctx: Context) -> str | None:
+    """The dim to walk in windows: one the rule reads positions along (`arange(S)`), that no
+    reduction in it reduces over, where its mask would pass MAX_MASK elements. `arange(S)` over an
+    expanded `targets` (S = 2**26) then costs a window's memory, not S's."""
+    if not isinstance(check, RuleCheck) or math.prod(ctx.sizes[a] for a in check.axes) <= MAX_MASK:
+        return None
+    # a dim some reduction sums, ORs or ANDs over cannot be cut (one window would see part of it); a
+    # reduction that only spans it (`all(x > 0, dim=L) | (arange(B) < 3)` over B) is evaluated per window
+    reduced = set().union(*(set(r.dims) if r.dims is not None else set(expr_axes(ctx.plan, r.x))
+                            for r in _reductions(check.expr) + _reductions(check.where)))
+    for d in sorted(_aranges(check.expr) | _aranges(check.where), key=lambda d: -ctx.sizes[d]):
+        if d in check.axes and d not in reduced:
+            return d
+    return None
+
+
+def _windowed(check: RuleCheck, ctx: Context, axis: str) -> list[Violation]:
+    """`check` evaluated over windows of `axis`: counts summed, samples joined, the first index the
+    row-major least over windows, the value read in the window that holds it."""
+    if kind_of(check).settle(check, ctx):
+        return []
+    n = ctx.sizes[axis]
+    step = max(1, MAX_MASK // max(1, math.prod(ctx.sizes[a] for a in check.axes if a != axis)))
+    pos = check.axes.index(axis)
+    count, samples, first = 0, set(), None
+    for start in range(0, n, step):
+        with ctx.windowed(axis, start, min(n, start + step)):
+            bad = kind_of(check).torch(check, ctx)
+            if bad is None:
+                continue
+            c, s, index = locate(bad, check.axes, ctx.plan.batch_dim, ctx.sizes)
+            if not c:
+                continue
+            count += c
+            shift = start if axis == ctx.plan.batch_dim else 0
+            samples.update(i + shift for i in s)
+            index = index[:pos] + (index[pos] + start,) + index[pos + 1:]
+            if first is None or index < first[0]:
+                local = index[:pos] + (index[pos] - start,) + index[pos + 1:]
+                first = (index, _python(_at(ctx.values(check.subject, check.axes), local)))
+    if not count:
+        return []
+    return [violation(check, ctx.bound, count, tuple(sorted(samples)), first[0], first[1])]
+
+
+def _aranges(expr: Expr | None) -> set[str]:
+    if isinstance(expr, Arange):
+        return {expr.dim}
+    if isinstance(expr, (Unary, Reduce)):
+        return _aranges(expr.x)
+    if isinstance(expr, Binary):
+        return _aranges(expr.a) | _aranges(expr.b)
+    return set()
+
+
+def _reductions(expr: Expr | None) -> list[Reduce]:
+    if isinstance(expr, Reduce):
+        return [expr, *_reductions(expr.x)]
+    if isinstance(expr, Unary):
+        return _reductions(expr.x)
+    if isinstance(expr, Binary):
+        return _reductions(expr.a) + _reductions(expr.b)
+    return []
+
+
+@functools.lru_cache(maxsize=1024)
+def _comparable(values: tuple[int | float, ...], dtype: torch.dtype) -> tuple[int | float, ...]:
+    """`comparable_values`, once per check and dtype rather than once per batch."""
+    return comparable_values(values, dtype)
+
+
+class Context:
+    """Tensors, dims and per-field summaries for one batch."""
+
+    def __init__(self, plan: Plan, bound: Bound):
+        self.plan = plan
+        self.bound = bound
+        self.dims = bound.dim_values()
+        self.sizes: dict[str, int] = dict(self.dims)  # a dim bound by a field that failed its own checks counts too
+        for name, t in bound.tensors.items():
+            for axis, size in zip(plan.field(name).axes, t.shape, strict=True):
+                self.sizes[axis] = size
+        self._summary: dict[str, tuple[Any, Any] | None] = {}
+        self._compact: dict[str, torch.Tensor] = {}
+        self.windows: dict[str, tuple[int, int]] = {}  # dim -> (start, stop): evaluate only there
+        # where a constant's tensor is made: once reshaped to a rank, a CPU one cannot meet a CUDA field
+        self.device = next((t.device for t in bound.tensors.values()), None)
+
+    @contextlib.contextmanager
+    def windowed(self, axis: str, start: int, stop: int):
+        """Evaluate over positions start..stop-1 of `axis` only (`arange` and fields narrowed); a
+        window over another axis may be open around it."""
+        size = self.sizes[axis]
+        self.windows[axis], self.sizes[axis] = (start, stop), stop - start
+        try:
+            yield
+        finally:
+            del self.windows[axis]
+            self.sizes[axis] = size
+
+    def stored(self, name: str) -> torch.Tensor:
+        """The field with its expanded axes cut to size 1 (see `compact`); an empty field holds no
+        value along any axis, so each of its axes is cut to size 1 too (its empty ones stay 0): a
+        `[2**31 + 5, 0]` field must not make masks of 2**31 + 5 entries (C and Triton walk such
+        dims at size 1 as well, `ir.loop_sizes`)."""
+        if name not in self._compact:
+            t = self.bound.tensors[name]
+            if t.numel() == 0:
+                self._compact[name] = t.new_empty([min(n, 1) for n in t.shape])
+            else:
+                self._compact[name] = compact(t)
+        return self._compact[name]
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The field's stored values in the compute dtype (size 1 along expanded axes)."""
+        t = self.stored(name)
+        return t.to(compute_dtype(t.dtype))
+
+    def summary(self, name: str) -> tuple[int | float, int | float] | None:
+        """(min, max) of a field in one sweep, as Python numbers, or None if it is empty.
+
+        Python numbers keep every later comparison off the dispatcher. They are exact (an int64 or
+        a float32 fits a Python int or float), and comparing them with a Python bound is
+        conservative: rounding to float32 is monotonic, so whatever the summary clears, the exact
+        pass in the compute dtype would clear too.
+        """
+        if name not in self._summary:
+            t = self.stored(name)
+            if t.numel() == 0:
+                self._summary[name] = None
+            else:
+                mn, mx = torch.aminmax(t.view(torch.uint8) if t.dtype == torch.bool else t)
+                if t.dtype == torch.bool:  # a byte means its truth: 7 is 1, so the summary is of min(byte, 1)
+                    self._summary[name] = (min(mn.item(), 1), min(mx.item(), 1))
+                else:
+                    self._summary[name] = (mn.item(), mx.item())
+        return self._summary[name]
+
+    def bound_value(self, check: RangeCheck) -> int | float:
+        """The bound as the field's compute dtype compares it (see `range_limit`)."""
+        return range_limit(check, self.dims, self.bound.tensors[check.field].dtype)
+
+    def comparable(self, values: tuple[int | float, ...], name: str) -> tuple[int | float, ...]:
+        """`values` as field `name` can hold them (`comparable_values`, cached per check and dtype)."""
+        return _comparable(values, self.bound.tensors[name].dtype)
+
+    def bad_mask(self, check: DataCheck) -> torch.Tensor | None:
+        """A bool tensor over `check.axes`, True where the check fails; None when the fields'
+        (min, max) summaries and the dims settle it (the kind's `settle`) or nothing fails."""
+        kind = kind_of(check)
+        if kind.settle(check, self):
+            return None
+        return kind.torch(check, self)
+
+    def settled_by_summary(self, check: RuleCheck) -> bool:
+        """`any(labels != -100)` holds when the field's min or max is not -100: no second pass."""
+        e = check.expr
+        if check.where is not None or not (isinstance(e, Reduce) and e.op == "any" and e.dims is None):
+            return False
+        x = e.x
+        if not (isinstance(x, Binary) and x.op == "!=" and isinstance(x.a, Ref) and isinstance(x.b, Const)):
+            return False
+        if any(i is not None for i in x.a.index or ()):
+            return False
+        summary = self.summary(x.a.field)
+        return summary is not None and (summary[0] != x.b.value or summary[1] != x.b.value)
+
+    def interval(self, expr: Expr) -> tuple[Any, Any] | None:
+        """Bounds (lo, hi) on every value of `expr` (bools as 0/1) from summaries and dims; None if unknown.
+
+        Lets a rule that must hold skip its data pass: `sum(input_ids != pad, dim=L) <= 512` with L=512.
+        Comparisons of Python numbers with a field's float32 min/max are conservative (rounding is
+        monotonic); arithmetic is tracked for integers only.
+        """
+        if isinstance(expr, Const):
+            return expr.value, expr.value
+        if isinstance(expr, Dim):
+            return self.dims[expr.name], self.dims[expr.name]
+        if isinstance(expr, Ref):
+            if expr.field not in self.bound.tensors:
+                return None
+            return self.summary(expr.field)  # a selection lies within the whole field's range
+        if isinstance(expr, Arange):
+            return 0, max(self.sizes[expr.dim] - 1, 0)
+        if isinstance(expr, Reduce):
+            x = self.interval(expr.x)
+            if x is None:
+                return None
+            if expr.op in ("any", "all"):  # (over a non-empty field: an empty one has no summary)
+                return (1, 1) if x[0] > 0 or x[1] < 0 else (0, 0) if x == (0, 0) else (0, 1)
+            if expr.dims is None or any(d not in self.sizes for d in expr.dims) or any(isinstance(v, float) for v in x):
+                return None  # (a float sum rounds: n * min is no bound on it)
+            n = math.prod(self.sizes[d] for d in expr.dims)
+            return n * x[0], n * x[1]
+        if isinstance(expr, Binary):
+            a, b = self.interval(expr.a), self.interval(expr.b)
+            if a is None or b is None:
+                return None
+            op = expr.op
+            if op in ("+", "-") and any(isinstance(v, float) for v in a + b):
+                return None  # float sums round; only integer arithmetic is exact here
+            if op == "+":
+                return a[0] + b[0], a[1] + b[1]
+            if op == "-":
+                return a[0] - b[1], a[1] - b[0]
+            if op == "&":
+                return int(a[0] > 0 and b[0] > 0), int(a != (0, 0) and b != (0, 0))
+            if op == "|":
+                return int(a[0] > 0 or b[0] > 0), int(a != (0, 0) or b != (0, 0))
+            true = {"<=": a[1] <= b[0], "<": a[1] < b[0], ">=": a[0] >= b[1], ">": a[0] > b[1],
+                    "!=": a[1] < b[0] or a[0] > b[1], "==": a[0] == a[1] == b[0] == b[1]}.get(op)
+            false = {"<=": a[0] > b[1], "<": a[0] >= b[1], ">=": a[1] < b[0], ">": a[1] <= b[0],
+                     "!=": a[0] == a[1] == b[0] == b[1], "==": a[1] < b[0] or a[0] > b[1]}.get(op)
+            if true is None:
+                return None
+            return (1, 1) if true else (0, 0) if false else (0, 1)
+        return None
+
+    def evaluate(self, expr: Expr, axes: tuple[str, ...]) -> torch.Tensor:
+        """`expr` as a tensor laid out over `axes` (broadcast by axis name, expanded to full size)."""
+        return self.values(expr, axes).expand([self.sizes[a] for a in axes])
+
+    def values(self, expr: Expr, axes: tuple[str, ...]) -> torch.Tensor:
+        """`expr` laid out over `axes`, of size 1 along every axis that no operand varies on."""
+        value, own = self._eval(expr)
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor(_fit(value), device=self.device)
+        return _align(value, own, axes, None)
+
+    def _eval(self, expr: Expr) -> tuple[Any, tuple[str, ...]]:
+        if isinstance(expr, Const):
+            return expr.value, ()
+        if isinstance(expr, Dim):
+            return self.dims[expr.name], ()
+        if isinstance(expr, Arange):
+            if expr.dim in self.windows:
+                return torch.arange(*self.windows[expr.dim], device=self.device), (expr.dim,)
+            return torch.arange(self.sizes[expr.dim], device=self.device), (expr.dim,)
+        if isinstance(expr, Ref):
+            t = self.tensor(expr.field)
+            axes = self.plan.field(expr.field).axes
+            for axis, (start, stop) in self.windows.items():
+                w = axes.index(axis) if axis in axes else None
+                if w is not None and expr.index[w] is None and t.shape[w] != 1:  # (size 1: an expanded axis, one value)
+                    t = t.narrow(w, start, stop - start)
+            for axis in reversed(range(len(expr.index))):  # select from the back so positions stay valid
+                if expr.index[axis] is not None:  # (in range: `bind` checked it; an expanded axis holds one value)
+                    t = t.select(axis, expr.index[axis] if t.shape[axis] != 1 else 0)
+            return t, tuple(a for a, i in zip(axes, expr.index, strict=True) if i is None)
+        if isinstance(expr, Unary):
+            x, axes = self._eval(expr.x)
+            if not isinstance(x, torch.Tensor):
+                return evaluate_scalar(Unary(expr.op, Const(x)), {}), ()
+            if expr.op == "not":
+                return ~x.to(torch.bool), axes
+            if expr.op == "isfinite":
+                return torch.isfinite(x), axes
+            x = _number(x)
+            return (-x if expr.op == "neg" else x.abs()), axes
+        if isinstance(expr, Binary):
+            a, a_axes = self._eval(expr.a)
+            b, b_axes = self._eval(expr.b)
+            if expr.op in _COMPARE_OPS and isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+                x, axes, c, op = (a, a_axes, expr.b, expr.op) if isinstance(a, torch.Tensor) else (b, b_axes, expr.a, FLIPPED[expr.op])
+                if isinstance(c, Const):  # the exact comparison with the constant as written (docs/semantics.md)
+                    return _exact_compare(x, op, c.value), axes
+            if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+                return evaluate_scalar(Binary(expr.op, Const(a), Const(b)), {}), ()
+            axes = a_axes + tuple(x for x in b_axes if x not in a_axes)
+            # torch's type for the op, taken before aligning: a 0-d operand (`arange[0]`) does not
+            # promote a dimensioned one, but once aligned (a size-1 axis) it would
+            # (a Python number, possibly past int64, is left to `binary`)
+            dtype = torch.result_type(a, b) if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else None
+            if isinstance(a, torch.Tensor):
+                a = _align(a, a_axes, axes, None).to(dtype or a.dtype)
+            if isinstance(b, torch.Tensor):
+                b = _align(b, b_axes, axes, None).to(dtype or b.dtype)
+            return binary(expr.op, a, b), axes
+        if isinstance(expr, Reduce):
+            axis = self._reduce_window_axis(expr)
+            if axis is not None:
+                return self._reduce_in_windows(expr, axis)
+            x, axes = self._eval(expr.x)
+            if not isinstance(x, torch.Tensor):
+                x = torch.tensor(_fit(x), device=self.device)
+            red = tuple(range(len(axes))) if expr.dims is None else tuple(axes.index(d) for d in expr.dims)
+            keep = () if expr.dims is None else tuple(a for a in axes if a not in expr.dims)
+            if expr.op == "sum":  # a float sum accumulates in float64 (docs/semantics.md)
+                out = _number(x).to(torch.float64 if x.is_floating_point() else None).sum(dim=red)
+                spread = math.prod(self.sizes[axes[i]] for i in red if x.shape[i] == 1)
+                if spread != 1:  # an expanded axis: each stored value stands for `spread` equal ones
+                    out = out * spread
+            elif expr.op == "any":
+                out = (x != 0).any(dim=red) if red else x != 0
+            else:
+                out = (x != 0).all(dim=red) if red else x != 0
+            return out, keep
+        raise TypeError(f"cannot evaluate {expr!r}")
+
+    def _reduce_window_axis(self, expr: Reduce) -> str | None:
+        """A dim the reduction reduces over and reads positions along (`any(arange(S) > n, dim=S)`)
+        whose body would pass MAX_MASK elements: the body is then evaluated in windows of it."""
+        body = expr_axes(self.plan, expr.x)
+        if math.prod(self.sizes[a] for a in body) <= MAX_MASK:
+            return None
+        reduced = body if expr.dims is None else expr.dims
+        for d in sorted(_aranges(expr.x), key=lambda d: -self.sizes[d]):
+            if d in reduced and d in body and d not in self.windows:
+                return d
+        return None
+
+    def _reduce_in_windows(self, expr: Reduce, axis: str) -> tuple[Any, tuple[str, ...]]:
+        """The reduction over windows of `axis`, combined: any as or, all as and, sum as + (a float
+        sum then adds the windows' float64 sums in order)."""
+        n = self.sizes[axis]
+        step = max(1, MAX_MASK // max(1, math.prod(self.sizes[a] for a in expr_axes(self.plan, expr.x) if a != axis)))
+        out, keep = None, ()
+        for start in range(0, n, step):
+            with self.windowed(axis, start, min(n, start + step)):
+                part, keep = self._eval(expr)
+            out = part if out is None else out | part if expr.op == "any" else out & part if expr.op == "all" else out + part
+        return out, keep
+
+
+_COMPARE_OPS = frozenset(FLIPPED)
+
+
+def _exact_compare(x: torch.Tensor, op: str, value: int | float | bool) -> torch.Tensor:
+    """`x op value` as `exact_comparison` means it: one comparison in x's dtype, or its verdict."""
+    kind = "d" if x.dtype == torch.float64 else "f" if x.is_floating_point() else "i"
+    exact = exact_comparison(op, value, kind)
+    if isinstance(exact, bool):
+        return torch.full(x.shape, exact, dtype=torch.bool, device=x.device)
+    return binary(exact[0], _number(x), exact[1])
+
+
+def binary(op: str, a: Any, b: Any) -> torch.Tensor:
+    """`a op b` on tensors or scalars, as every rule operator evaluates (the strategies use it too)."""
+    if op in ("&", "|"):
+        a = a.to(torch.bool) if isinstance(a, torch.Tensor) else bool(a)
+        b = b.to(torch.bool) if isinstance(b, torch.Tensor) else bool(b)
+        return (a & b) if op == "&" else (a | b)
+    a, b = _fit(a), _fit(b)
+    if op in ("+", "-", "*", "//", "%"):
+        a, b = _number(a), _number(b)
+    if op in ("//", "%"):
+        return _div(op, a, b)
+    return {
+        "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+        "==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b,
+        "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
+    }[op]()
+
+
+def _fit(x: Any) -> Any:
+    """A Python int past int64 (a product of dims) as a float: torch would refuse it, or wrap it."""
+    if isinstance(x, int) and not isinstance(x, bool) and not INT64_MIN <= x <= INT64_MAX:
+        try:
+            return float(x)
+        except OverflowError:
+            return math.inf if x > 0 else -math.inf
+    return x
+
+
+def _number(x: Any) -> Any:
+    """Bools count as 0/1 in arithmetic, as int64 (torch would add them as logical or)."""
+    if isinstance(x, torch.Tensor):
+        return x.to(torch.int64) if x.dtype == torch.bool else x
+    return int(x) if isinstance(x, bool) else x
+
+
+def _div(op: str, a: Any, b: Any) -> torch.Tensor:
+    """`a // b` or `a % b`; integer division by zero gives `a // 0 == 0` and `a % 0 == a`, floats IEEE."""
+    device = (a if isinstance(a, torch.Tensor) else b).device
+    a, b = (x if isinstance(x, torch.Tensor) else torch.tensor(x, device=device,
+            dtype=torch.float64 if isinstance(x, float) else torch.int64) for x in (a, b))
+    if a.is_floating_point() or b.is_floating_point():
+        return torch.div(a, b, rounding_mode="floor") if op == "//" else torch.remainder(a, b)
+    zero = b == 0
+    safe = torch.where(zero, torch.ones_like(b), b)
+    if op == "//":
+        return torch.where(zero, 0, torch.div(a, safe, rounding_mode="floor"))
+    return torch.where(zero, a, torch.remainder(a, safe))
+
+
+def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: Mapping[str, int] | None) -> torch.Tensor:
+    """Permute `t` (over `own`) into the order of `axes`, inserting size-1 axes; expand if sizes given."""
+    if own == axes:
+        return t  # already laid out (the common case): no view to build
+    if own != tuple(a for a in axes if a in own):
+        t = t.permute([own.index(a) for a in axes if a in own])
+    shape = []
+    it = iter(t.shape)
+    for a in axes:
+        shape.append(next(it) if a in own else 1)
+    t = t.reshape(shape)
+    if sizes is not None:
+        t = t.expand([sizes[a] for a in axes])
+    return t
+
+
+def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
+           sizes: Mapping[str, int] | None = None) -> tuple[int, Sequence[int], tuple[int, ...]]:
+    """Count the True entries, list the batch positions holding one, and find the first (row-major).
+
+    `bad` may keep size 1 along an axis whose full size (`sizes`) is larger, where the values do
+    not vary (an expanded view): each entry then counts for the whole axis, the first index is
+    still the row-major first (position 0 along that axis), and along the batch axis every
+    sample holds it (a `SampleRange`). Without `sizes`, `bad` is full size.
+    """
+    count = int(bad.sum())
+    if count == 0:
+        return 0, (), ()
+    sizes = sizes or dict(zip(axes, bad.shape, strict=True))
+    count *= math.prod(sizes[a] for a, n in zip(axes, bad.shape, strict=True) if n == 1)
+    flat = bad.reshape(-1)
+    first = int(torch.argmax(flat.to(torch.uint8)))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), bad.shape)) if bad.dim() else ()
+    samples: Sequence[int] = ()
+    if batch_dim in axes:
+        b = axes.index(batch_dim)
+        if bad.shape[b] == 1:
+            samples = SampleRange(sizes[batch_dim])  # every sample, listed in constant space
+        else:
+            per_sample = bad.transpose(0, b).reshape(bad.shape[b], -1).any(dim=1)
+            samples = tuple(int(i) for i in per_sample.nonzero().flatten())
+    return count, samples, index
+
+
+def make_violation(check: DataCheck, ctx: Context, count: int, samples: Sequence[int], index: tuple[int, ...]) -> Violation:
+    """The violation for a failing check, with the value at its first offending index."""
+    if isinstance(check, RuleCheck):
+        value = _python(_at(ctx.values(check.subject, check.axes), index))
+    else:
+        stored = _at(ctx.stored(check.field), index)
+        value = _python(stored.to(compute_dtype(stored.dtype)))
+    return violation(check, ctx.bound, count, samples, index, value)
+
+
+def violation(check: DataCheck, bound: Bound, count: int, samples: Sequence[int], index: tuple[int, ...],
+              value: Any) -> Violation:
+    """A failing check as the report shows it: the kind's message (a range check's bound resolved
+    against the batch's dims, and where those dims came from), the value found at the first
+    offending index, and the kind's hint. Every backend builds its violations here, so their
+    reports cannot drift apart."""
+    return Violation(check.field, check.code, message(check, bound), samples, count, index, value, hint(check, value),
+                     check.severity)
+
+
+def _at(t: torch.Tensor, index: tuple[int, ...]) -> torch.Tensor:
+    """`t[index]`, where an axis of size 1 stands for the whole axis (an expanded view, or a broadcast)."""
+    return t[tuple(0 if n == 1 else i for i, n in zip(index, t.shape, strict=True))]
+
+
+def _python(value: Any) -> Any:
+    return value.item() if isinstance(value, torch.Tensor) else value

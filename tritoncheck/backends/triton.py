@@ -1,0 +1,352 @@
+"""The Triton backend: one generated kernel launch per `check`, one small read-back; on a failing
+batch, per violation, one more small copy: the value it shows, read from the batch at its first
+offending index (for a rule, computed there with torch ops on the device).
+
+`launch` finds the batch's *launch* -- the program for its signature and every argument but the
+tensors' pointers -- in `bound.memo` (shared by every batch of the signature `bind` has seen), so
+a warm call packs pointers and launches. A new signature looks the program up in an LRU cache
+keyed by the plan's text (`plan_text`), the runnable checks and each field's dtype and
+contiguity: batches that differ only in their sizes (dynamic padding) share one program, and the
+kernel takes sizes, host scalars and program ranges as runtime arguments the JIT does not
+specialise on, so they share one compiled kernel too. The launch runs on the batch's device and
+that device's current stream, and starts the device-to-host copy of the result buffer;
+`Pending.result` waits for it and decodes it with the backend-neutral decoder the C backend uses
+(`tritoncheck/kernel/decode.py`), so the reports agree with the torch backend's exactly.
+
+What the kernel cannot take goes to the torch backend, and `Pending.backend` says so: a plan the
+IR or this generator does not lower (`Unsupported`, e.g. a reduction inside a reduction), an
+expanded (zero-stride) view the kernel would walk past 2**24 elements, and a host scalar past
+int64. An expanded or empty dim that no rule reads positions along is walked at size 1
+(`ir.loop_sizes`, as in the C backend) and scaled back by `decode`, so such a view costs what it
+stores; along a positional dim the kernel walks it through its zero strides up to 2**24 elements,
+past that the torch backend reads its stored values once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton.language as tl
+
+from tritoncheck.backends import torch as _torch_backend
+from tritoncheck.kernel import ir
+from tritoncheck.kernel.decode import axis_size, decode
+from tritoncheck.plan.lower import Bound, Plan, referenced_fields
+from tritoncheck.report import Violation
+from tritoncheck.codegen import triton as codegen
+from tritoncheck.codegen.triton import Program
+
+INT32_LIMIT = 2**31 - 1
+MAX_PROGRAMS = 64  # generated programs kept (least recently used dropped first)
+# walked elements of an expanded view along a positional axis; the torch backend checks a larger one's stored values
+EXPANDED_WALK_LIMIT = 2**24
+_lock = threading.Lock()
+_interpreter_lock = threading.Lock()  # Triton's CPU interpreter patches global state: one launch at a time
+_programs: OrderedDict[tuple, Program | None] = OrderedDict()  # (plan text, checks, field signature) -> program
+_plan_texts: OrderedDict[int, tuple[Plan, str]] = OrderedDict()  # id(plan) -> (plan, its text), the same bound
+
+
+def run(plan: Plan, bound: Bound) -> list[Violation]:
+    """Every runnable data check of `plan`, as violations (blocks until the verdict is read)."""
+    return launch(plan, bound).result()
+
+
+def plan_text(plan: Plan) -> str:
+    """The plan as text (its repr), the program cache's key: equal plans share programs, but not
+    plans that are only `==` (0.0 == -0.0 and 1 == 1.0 == True, yet `x // -0.0` is not `x // 0.0`,
+    and a report quotes the rule as written). Memoised per plan object."""
+    with _lock:
+        hit = _plan_texts.get(id(plan))
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+    text = repr(plan)
+    with _lock:
+        _plan_texts[id(plan)] = (plan, text)
+        while len(_plan_texts) > MAX_PROGRAMS:
+            _plan_texts.popitem(last=False)
+    return text
+
+
+def program_for(plan: Plan, bound: Bound) -> Program | None:
+    """The loaded program for this plan, these runnable checks and this field signature (cached);
+    None when the plan is not lowered for Triton (the torch backend runs it)."""
+    checks = tuple(bound.runnable)
+    position = {id(c): i for i, c in enumerate(plan.checks)}
+    fields = tuple(sorted({f for c in checks for f in referenced_fields(c)}))
+    tensors = bound.tensors
+    sig = tuple((tensors[f].dtype, tensors[f].is_contiguous()) for f in fields)
+    key = (plan_text(plan), tuple(position[id(c)] for c in checks), fields, sig)
+    with _lock:  # lowering, generation and import happen once per key, even with many threads
+        if key in _programs:
+            _programs.move_to_end(key)
+            return _programs[key]
+        sigs = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous)
+                for f, (dtype, contiguous) in zip(fields, sig, strict=True)}
+        try:
+            program = codegen.load(codegen.generate(ir.lower(plan, checks, sigs)))
+        except ir.Unsupported:
+            program = None
+        _programs[key] = program
+        while len(_programs) > MAX_PROGRAMS:
+            _programs.popitem(last=False)
+        return program
+
+
+@dataclass(frozen=True)
+class GroupLaunch:
+    """One group's share of a launch: `programs` programs, each walking at most `tiles` loop steps
+    of `tile_elements` elements (one tile for an element-wise group), whose loads read `tile_bytes`;
+    `split`, `parts` and `scratch` as the group takes them (2**split programs per row block, `parts`
+    of them with something to reduce; its scratch slots' offset in the result buffer)."""
+
+    programs: int
+    tiles: int
+    tile_elements: int
+    tile_bytes: int
+    full: int = 0  # element-wise: programs whose tile is wholly in range
+    split: int = 0
+    parts: int = 1  # programs of a row block with something to reduce (the rest of the 2**split do nothing)
+    scratch: int = 0
+    scratch_slots: int = 0
+
+
+def geometry(program: Program, dims: dict[str, int]) -> list[GroupLaunch]:
+    """Per group, the launch the backend makes for these dim sizes (`GroupLaunch`).
+
+    A reduction's row block is split over 2**split programs, the least split that keeps every
+    program within `codegen.MAX_STEPS` loop steps over all the group's reductions (a float sum is
+    never split: the order of its additions must not depend on a race).
+    """
+    kernel, out = program.kernel, []
+    scratch = kernel.layout.length(dims.get(kernel.batch_dim, 0))
+    for p in program.groups:
+        numel = math.prod(axis_size(kernel, a, dims) for a in p.axes)
+        if not p.reduce:
+            out.append(GroupLaunch(-(-numel // p.block), 1, p.block, p.block * p.load_bytes, full=numel // p.block))
+            continue
+        steps = [-(-math.prod(axis_size(kernel, a, dims) for a in axes) // p.step) for axes in p.reductions]
+        split = 0
+        while p.splittable and sum(-(-s // 2**split) for s in steps) > codegen.MAX_STEPS and max(steps) > 2**split:
+            split += 1
+        slots = numel * (2 + len(p.reductions)) if split else 0
+        per = [-(-s // 2**split) for s in steps]
+        parts = max((-(-s // n) for s, n in zip(steps, per, strict=True) if n), default=1)
+        out.append(GroupLaunch((-(-numel // p.block)) << split, sum(per), p.block * p.step,
+                               p.block * p.step * p.load_bytes, split=split,
+                               parts=parts, scratch=scratch if split else 0, scratch_slots=slots))
+        scratch += slots
+    return out
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a launch of `program` passes for one batch signature, but the tensors."""
+
+    program: Program
+    fields: tuple[str, ...]  # the tensors passed first, in order
+    rest: tuple[Any, ...]  # strides, sizes, host scalars and the groups' arguments, in order
+    grid: tuple[int]
+    length: int  # result buffer slots: the `Layout`, then the scratch of split reductions
+    wide: bool  # indices need int64
+    walked: dict[str, int]  # the dim sizes the kernel walks (`ir.loop_sizes`), for `decode`
+
+    def args(self, tensors: dict[str, torch.Tensor], out: torch.Tensor) -> tuple[list[Any], dict[str, Any]]:
+        """The positional arguments and keyword options of `program.fn[grid](...)`."""
+        args = [tensors[f] for f in self.fields]
+        args += self.rest
+        args += [out, tl.int64 if self.wide else tl.int32]
+        # no fused multiply-add: torch rounds `a * b + c` twice, so the kernel does too
+        return args, {"num_warps": codegen.WARPS, "enable_fp_fusion": False}
+
+
+def launch_for(program: Program, bound: Bound) -> Launch:
+    """The `Launch` of `program` for the bound batch (raises `Unsupported` for a host scalar past int64)."""
+    kernel, tensors = program.kernel, bound.tensors
+    for f, pos, sel in kernel.selections():
+        size = tensors[f].shape[pos]
+        if not -size <= sel < size:  # bind reports this as a violation; never read past the tensor here
+            raise IndexError(f"{f}: index {sel} is out of range for an axis of size {size}")
+    values = bound.dim_values()
+    # an expanded or empty dim no rule reads positions along is walked at size 1, as in C
+    walked = ir.loop_sizes(kernel, program.positional, tensors, values)
+    for f in kernel.fields:
+        t = tensors[f.name]
+        if 0 in t.stride() and math.prod(walked.get(a, kernel.fixed.get(a, 1)) for a in f.axes) > EXPANDED_WALK_LIMIT:
+            raise ir.Unsupported("an expanded view walked past EXPANDED_WALK_LIMIT elements")
+    ir.check_result_backed(kernel, tensors, walked)
+    rest: list[Any] = []
+    for f in kernel.fields:
+        if not f.contiguous:
+            rest.extend(tensors[f.name].stride())
+    rest.extend(walked[d] for d in kernel.sizes)
+    for d in program.divisors:
+        rest.extend(divisor_magic(walked[d]))
+    rest.extend(kernel.scalars[s].value(values) for s in kernel.int_slots)
+    rest.extend(struct.unpack("<q", struct.pack("<d", kernel.scalars[s].value(values)))[0] for s in kernel.float_slots)
+    end, counts, aligns = 0, [], []
+    launches = geometry(program, walked)
+    for p, gl in zip(program.groups, launches, strict=True):
+        end += gl.programs
+        rest += [end, gl.split, gl.parts, gl.scratch] if p.reduce else [end, gl.full]
+        counts.append(gl.programs * gl.tile_elements)
+        if p.reduce:
+            numel = math.prod(axis_size(kernel, a, walked) for a in p.axes)
+            reduced = [math.prod(axis_size(kernel, a, walked) for a in axes) for axes in p.reductions]
+            counts += [numel * r + (p.step << gl.split) for r in reduced]  # offs * R + r, and the parts' bounds
+            if p.aligned:
+                aligns.append(all(r % 16 == 0 for r in reduced))
+    rest += aligns
+    length = kernel.layout.length(walked.get(kernel.batch_dim, 0)) + sum(gl.scratch_slots for gl in launches)
+    counts.append(length)
+    for f in kernel.fields:
+        t = tensors[f.name]
+        counts.append(sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n))
+    wide = any(c >= INT32_LIMIT for c in counts)
+    return Launch(program, tuple(f.name for f in kernel.fields), tuple(rest), (end,), length, wide, walked)
+
+
+def divisor_magic(d: int) -> tuple[int, int]:
+    """(magic, shift) such that n // d == (umulhi(n, magic) + n) >> shift for 0 <= n < 2**31
+    (Granlund and Montgomery's division by an invariant integer; magic as the int32 of its bits,
+    so the JIT always sees an i32). d = 0 (an empty dim: nothing is divided) gives d = 1's."""
+    d = max(d, 1)
+    if d >= 2**31:  # then indices are int64, and the kernel divides
+        return 0, 0
+    shift = (d - 1).bit_length()
+    magic = (1 << (32 + shift)) // d - (1 << 32) + 1
+    return (magic - (1 << 32) if magic >= 1 << 31 else magic), shift
+
+
+def launch_args(program: Program, bound: Bound, out: torch.Tensor) -> tuple[list[Any], dict[str, Any], tuple[int]]:
+    """(args, kwargs, grid): exactly what `launch` passes to `program.fn[grid](*args, **kwargs)`
+    for this batch, with `out` as the result buffer (`launch_for(...).length` int64 zeros)."""
+    spec = launch_for(program, bound)
+    args, kwargs = spec.args(bound.tensors, out)
+    return args, kwargs, spec.grid
+
+
+class Pending:
+    """A launched check whose verdict has not been read yet. `backend` names what checks it:
+    "triton", or "torch" where the kernel could not take the batch."""
+
+    def __init__(self, bound: Bound, spec: Launch | None = None, slot: Any = None, event: Any = None,
+                 result: list[Violation] | None = None):
+        self.bound, self.spec, self.slot, self.event = bound, spec, slot, event
+        self.program = spec.program if spec is not None else None
+        self.backend = "triton" if spec is not None else "torch"
+        self._result = result
+
+    def result(self) -> list[Violation]:
+        if self._result is None:
+            if self.event is not None:
+                self.event.synchronize()
+            dirty = bool(self.slot.host.any())
+            values = self.slot.host.clone() if dirty else None  # (the slot is zeroed on release)
+            _pool.release(self.slot, dirty=dirty)
+            self._result = decode(self.program.kernel, values, self.bound, self.spec.walked) if dirty else []
+        return self._result
+
+
+def _prepare(plan: Plan, bound: Bound, device: torch.device) -> Launch | None:
+    """The batch's `Launch`; None where the torch backend checks it instead."""
+    if device.type != "cuda":
+        _require_interpreter(device)  # before generating: a compiled kernel must not be cached for CPU use
+    program = program_for(plan, bound)
+    if program is None:
+        return None
+    try:
+        return launch_for(program, bound)
+    except ir.Unsupported:  # a host scalar past int64, or an expanded view walked past EXPANDED_WALK_LIMIT
+        return None
+
+
+def _require_interpreter(device: torch.device) -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"backend='triton' needs CUDA tensors (the batch is on {device}); use backend='torch', "
+                         "or set TRITON_INTERPRET=1 to run the kernel on the CPU")
+
+
+def launch(plan: Plan, bound: Bound) -> Pending:
+    """Launch the plan's kernel on the bound batch; return at once (no host sync on CUDA).
+
+    What a batch signature launches is memoised on bind's signature entry (`bound.memo`), so a
+    warm call packs pointers, launches, and starts one copy back.
+    """
+    if not bound.runnable:
+        return Pending(bound, result=[])
+    memo = bound.memo.get("triton")
+    if memo is None:
+        device = next(iter(bound.tensors.values())).device
+        memo = bound.memo["triton"] = (_prepare(plan, bound, device), device)
+    spec, device = memo
+    cuda = device.type == "cuda"
+    if not cuda:
+        _require_interpreter(device)
+    if spec is None:
+        return Pending(bound, result=_torch_backend.run(plan, bound))
+    # the batch's device is the current one for the launch, the buffer and the copy; the stream is its current one
+    with torch.cuda.device(device) if cuda else _interpreter_lock:
+        slot = _pool.acquire(spec, device)
+        event = None
+        if spec.grid[0] > 0:
+            args, kwargs = spec.args(bound.tensors, slot.device)
+            spec.program.fn[spec.grid](*args, **kwargs)
+        if cuda:
+            slot.host.copy_(slot.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+    return Pending(bound, spec, slot, event)
+
+
+class _Slot:
+    __slots__ = ("device", "host", "key")
+
+    def __init__(self, device: torch.Tensor, host: torch.Tensor, key: tuple):
+        self.device, self.host, self.key = device, host, key
+
+
+class _Pool:
+    """Persistent zeroed result buffers, one per concurrent use, so launches never share one."""
+
+    def __init__(self) -> None:
+        self.free: dict[tuple, list[_Slot]] = {}
+        self.zeros: dict[int, torch.Tensor] = {}
+        self.lock = threading.Lock()
+
+    def acquire(self, spec: Launch, device: torch.device) -> _Slot:
+        key = (spec.length, device)
+        with self.lock:
+            free = self.free.get(key)
+            if free:
+                return free.pop()
+        buf = torch.zeros(spec.length, dtype=torch.int64, device=device)
+        host = torch.empty(spec.length, dtype=torch.int64, pin_memory=True) if device.type == "cuda" else buf
+        return _Slot(buf, host, key)
+
+    def release(self, slot: _Slot, dirty: bool) -> None:
+        if dirty:
+            # failure path only: reset with a host-to-device copy from a zero tensor, not a kernel
+            if slot.device.is_cuda:
+                slot.device.copy_(self._zeros(slot.device.numel()))
+            else:
+                slot.device.zero_()
+        with self.lock:
+            self.free.setdefault(slot.key, []).append(slot)
+
+    def _zeros(self, n: int) -> torch.Tensor:
+        with self.lock:
+            z = self.zeros.get(n)
+            if z is None:
+                z = self.zeros[n] = torch.zeros(n, dtype=torch.int64, pin_memory=True)
+            return z
+
+
+_pool = _Pool()

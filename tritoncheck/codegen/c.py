@@ -1,0 +1,485 @@
+"""C source for a `Kernel`: one function that runs every data check in one call.
+
+The generated function is
+
+    int64_t tc_check(const int64_t *ia, const double *fa, int64_t *out)
+
+with `ia` the int64 arguments in `Kernel.int_args()` order (field pointers, strides of
+non-contiguous fields, dim sizes, int host scalars), `fa` the float host scalars, and `out` the
+zeroed result buffer of `Layout`. It returns nonzero when some check failed.
+
+Each group runs twice at most. The *fast pass* loops over the group's axes and only ORs the
+groups' failure predicates together: no stores, no branches, so the compiler vectorizes it (an
+element-wise group over contiguous fields walks one flat index). Only when that finds something
+does the *locate pass* walk the group again, row-major, counting per check (per sample for checks
+over the batch axis) and keeping the first offending flat index. A valid batch costs its reads.
+
+Safety: identifiers come from a `NameSpace`, numbers are formatted here (ints as `INT64_C`,
+floats as exact hex literals, inf and NaN as macros), and spec text enters only through
+`comment()` in `//` comments (which holds no newline, backslash or `?`, so no trigraph or line
+splice can end a comment early). C semantics are pinned to torch's: float32 math in `float`
+(compile with -ffp-contract=off, never -ffast-math), int64 arithmetic wrapping through
+`uint64_t`, torch's floor division and remainder, and float16/bfloat16 widened by bit
+manipulation (no compiler fp16 support needed).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from tritoncheck.dtypes import dtype_name
+from tritoncheck.expr import to_text
+from tritoncheck.plan.lower import describe
+from tritoncheck.codegen.source import RESERVED, IndentedBuffer, NameSpace, comment
+from tritoncheck.kernel.ir import BIG, Group, Kernel, Op, invariant_ops, walk
+
+FUNCTION = "tc_check"
+_CTYPE = {"b": "int", "i": "int64_t", "f": "float", "d": "double"}
+_STORAGE = {
+    torch.bool: "uint8_t", torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
+    torch.int32: "int32_t", torch.int64: "int64_t", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
+    torch.float32: "float", torch.float64: "double",
+}
+# Names the function uses as they are; no identifier derived from a spec may take one.
+_FIXED = frozenset({FUNCTION, "ia", "fa", "out", "found", "dirty", "flat", "tc_idx", "TC_BIG", "uintptr_t", "intptr_t",
+                    "INT64_C", "INFINITY", "NAN", "fmodf", "floorf", "fabsf", "fmod", "floor", "fabs", "copysign",
+                    "copysignf", "restrict"})
+
+_HELPERS: dict[str, str] = {
+    "tc_f16": """
+// float16 bits -> float, exactly (c10's fp16_ieee_to_fp32_value: normals via an exponent rebias
+// and one multiply, subnormals via a magic-number subtraction; inf and NaN pass through)
+static inline float tc_f16(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & UINT32_C(0x80000000);
+    const uint32_t two_w = w + w;
+    uint32_t bits = (two_w >> 4) + (UINT32_C(0xE0) << 23);
+    float normal, denormal, out;
+    memcpy(&normal, &bits, 4);
+    normal *= 0x1.0p-112f;
+    bits = (two_w >> 17) | (UINT32_C(126) << 23);
+    memcpy(&denormal, &bits, 4);
+    denormal -= 0.5f;
+    uint32_t nb, db;
+    memcpy(&nb, &normal, 4);
+    memcpy(&db, &denormal, 4);
+    bits = sign | (two_w < (UINT32_C(1) << 27) ? db : nb);
+    memcpy(&out, &bits, 4);
+    return out;
+}""",
+    "tc_bf16": """
+// bfloat16 bits -> float: the high half of a float32
+static inline float tc_bf16(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float out;
+    memcpy(&out, &bits, 4);
+    return out;
+}""",
+    "tc_add_i": "static inline int64_t tc_add_i(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }",
+    "tc_sub_i": "static inline int64_t tc_sub_i(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }",
+    "tc_mul_i": "static inline int64_t tc_mul_i(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }",
+    "tc_neg_i": "static inline int64_t tc_neg_i(int64_t a) { return (int64_t)(UINT64_C(0) - (uint64_t)a); }",
+    "tc_abs_i": "static inline int64_t tc_abs_i(int64_t a) { return a < 0 ? tc_neg_i(a) : a; }",
+    "tc_floordiv_i": """
+// torch's floor division for int64; a // 0 == 0, and INT64_MIN // -1 wraps (C's / would trap)
+static inline int64_t tc_floordiv_i(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    if (b == -1) return (int64_t)(UINT64_C(0) - (uint64_t)a);
+    const int64_t q = a / b, r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+}""",
+    "tc_mod_i": """
+// torch.remainder for int64: the result takes the divisor's sign; a % 0 == a
+static inline int64_t tc_mod_i(int64_t a, int64_t b) {
+    if (b == 0) return a;
+    if (b == -1) return 0;
+    const int64_t r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}""",
+}
+for _t, _s in (("f", "f"), ("d", "")):
+    _T = _CTYPE[_t]
+    _HELPERS[f"tc_floordiv_{_t}"] = f"""
+// torch's floor division for {_T} (ATen's vectorized div_floor_floating)
+static inline {_T} tc_floordiv_{_t}({_T} a, {_T} b) {{
+    const {_T} basic = a / b;
+    if (b == 0) return basic;
+    const {_T} mod = fmod{_s}(a, b);
+    const {_T} num = (fabs{_s}(basic) == INFINITY && fabs{_s}(a) != INFINITY) ? a : a - mod;
+    {_T} div = num / b;
+    if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+    if (div == 0) return copysign{_s}(0, basic);
+    {_T} floored = floor{_s}(div);
+    if (div - floored > 0.5{_s}) floored += 1;
+    return floored;
+}}"""
+    _HELPERS[f"tc_mod_{_t}"] = f"""
+// torch.remainder for {_T}: fmod, moved into the divisor's sign
+static inline {_T} tc_mod_{_t}({_T} a, {_T} b) {{
+    const {_T} mod = fmod{_s}(a, b);
+    return (mod != 0 && ((b < 0) != (mod < 0))) ? mod + b : mod;
+}}"""
+
+
+def literal(value: Any, kind: str) -> str:
+    """A constant as exact C source: INT64_C for ints, hex floats, macros for inf and NaN."""
+    if kind == "b":
+        return "1" if value else "0"
+    if kind == "i":
+        v = int(value)
+        if v == -(2**63):
+            return "(-INT64_C(9223372036854775807) - 1)"
+        return f"INT64_C({v})" if v >= 0 else f"(-INT64_C({-v}))"
+    v = float(value)
+    suffix = "f" if kind == "f" else ""
+    cast = "" if kind == "f" else "(double)"
+    if math.isnan(v):
+        return f"({cast}NAN)"
+    if math.isinf(v):
+        return f"({cast}INFINITY)" if v > 0 else f"(-{cast}INFINITY)"
+    return f"{v.hex()}{suffix}" if math.copysign(1.0, v) > 0 else f"(-{(-v).hex()}{suffix})"  # keeps -0.0
+
+
+class CSource:
+    """Generated C source and the kernel it implements."""
+
+    def __init__(self, kernel: Kernel, text: str, index_bits: int):
+        self.kernel, self.text, self.index_bits = kernel, text, index_bits
+
+
+def generate(kernel: Kernel, index_bits: int = 32) -> CSource:
+    """C source for `kernel`; loop indices are int32 unless `index_bits` is 64 (sizes past 2**31 - 1)."""
+    return CSource(kernel, CCodegen(kernel, index_bits).run(), index_bits)
+
+
+class CCodegen:
+    """Writes the function; its op methods are the C ops handler that `ir.walk` calls."""
+
+    def __init__(self, kernel: Kernel, index_bits: int):
+        self.k, self.bits = kernel, index_bits
+        self.ns = NameSpace(RESERVED | _FIXED | set(_HELPERS))
+        self.helpers: set[str] = set()
+        self.buf = IndentedBuffer()
+        self.names: dict[int, str] = {}
+        self.bind: dict[str, str] = {}  # axis -> loop variable in scope
+        self.flat: str | None = None  # the flat index, in an element-wise pass over contiguous fields
+        self.pre: dict[int, Any] = {}  # the current group's invariant values (`invariant_ops`), by op id
+        self.rest: tuple[Op, ...] = ()  # the current group's other ops, walked at each position
+        self.ptr = {f.name: self.ns.create_name(f"p_{f.name}") for f in kernel.fields}
+        self.stride = {f.name: tuple(self.ns.create_name(f"s_{f.name}_{i}") for i in range(len(f.axes)))
+                       for f in kernel.fields}
+        axes = dict.fromkeys([*kernel.sizes, *kernel.fixed])
+        self.size = {a: self.ns.create_name(f"n_{a}") for a in axes}
+        self.sc = {s: self.ns.create_name(f"sc_{s}") for s in range(len(kernel.scalars))}
+
+    # -- the function ---------------------------------------------------------------------------
+    def run(self) -> str:
+        body = self.buf
+        with body.indent():
+            self.arguments()
+            body.writeline("int64_t found = 0;")
+            for g_i, g in enumerate(self.k.groups):
+                self.group(g_i, g)
+            body.writeline("return found;")
+        out = IndentedBuffer()
+        out.writelines(self.header())
+        out.writelines(["#include <stdint.h>", "#include <string.h>", "#include <math.h>", ""])
+        out.writeline(f"typedef {'int64_t' if self.bits == 64 else 'int32_t'} tc_idx;  // loop indices")
+        out.writeline(f"#define TC_BIG INT64_C({BIG})  // a first-index slot holds TC_BIG - index")
+        for name, text in _HELPERS.items():
+            if name in self.helpers:
+                out.writelines(text.strip("\n").splitlines())
+        out.writeline("")
+        out.writeline(f"int64_t {FUNCTION}(const int64_t *restrict ia, const double *restrict fa, "
+                      "int64_t *restrict out)")
+        out.writeline("{")
+        out.splice(body)
+        out.writeline("}")
+        return out.getvalue()
+
+    def header(self) -> list[str]:
+        k = self.k
+        lines = [f"// Generated by tritoncheck for spec {comment(k.spec_name)}: every data check in one call.", "//"]
+        lines.append("// fields (read once per group that uses them):")
+        for f in k.fields:
+            lay = "contiguous" if f.contiguous else "strided"
+            lines.append(f"//   {comment(f.name)}: {dtype_name(f.dtype)} over [{comment(', '.join(f.axes))}], {lay}")
+        lines.append("// checks:")
+        for i, c in enumerate(k.checks):
+            lines.append(f"//   [{i}] {comment(c.code)}: {comment(describe(c))}  over [{comment(', '.join(c.axes))}]")
+        lines.append(f"// out: int64[{2 * len(k.checks)} + {sum(r >= 0 for r in k.layout.batch_rows)} * batch], "
+                     "written only where a check fails")
+        return lines
+
+    def arguments(self) -> None:
+        w = self.buf.writeline
+        w("// arguments")
+        k = self.k
+        pos = 0
+        for f in k.fields:
+            ctype = _STORAGE[f.dtype]
+            w(f"const {ctype} *restrict {self.ptr[f.name]} = (const {ctype} *)(uintptr_t)ia[{pos}];")
+            pos += 1
+        for f in k.fields:
+            if not f.contiguous:
+                for s in self.stride[f.name]:
+                    w(f"const int64_t {s} = ia[{pos}];")
+                    pos += 1
+        for a in k.sizes:
+            w(f"const tc_idx {self.size[a]} = (tc_idx)ia[{pos}];  // {comment(a)}")
+            pos += 1
+        for a, n in k.fixed.items():
+            w(f"const tc_idx {self.size[a]} = {n};  // {comment(a)}")
+        for s in k.int_slots:
+            w(f"const int64_t {self.sc[s]} = ia[{pos}];  // {comment(to_text(k.scalars[s].expr))}")
+            pos += 1
+        for j, s in enumerate(k.float_slots):
+            w(f"const double {self.sc[s]} = fa[{j}];  // {comment(to_text(k.scalars[s].expr))}")
+        for f in k.fields:
+            if f.contiguous:  # row-major strides from the sizes, so the innermost one is the constant 1
+                strides = self.stride[f.name]
+                for i in range(len(f.axes) - 1, -1, -1):
+                    value = "1" if i == len(f.axes) - 1 else f"{strides[i + 1]} * (int64_t){self.size[f.axes[i + 1]]}"
+                    w(f"const int64_t {strides[i]} = {value};")
+
+    # -- one group ------------------------------------------------------------------------------
+    def group(self, g_i: int, g: Group) -> None:
+        w = self.buf.writeline
+        k = self.k
+        what = "; ".join(comment(describe(k.checks[c])) for c, _ in g.checks)
+        w(f"// group {g_i}: over [{comment(', '.join(g.axes))}]: {what}")
+        w("{")
+        with self.buf.indent():
+            flat_ok = g.elementwise and g.axes and all(k.field(f).contiguous for f in g.fields)
+            once = invariant_ops(k, g)
+            self.pre = {}
+            if any(op.name == "reduction" for op in once):
+                w("// once: reductions the same at every position (x <= sum(x) reads 2B elements, not B*B)")
+            walk(once, self, self.pre)
+            self.rest = tuple(op for op in g.ops if op.id not in self.pre)
+            w("// fast pass: does any element fail? (no stores: vectorizable)")
+            w("int dirty = 0;")
+            if flat_ok:
+                numel = " * ".join(f"(int64_t){self.size[a]}" for a in g.axes)
+                i = self.ns.create_name("i")
+                w(f"for (tc_idx {i} = 0; {i} < (tc_idx)({numel}); {i}++) {{")
+                self.flat = i
+                with self.buf.indent():
+                    self.body(g, locate=False)
+                self.flat = None
+                w("}")
+            else:
+                self.nest(g, locate=False)
+            w("if (dirty) {")
+            with self.buf.indent():
+                w("// locate pass: count per check (per sample) and keep the first offending flat index")
+                w("found = 1;")
+                self.firsts = {c: self.ns.create_name(f"first_{c}") for c, _ in g.checks}
+                for c, _ in g.checks:
+                    w(f"int64_t {self.firsts[c]} = -1;")
+                w("int64_t flat = 0;")
+                self.nest(g, locate=True)
+                for c, _ in g.checks:
+                    w(f"if ({self.firsts[c]} >= 0) out[{k.layout.first(c)}] = TC_BIG - {self.firsts[c]};")
+            w("}")
+        w("}")
+
+    def nest(self, g: Group, locate: bool) -> None:
+        """Loops over the group's axes, row-major, around the group body."""
+        w = self.buf.writeline
+        loops = []
+        for a in g.axes:
+            i = self.ns.create_name(f"i_{a}")
+            loops.append(i)
+            w(f"for (tc_idx {i} = 0; {i} < {self.size[a]}; {i}++) {{  // {comment(a)}")
+            self.buf.level += 1
+            self.bind[a] = i
+        self.body(g, locate)
+        if locate:
+            w("flat++;")
+        for a in reversed(g.axes):
+            self.buf.level -= 1
+            w("}")
+            del self.bind[a]
+
+    def body(self, g: Group, locate: bool) -> None:
+        env: dict[int, Any] = dict(self.pre)  # the group's invariant values, computed before its loops
+        walk(self.rest, self, env)
+        w = self.buf.writeline
+        if not locate:
+            w("dirty |= " + " | ".join(env[v.id] for _, v in g.checks) + ";")
+            return
+        for c, v in g.checks:
+            w(f"if ({env[v.id]}) {{")
+            with self.buf.indent():
+                base, row = self.k.layout.sample_base(c)
+                if row >= 0:
+                    b = self.k.batch_dim
+                    w(f"out[{base} + {row} * (int64_t){self.size[b]} + {self.bind[b]}] += 1;")
+                else:
+                    w(f"out[{self.k.layout.count(c)}] += 1;")
+                w(f"if ({self.firsts[c]} < 0) {self.firsts[c]} = flat;")
+            w("}")
+
+    # -- the ops handler ------------------------------------------------------------------------
+    def let(self, op: Op, expr: str) -> str:
+        if op.id not in self.names:
+            self.names[op.id] = self.ns.create_name(f"v{op.id}")
+        name = self.names[op.id]
+        self.buf.writeline(f"const {_CTYPE[op.kind]} {name} = {expr};")
+        return name
+
+    def helper(self, name: str) -> str:
+        self.helpers.add(name)
+        return name
+
+    def load(self, op: Op, field: str, index: tuple) -> str:
+        f = self.k.field(field)
+        if self.flat is not None:
+            offset = self.flat
+        else:
+            terms = []
+            for axis, sel, stride in zip(f.axes, index, self.stride[field], strict=True):
+                if sel is None:
+                    terms.append(f"(int64_t){self.bind[axis]} * {stride}")
+                elif sel >= 0:
+                    terms.append(f"INT64_C({sel}) * {stride}")
+                else:
+                    terms.append(f"((int64_t){self.size[axis]} - INT64_C({-sel})) * {stride}")
+            offset = " + ".join(terms) or "0"
+        x = f"{self.ptr[field]}[{offset}]"
+        if f.dtype == torch.float16:
+            x = f"{self.helper('tc_f16')}({x})"
+        elif f.dtype == torch.bfloat16:
+            x = f"{self.helper('tc_bf16')}({x})"
+        elif op.kind == "i" and f.dtype != torch.int64:
+            x = f"(int64_t){x}"  # bool storage is read as its byte, as torch's summary views it
+        return self.let(op, x)
+
+    def load_prev(self, op: Op, field: str, axis: str) -> str:
+        # the element before along `axis` (itself at position 0); a group reading it has no flat walk
+        pos = self.bind[axis]
+        self.bind[axis] = f"({pos} > 0 ? {pos} - 1 : 0)"
+        try:
+            return self.load(op, field, (None,) * len(self.k.field(field).axes))
+        finally:
+            self.bind[axis] = pos
+
+    def const(self, op: Op, value: Any) -> str:
+        return literal(value, op.kind)
+
+    def index(self, op: Op, axis: str) -> str:
+        return self.let(op, f"(int64_t){self.bind[axis]}")
+
+    def scalar(self, op: Op, slot: int) -> str:
+        if op.id in self.pre:  # computed before the group's loops
+            return self.pre[op.id]
+        name = self.sc[slot]
+        if op.kind == "b":
+            return self.let(op, f"({name} != 0)")
+        return self.let(op, f"({_CTYPE[op.kind]}){name}")
+
+    def cast(self, op: Op, x: str) -> str:
+        return self.let(op, f"({_CTYPE[op.kind]}){x}")
+
+    def _int_or(self, op: Op, name: str, args: tuple[str, ...], float_expr: str) -> str:
+        if op.kind == "i":
+            return self.let(op, f"{self.helper(name)}({', '.join(args)})")
+        return self.let(op, float_expr)
+
+    def neg(self, op: Op, x: str) -> str:
+        return self._int_or(op, "tc_neg_i", (x,), f"-{x}")
+
+    def abs(self, op: Op, x: str) -> str:
+        if op.kind == "i":
+            self.helper("tc_neg_i")  # tc_abs_i calls it
+        return self._int_or(op, "tc_abs_i", (x,), f"fabs{'f' if op.kind == 'f' else ''}({x})")
+
+    def not_(self, op: Op, x: str) -> str:
+        return self.let(op, f"({x} == 0)")
+
+    def truth(self, op: Op, x: str) -> str:
+        return self.let(op, f"({x} != 0)")
+
+    def isfinite(self, op: Op, x: str) -> str:
+        return self.let(op, f"(isfinite({x}) != 0)")
+
+    def add(self, op: Op, a: str, b: str) -> str:
+        return self._int_or(op, "tc_add_i", (a, b), f"{a} + {b}")
+
+    def sub(self, op: Op, a: str, b: str) -> str:
+        return self._int_or(op, "tc_sub_i", (a, b), f"{a} - {b}")
+
+    def mul(self, op: Op, a: str, b: str) -> str:
+        return self._int_or(op, "tc_mul_i", (a, b), f"{a} * {b}")
+
+    def floordiv(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{self.helper(f'tc_floordiv_{op.kind}')}({a}, {b})")
+
+    def mod(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"{self.helper(f'tc_mod_{op.kind}')}({a}, {b})")
+
+    def _compare(self, op: Op, sym: str, a: str, b: str) -> str:
+        return self.let(op, f"({a} {sym} {b})")
+
+    def eq(self, op: Op, a: str, b: str) -> str:
+        return self._compare(op, "==", a, b)
+
+    def ne(self, op: Op, a: str, b: str) -> str:
+        return self._compare(op, "!=", a, b)
+
+    def lt(self, op: Op, a: str, b: str) -> str:
+        return self._compare(op, "<", a, b)
+
+    def le(self, op: Op, a: str, b: str) -> str:
+        return self._compare(op, "<=", a, b)
+
+    def gt(self, op: Op, a: str, b: str) -> str:
+        return self._compare(op, ">", a, b)
+
+    def ge(self, op: Op, a: str, b: str) -> str:
+        return self._compare(op, ">=", a, b)
+
+    def and_(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"({a} & {b})")
+
+    def or_(self, op: Op, a: str, b: str) -> str:
+        return self.let(op, f"({a} | {b})")
+
+    def reduction(self, op: Op, red: str, axes: tuple[str, ...], body) -> str:
+        if op.id in self.pre:  # computed before the group's loops (`invariant_ops`)
+            return self.pre[op.id]
+        w = self.buf.writeline
+        if op.id not in self.names:
+            self.names[op.id] = self.ns.create_name(f"v{op.id}")
+        acc = self.names[op.id]
+        init = {"sum": literal(0, op.kind), "any": "0", "all": "1"}[red]
+        w(f"{_CTYPE[op.kind]} {acc} = {init};  // {red} over [{comment(', '.join(axes))}]")
+        saved = {a: self.bind.get(a) for a in axes}
+        flat, self.flat = self.flat, None
+        for a in axes:
+            j = self.ns.create_name(f"j_{a}")
+            w(f"for (tc_idx {j} = 0; {j} < {self.size[a]}; {j}++) {{")
+            self.buf.level += 1
+            self.bind[a] = j
+        value = body()
+        if red == "sum":
+            w(f"{acc} = {self.helper('tc_add_i')}({acc}, {value});" if op.kind == "i" else f"{acc} = {acc} + {value};")
+        else:
+            w(f"{acc} {'|' if red == 'any' else '&'}= {value};")
+        for _ in axes:
+            self.buf.level -= 1
+            w("}")
+        for a, prev in saved.items():
+            if prev is None:
+                del self.bind[a]
+            else:
+                self.bind[a] = prev
+        self.flat = flat
+        return acc
+
+
+__all__ = ["CCodegen", "CSource", "FUNCTION", "generate", "literal"]

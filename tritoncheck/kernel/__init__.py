@@ -1,0 +1,1 @@
+"""The device-neutral kernel IR and the one decoder of its results."""

@@ -1,0 +1,805 @@
+"""The plan: a spec lowered once into a small, frozen, backend-neutral list of checks.
+
+`compile_plan` resolves every name in the spec (fields become `Ref`s, parameters become
+constants, dims stay symbolic until a batch binds them) and gives each data check its
+*iteration space*: the named axes it runs over. Axes are matched across fields by name, not by
+position (`target_lengths` [N] against `targets` [N, S] lines up on N), and a fixed-size axis
+gets a private name (`bbox.2`). Plans are hashable, so they key the Triton kernel cache.
+
+Metadata checks (presence, dtype, rank, sizes, dims agreeing) need no data and run on the host
+in `bind`, shared by both backends; value and cross-field checks are left to the backend.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+import torch
+
+from tritoncheck import expr as _expr
+from tritoncheck.checks.registry import (  # the node types are re-exported: every backend imports them from here
+    DimCheck,
+    FiniteCheck,
+    MonotonicCheck,
+    RangeCheck,
+    RuleCheck,
+    ValueSetCheck,
+    describe,
+    expr_dims,
+    expr_fields,
+    field_kinds,
+    kind_of,
+)
+from tritoncheck.dtypes import dtype_name
+from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, ExprError, Present, RawIndex, Reduce, Ref, Sym, Unary
+from tritoncheck.report import Violation
+from tritoncheck.spec.schema import UNIT_TAIL, BatchSpec, SpecError, close_match, closest, number_error, split_where
+
+
+@dataclass(frozen=True, slots=True)
+class FieldPlan:
+    """One field's metadata contract. `shape` holds ints and dim names; `axes` names every axis."""
+
+    name: str
+    dtypes: tuple[torch.dtype, ...]
+    shape: tuple[int | str, ...]
+    shape_text: tuple[str, ...]
+    axes: tuple[str, ...]
+    optional: bool
+    # the spec's last entry was '1?': the batch may add an axis of size 1 (labels [B, 1] for [B]),
+    # which `bind` drops, so every check sees `shape`
+    unit_tail: bool = False
+    kind: Literal["field"] = "field"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexNeed:
+    """A data check reads `field` at `index` along an axis sized by `dim`: it needs dim > index (or >= -index)."""
+
+    field: str
+    axis: int
+    dim: str
+    index: int
+    text: str  # the indexed field as written back, `x[:, 1]`
+
+    @property
+    def min_size(self) -> int:
+        return self.index + 1 if self.index >= 0 else -self.index
+
+
+DataCheck = Union[RangeCheck, ValueSetCheck, FiniteCheck, RuleCheck, MonotonicCheck]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    spec_name: str
+    batch_dim: str
+    fields: tuple[FieldPlan, ...]
+    checks: tuple[DataCheck, ...]
+    dim_checks: tuple[DimCheck, ...]
+    unexpected_fields: str
+    kind: Literal["plan"] = "plan"
+    # per data check: (fields it reads, dims it needs, indexes into dims it reads), so that `bind`
+    # does not walk the expressions again for every batch; derived from `checks`, so left out of ==/hash
+    needs: tuple[tuple[frozenset[str], frozenset[str], tuple[IndexNeed, ...]], ...] = field(
+        default=(), compare=False, repr=False)
+
+    def field(self, name: str) -> FieldPlan:
+        return next(f for f in self.fields if f.name == name)
+
+    def pretty(self) -> str:
+        """The plan in words, one line per check, as users can print it."""
+        lines = [f"plan for {self.spec_name} (batch dim {self.batch_dim})"]
+        for f in self.fields:
+            opt = " (optional)" if f.optional else ""
+            dts = "|".join(dtype_name(d) for d in f.dtypes)
+            lines.append(f"  field {f.name}: {dts} [{', '.join(f.shape_text)}]{opt}")
+        for c in self.dim_checks:
+            lines.append(f"  host   {c.code:<20} {c.text}")
+        for c in self.checks:
+            lines.append(f"  data   {c.code:<20} {describe(c)}   over [{', '.join(c.axes)}]")
+        return "\n".join(lines)
+
+
+def referenced_fields(check: DataCheck | DimCheck) -> set[str]:
+    """The fields a check reads (its kind's `reads`)."""
+    return kind_of(check).reads(check)[0]
+
+
+
+def compile_plan(spec: BatchSpec) -> Plan:
+    """Lower a filled spec to its plan, once; the plan is cached on the spec."""
+    plan = spec.cached_plan()
+    if plan is not None:
+        return plan
+    spec.require_params()
+    params = spec.params
+    dims = spec.dim_names()
+    fields = []
+    for name, f in spec.fields.items():
+        shape, axes = [], []
+        unit_tail = bool(f.shape) and f.shape[-1] == UNIT_TAIL
+        entries = f.shape[:-1] if unit_tail else f.shape
+        for i, entry in enumerate(entries):
+            size = _shape_entry(entry, params, dims, where=f"fields.{name}.shape")
+            shape.append(size)
+            axes.append(size if isinstance(size, str) else f"{name}.{i}")
+        if len(set(axes)) != len(axes):
+            raise SpecError(f"{spec.name}: fields.{name}.shape repeats a dim; each axis needs its own name")
+        fields.append(
+            FieldPlan(name, spec.field_dtypes(name), tuple(shape), tuple(str(e) for e in entries), tuple(axes), f.optional,
+                      unit_tail)
+        )
+    by_name = {f.name: f for f in fields}
+    scope = _Scope(by_name, params, dims, spec.name)
+
+    checks: list[DataCheck] = []
+    kinds = field_kinds()
+    for fp, (name, f) in zip(fields, spec.fields.items(), strict=True):
+        for kind in kinds:  # each field option lowered by the kind that declares it (min, max, values, ...)
+            checks.extend(kind.lower(name, f, fp, scope))
+
+    dim_checks: list[DimCheck] = []
+    for i, r in enumerate(spec.rules):
+        where = f"rules.{i}"
+        parts = split_where(r.rule)
+        expr = scope.resolve(_expr.parse(parts[0]), where, presence=True)
+        cond = scope.resolve(_expr.parse(parts[1]), where, presence=True) if len(parts) == 2 else None
+        subject = expr.a if isinstance(expr, Binary) and expr.op in ("==", "!=", "<", "<=", ">", ">=") else expr
+        refs = expr_fields(expr) | (expr_fields(cond) if cond is not None else set())
+        when = None
+        if refs and cond is not None and _expr.is_host(cond) and any(map(presence_field, expr_dims(cond))):
+            when, cond = cond, None  # `x <= k where not present(y)`: bind decides whether it applies
+        if refs and any(map(presence_field, expr_dims(expr) | expr_dims(cond))):
+            raise scope.error(where, f"{r.rule!r}: present() may be used in rules over sizes and presence, and in "
+                                     "the `where` of a rule over data when that `where` reads no field")
+        if not refs:
+            if _expr.has_arange(expr) or (cond is not None and _expr.has_arange(cond)):
+                raise scope.error(where, f"{r.rule!r} reads no field, and arange() only has a meaning next to one; "
+                                         "write a rule over sizes with the dim itself, as in L <= 512")
+            if not expr_dims(expr) and (cond is None or not expr_dims(cond)):
+                if (cond is None or bool(evaluate_scalar(cond, {}))) and not bool(evaluate_scalar(expr, {})):
+                    raise scope.error(where, f"{r.rule!r} is false for every batch (with these parameters)")
+                continue  # always true: nothing to check
+            owner = r.field or _dim_owner(expr, fields)
+            named = set().union(*(_expr.names(_expr.parse(part)) for part in parts))
+            used = tuple((n, scope.params[n]) for n in sorted(named & set(scope.params)))
+            dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound",
+                                       r.hint, cond, r.severity, params=used))
+            continue
+        _bound_space(scope, where, r.rule, expr, cond)
+        report_field = r.field or _first_ref(expr if expr_fields(expr) else cond)
+        axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
+        if isinstance(cond, Const):  # `x > 0 where 0` applies nowhere; `where 1` everywhere
+            if not bool(cond.value):
+                continue
+            cond = None
+        if isinstance(expr, Const):  # `0 where x > 0`: holds everywhere, or fails wherever `where` holds
+            if bool(expr.value):
+                continue
+            expr, cond = Unary("not", cond), None
+        checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint, r.severity, when))
+
+    if len(checks) > MAX_DATA_CHECKS:
+        raise scope.error(None, f"{len(checks)} data checks (field bounds, value sets and rules over data); at most "
+                                f"{MAX_DATA_CHECKS} fit one kernel (compiling one takes seconds per hundred checks, "
+                                "growing faster than their number): split the contract into several specs")
+    needs = tuple(_check_needs(c, by_name) for c in checks)
+    plan = Plan(spec.name, spec.batch_dim, tuple(fields), tuple(checks), tuple(dim_checks), spec.unexpected_fields,
+                needs=needs)
+    spec._plan = plan
+    return plan
+
+
+MAX_DATA_CHECKS = 256  # per spec: a C kernel of 300 checks took 16 s to compile here (100: 2.4 s)
+
+
+def _shape_entry(entry: int | str, params: Mapping[str, Any], dims: set[str], where: str) -> int | str:
+    if isinstance(entry, int):
+        return entry
+    expr = _expr.parse(entry)
+    if isinstance(expr, Sym) and expr.name in dims:
+        return expr.name
+    unknown = _expr.names(expr) - set(params)
+    if unknown:
+        raise SpecError(f"{where}: {entry!r} mixes dims and parameters; a size is a dim name or a parameter expression")
+    try:
+        value = _expr.fold(_substitute_params(expr, params))
+    except ExprError as exc:
+        raise SpecError(f"{where}: {entry!r}: {exc}") from None
+    if not isinstance(value, Const) or not isinstance(value.value, int) or isinstance(value.value, bool) or value.value < 0:
+        raise SpecError(f"{where}: {entry!r} must give a non-negative integer, got {_expr.to_text(value)}")
+    return value.value
+
+
+def _substitute_params(expr: Expr, params: Mapping[str, Any]) -> Expr:
+    if isinstance(expr, Sym) and expr.name in params:
+        value = params[expr.name]
+        if not isinstance(value, (int, float, bool)):
+            raise SpecError(f"parameter {expr.name} is used as a number but is {value!r}")
+        return Const(value)
+    if isinstance(expr, Unary):
+        return Unary(expr.op, _substitute_params(expr.x, params))
+    if isinstance(expr, Binary):
+        return Binary(expr.op, _substitute_params(expr.a, params), _substitute_params(expr.b, params))
+    return expr
+
+
+@dataclass
+class _Scope:
+    fields: dict[str, FieldPlan]
+    params: Mapping[str, Any]
+    dims: set[str]
+    spec_name: str
+    _cache: dict = field(default_factory=dict)
+
+    def error(self, where: str | None, msg: str) -> SpecError:
+        return SpecError(f"{self.spec_name}: {where}: {msg}" if where else f"{self.spec_name}: {msg}")
+
+    def number_error(self, where: str, field: str, value: float, integers: bool) -> str | None:
+        return number_error(where, field, value, integers)
+
+    def resolve(self, expr: Expr, where: str, *, presence: bool = False) -> Expr:
+        """The expression with its names resolved; `present(field)` only where `presence` (a rule)."""
+        try:
+            out = _expr.fold(self._resolve(expr, where))
+            self.axes(out)  # validates reductions and indexing against the axes
+        except ExprError as exc:
+            raise self.error(where, str(exc)) from None
+        if not presence and any(map(presence_field, expr_dims(out))):
+            raise self.error(where, "present() may be used only in rules")
+        return out
+
+    def _resolve(self, expr: Expr, where: str) -> Expr:
+        if isinstance(expr, Sym):
+            if expr.name in self.fields:
+                return Ref(expr.name, (None,) * len(self.fields[expr.name].shape))
+            if expr.name in self.params:
+                return _substitute_params(expr, self.params)
+            if expr.name in self.dims:
+                return Dim(expr.name)
+            raise self.error(where, f"unknown name {expr.name!r}")
+        if isinstance(expr, RawIndex):
+            if expr.field not in self.fields:
+                raise self.error(where, f"only fields can be indexed; {expr.field!r} is not a field")
+            fp = self.fields[expr.field]
+            index = _normalize_index(expr.items, len(fp.shape))
+            for size, i in zip(fp.shape, index, strict=True):
+                if isinstance(size, int) and i is not None and not -size <= i < size:
+                    raise ExprError(f"index {i} is out of range for an axis of size {size} in {_expr.to_text(expr)}")
+            return Ref(expr.field, index)
+        if isinstance(expr, Arange):
+            if expr.dim not in self.dims:
+                raise self.error(where, f"arange() needs a dim name; {expr.dim!r} is not a dim")
+            return expr
+        if isinstance(expr, Present):
+            if expr.field not in self.fields:
+                raise self.error(where, f"present() needs a field name; {expr.field!r} is not a field")
+            return Dim(presence_dim(expr.field))
+        if isinstance(expr, Unary):
+            return Unary(expr.op, self._resolve(expr.x, where))
+        if isinstance(expr, Binary):
+            return Binary(expr.op, self._resolve(expr.a, where), self._resolve(expr.b, where))
+        if isinstance(expr, Reduce):
+            x = self._resolve(expr.x, where)
+            if expr.dims is None:
+                return Reduce(expr.op, x, None)
+            x_axes = self.axes(x)
+            named = []
+            for d in expr.dims:
+                if isinstance(d, int):
+                    if not -len(x_axes) <= d < len(x_axes):
+                        raise ExprError(f"dim={d} is out of range for an expression over [{', '.join(x_axes)}]")
+                    named.append(x_axes[d])
+                elif d in x_axes:
+                    named.append(d)
+                else:
+                    raise ExprError(f"dim {d!r} is not an axis of {_expr.to_text(x)} ([{', '.join(x_axes)}])")
+            return Reduce(expr.op, x, tuple(named))
+        return expr
+
+    def axes(self, expr: Expr | None) -> tuple[str, ...]:
+        """The named axes an expression spans, in order of first appearance."""
+        if expr is None or isinstance(expr, (Const, Dim)):
+            return ()
+        if isinstance(expr, Ref):
+            f = self.fields[expr.field]
+            return tuple(a for a, i in zip(f.axes, expr.index, strict=True) if i is None)
+        if isinstance(expr, Arange):
+            return (expr.dim,)
+        if isinstance(expr, Unary):
+            return self.axes(expr.x)
+        if isinstance(expr, Binary):
+            return _ordered_union(self.axes(expr.a), self.axes(expr.b))
+        if isinstance(expr, Reduce):
+            if expr.dims is None:
+                return ()
+            return tuple(a for a in self.axes(expr.x) if a not in expr.dims)
+        raise ExprError(f"cannot use {type(expr).__name__} here")
+
+
+def _loop_spaces(scope: _Scope, expr: Expr | None, outer: frozenset[str], out: list[frozenset[str]]) -> None:
+    """The dims each loop nest of a rule walks: its own axes, and per reduction those plus the
+    reduced ones (a kernel redoes a reduction at every outer position)."""
+    if isinstance(expr, Reduce):
+        inner = outer | {a for a in scope.axes(expr.x) if a in scope.dims}
+        out.append(inner)
+        _loop_spaces(scope, expr.x, inner, out)
+    elif isinstance(expr, Unary):
+        _loop_spaces(scope, expr.x, outer, out)
+    elif isinstance(expr, Binary):
+        _loop_spaces(scope, expr.a, outer, out)
+        _loop_spaces(scope, expr.b, outer, out)
+
+
+def _bound_space(scope: _Scope, where: str, text: str, expr: Expr, cond: Expr | None) -> None:
+    """A rule's work must be linear in the batch: every loop nest it needs (its own axes; each
+    reduction's axes at each outer position) must walk only the axes of one field of the spec, so
+    it walks no more positions than that field holds (`arange(L) < y` walks x's [B, L]).
+    `a + b < 100` over a [B, L] and b [B, T] would walk B * L * T positions (six such fields: 10**12
+    positions for 2.4 KB of data), so it is refused here, at load, rather than at the first batch."""
+    top = frozenset(a for a in _ordered_union(scope.axes(expr), scope.axes(cond)) if a in scope.dims)
+    spaces = [top]
+    _loop_spaces(scope, expr, top, spaces)
+    _loop_spaces(scope, cond, top, spaces)
+    fields = sorted(scope.fields)
+    for space in spaces:
+        if any(space <= set(scope.fields[f].axes) for f in fields):
+            continue
+        best = max(fields, key=lambda f: len(space & set(scope.fields[f].axes)))
+        extra = sorted(space - set(scope.fields[best].axes))
+        raise scope.error(where, f"{text!r} walks the dims {', '.join(sorted(space))} together, which no one field "
+                                 f"spans ({best} lacks {', '.join(extra)}): its work would grow with their "
+                                 "product, not with the data; compare fields over the dims they share")
+
+
+def _normalize_index(items: tuple[object, ...], rank: int) -> tuple[int | None, ...]:
+    if items.count(Ellipsis) > 1:
+        raise ExprError("an index may hold at most one '...'")
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        fill = rank - (len(items) - 1)
+        if fill < 0:
+            raise ExprError(f"too many indices for a field of rank {rank}")
+        items = items[:k] + (None,) * fill + items[k + 1 :]
+    if len(items) > rank:
+        raise ExprError(f"too many indices for a field of rank {rank}")
+    return tuple(items) + (None,) * (rank - len(items))  # type: ignore[return-value]
+
+
+def _ordered_union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    return a + tuple(x for x in b if x not in a)
+
+
+def _first_ref(expr: Expr) -> str:
+    if isinstance(expr, Ref):
+        return expr.field
+    if isinstance(expr, Unary) or isinstance(expr, Reduce):
+        return _first_ref(expr.x)
+    if isinstance(expr, Binary):
+        return _first_ref(expr.a) if expr_fields(expr.a) else _first_ref(expr.b)
+    raise ExprError("rule refers to no field")
+
+
+def _dim_owner(expr: Expr, fields: list[FieldPlan]) -> str:
+    needed = expr_dims(expr)
+    for f in fields:
+        if needed & {*f.shape, presence_dim(f.name)}:
+            return f.name
+    return fields[0].name
+
+
+def presence_dim(field: str) -> str:
+    """The host value of `present(field)`: 1 when the batch holds the field, else 0.
+
+    A dim by another name (no identifier has parentheses): `bind` sets it beside the sizes for
+    the rules over sizes, which are the only rules that may use it.
+    """
+    return f"present({field})"
+
+
+def presence_field(name: str) -> str | None:
+    """The field whose presence dim `name` is, or None for a size."""
+    return name[len("present("):-1] if name.startswith("present(") else None
+
+
+def _index_needs(expr: Expr | None, fields: Mapping[str, FieldPlan]) -> tuple[IndexNeed, ...]:
+    """Every integer index into an axis sized by a dim, which only a batch can tell is in range."""
+    if isinstance(expr, Ref):
+        shape = fields[expr.field].shape
+        return tuple(IndexNeed(expr.field, axis, shape[axis], i, _expr.to_text(expr))
+                     for axis, i in enumerate(expr.index or ()) if i is not None and isinstance(shape[axis], str))
+    if isinstance(expr, (Unary, Reduce)):
+        return _index_needs(expr.x, fields)
+    if isinstance(expr, Binary):
+        return _index_needs(expr.a, fields) + _index_needs(expr.b, fields)
+    return ()
+
+
+def _check_needs(c: DataCheck, fields: Mapping[str, FieldPlan]) -> tuple[frozenset[str], frozenset[str], tuple[IndexNeed, ...]]:
+    index = _index_needs(c.expr, fields) + _index_needs(c.where, fields) if isinstance(c, RuleCheck) else ()
+    return frozenset(referenced_fields(c)), frozenset(_check_dims(c)), index
+
+
+# ---------------------------------------------------------------------------------------------
+# Binding a batch: host-side metadata checks shared by both backends.
+
+
+@dataclass
+class Bound:
+    """What `bind` learned from a batch: the tensors that passed, the dims, and the violations."""
+
+    tensors: dict[str, torch.Tensor]
+    dims: dict[str, tuple[int, str]]
+    violations: list[Violation]
+    skipped: list[str]
+    runnable: list[DataCheck]
+    # what a backend derives from this batch's signature (its compiled program), shared by every
+    # batch of the same signature, so a warm check looks it up once instead of re-deriving it
+    memo: dict[str, Any] = field(default_factory=dict)
+
+    def dim_values(self) -> dict[str, int]:
+        return {k: v for k, (v, _) in self.dims.items()}
+
+
+MAX_SIGNATURES = 256  # per plan: dynamic padding makes one signature per distinct length
+MAX_PLANS = 64  # plans whose signatures are kept (oldest dropped first): specs built in a loop must not pile up
+_signatures: dict[int, tuple[Plan, dict[tuple, tuple]]] = {}
+_signatures_lock = threading.Lock()
+
+
+def bind(plan: Plan, batch: Any) -> Bound:
+    """Run every metadata check of `plan` on `batch` and decide which data checks can run.
+
+    Everything `bind` decides depends only on the batch's *signature* (its keys, and each field's
+    dtype, shape, device and layout), so a batch of a signature seen before reuses that verdict:
+    a steady-state check spends its time reading data, not re-deriving metadata.
+    """
+    key = _signature(plan, batch)
+    if key is None:
+        return _bind(plan, batch)
+    entry = _signatures.get(id(plan))
+    if entry is None or entry[0] is not plan:
+        with _signatures_lock:
+            entry = _signatures[id(plan)] = (plan, {})
+            while len(_signatures) > MAX_PLANS:
+                _signatures.pop(next(iter(_signatures)))
+    cache = entry[1]
+    hit = cache.get(key)
+    if hit is None:
+        bound = _bind(plan, batch)
+        unit = tuple(fp.name for fp in plan.fields if fp.unit_tail and fp.name in bound.tensors
+                     and bound.tensors[fp.name].dim() < batch[fp.name].dim())
+        with _signatures_lock:  # threads that miss together must not evict while another inserts
+            if len(cache) >= MAX_SIGNATURES:
+                cache.pop(next(iter(cache)), None)  # oldest first
+            cache[key] = (tuple(bound.tensors), unit, bound.dims, tuple(bound.violations), tuple(bound.skipped),
+                          tuple(bound.runnable), bound.memo)
+        return bound
+    names, unit, dims, violations, skipped, runnable, memo = hit
+    tensors = {n: batch[n] for n in names}
+    for n in unit:  # the optional size-1 axis `_bind` dropped
+        tensors[n] = tensors[n][..., 0]
+    return Bound(tensors, dict(dims), list(violations), list(skipped), list(runnable), memo)
+
+
+def _signature(plan: Plan, batch: Any) -> tuple | None:
+    """The batch's metadata as a hashable key, or None when only the full `_bind` can judge it."""
+    if type(batch) is not dict:
+        return None
+    key: list[Any] = list(batch)
+    for fp in plan.fields:
+        value = batch.get(fp.name)
+        if value is None:
+            key.append(None)
+        elif (type(value) is torch.Tensor and value.layout == torch.strided and not value.is_nested
+              and not value.is_neg() and not value.is_conj()):  # a lazy bit: `_bind` resolves it
+            # the layout too (contiguous, else the strides): a compiled program depends on it
+            key.append((value.dtype, value.shape, value.device, value.is_contiguous() or value.stride()))
+        else:
+            return None  # numpy arrays, subclasses (FakeTensor), nested or sparse tensors, non-tensors
+    return tuple(key)
+
+
+def _bind(plan: Plan, batch: Any) -> Bound:
+    violations: list[Violation] = []
+    if not isinstance(batch, Mapping):
+        hint = None
+        if isinstance(batch, list) and batch and all(isinstance(x, Mapping) for x in batch):
+            hint = ("a list of samples, not a batch: collate them first (torch.utils.data.default_collate(samples) "
+                    "or your collator; tc.ValidatingCollate(spec) does this in a DataLoader)")
+        elif isinstance(batch, (tuple, list)):
+            hint = "pass a dict of field name to tensor, e.g. dict(zip(field_names, batch))"
+        violations.append(
+            Violation("<batch>", "not_a_mapping", f"a batch must be a mapping of field name to tensor, got {type(batch).__name__}", hint=hint)
+        )
+        return Bound({}, {}, violations, ["every check (the batch is not a mapping)"], [])
+
+    known = {f.name for f in plan.fields}
+    unexpected = [str(key) for key in batch if key not in known]
+    if plan.unexpected_fields == "error":
+        for key in unexpected:
+            violations.append(
+                Violation(key, "unexpected_field", f"{key!r} is not a field of {plan.spec_name}{closest(key, known)} "
+                          f"(fields: {', '.join(sorted(known))})", hint="drop it from the batch, or set unexpected_fields: ignore in the spec")
+            )
+
+    tensors: dict[str, torch.Tensor] = {}
+    dims: dict[str, tuple[int, str]] = {}
+    bad_fields: set[str] = set()
+    device = None
+    for fp in plan.fields:
+        if fp.name not in batch or batch[fp.name] is None:
+            if not fp.optional:
+                near = close_match(fp.name, unexpected)
+                violations.append(Violation(fp.name, "missing_field", f"required field {fp.name} is missing from the batch",
+                                            hint=f"the batch has {near!r}: a misspelling of {fp.name}?" if near else None))
+            bad_fields.add(fp.name)
+            continue
+        tensor, problem = as_tensor(batch[fp.name])
+        if tensor is None:
+            violations.append(Violation(fp.name, "not_a_tensor", problem, value=type(batch[fp.name]).__name__,
+                                        hint="convert it with torch.as_tensor(...) in the collate function"))
+            bad_fields.add(fp.name)
+            continue
+        if device is None:
+            device = tensor.device
+        elif tensor.device != device:
+            violations.append(Violation(fp.name, "device_mismatch", f"{fp.name} is on {tensor.device} but the batch is on {device}", value=str(tensor.device)))
+            bad_fields.add(fp.name)
+            continue
+        if fp.unit_tail and tensor.dim() == len(fp.shape) + 1:
+            if tensor.shape[-1] != 1:
+                violations.append(Violation(fp.name, "shape", f"{fp.name} axis {len(fp.shape)} must be 1 (or left out), got "
+                                            f"{tensor.shape[-1]} (shape {tuple(tensor.shape)})", index=(len(fp.shape),),
+                                            value=tensor.shape[-1]))
+                bad_fields.add(fp.name)
+                continue
+            tensor = tensor[..., 0]  # a view: every check sees the field without its optional axis
+        problem = _check_meta(fp, tensor, dims, violations)
+        if problem:
+            bad_fields.add(fp.name)
+            continue
+        tensors[fp.name] = tensor
+
+    if plan.batch_dim in dims and dims[plan.batch_dim][0] == 0:
+        size, src = dims[plan.batch_dim]
+        violations.append(Violation(src, "empty_batch", f"the batch is empty ({plan.batch_dim}=0 from {src})", value=0))
+
+    dim_values: dict[str, Any] = {k: v for k, (v, _) in dims.items()}
+    dim_values.update((presence_dim(fp.name), batch.get(fp.name) is not None) for fp in plan.fields)
+    skipped: list[str] = []
+    for c in plan.dim_checks:
+        applies = True if c.where is None else holds(c.where, dim_values)
+        if applies is False:
+            continue
+        if applies is None or not expr_dims(c.expr) <= dim_values.keys():
+            skipped.append(c.text)
+            continue
+        if not bool(evaluate_scalar(c.expr, dim_values)):
+            value = evaluate_scalar(c.subject, dim_values)
+            needed = (expr_dims(c.expr) | expr_dims(c.where)) & dim_values.keys()
+            ctx = ", ".join([f"{k}={dim_values[k]}" + (f" (from {dims[k][1]})" if k in dims else "") for k in sorted(needed)]
+                            + [f"{k}={v!r}" for k, v in c.params])
+            # report on a field the batch holds: T may be bound by labels when decoder_input_ids is absent
+            sizes = sorted(needed & dims.keys())
+            owner = c.field if c.field in tensors or not sizes else dims[sizes[0]][1]
+            violations.append(Violation(owner, c.code, f"{c.text} fails with {ctx}", value=value, index=(), hint=c.hint,
+                                        severity=c.severity))
+
+    runnable: list[DataCheck] = []
+    if any(v.code == "empty_batch" for v in violations):
+        # nothing to read, and `any(labels != -100)` over no samples would report a second, bogus violation
+        return Bound(tensors, dims, violations, [*skipped, *(describe(c) for c in plan.checks)], runnable)
+    needs = plan.needs or tuple(_check_needs(c, {f.name: f for f in plan.fields}) for c in plan.checks)
+    short: dict[tuple[str, int], IndexNeed] = {}  # per (field, axis): the largest index past its size
+    for c, (fields_needed, dims_needed, index_needs) in zip(plan.checks, needs, strict=True):
+        if isinstance(c, RuleCheck) and c.when is not None:
+            applies = holds(c.when, dim_values)
+            if not applies:  # the rule does not apply to this batch (`where not present(position_ids)`)
+                if applies is None:  # or cannot tell: it needs a dim the batch does not bind
+                    skipped.append(describe(c))
+                continue
+        if fields_needed & bad_fields or not dims_needed <= dim_values.keys():
+            absent_optional = all(plan.field(f).optional and f not in batch for f in fields_needed & bad_fields)
+            if not absent_optional or not fields_needed & bad_fields:
+                skipped.append(describe(c))
+            continue
+        past = [n for n in index_needs if tensors[n.field].shape[n.axis] < n.min_size]
+        if past:  # never hand a backend an index past a tensor's end
+            for n in past:
+                key = (n.field, n.axis)
+                if key not in short or n.min_size > short[key].min_size:
+                    short[key] = n
+            skipped.append(describe(c))
+            continue
+        runnable.append(c)
+    for n in short.values():
+        size, src = dims[n.dim]
+        violations.append(Violation(n.field, "dim_bound", f"{n.text} needs {n.dim} >= {n.min_size}, got {n.dim}={size} (from {src})",
+                                    value=size, index=()))
+    return Bound(tensors, dims, violations, skipped, runnable)
+
+
+def _check_dims(c: DataCheck) -> set[str]:
+    return kind_of(c).reads(c)[1]
+
+
+def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
+    """A tensor view of `value` (numpy arrays without a copy), or None and the reason."""
+    if isinstance(value, torch.Tensor):
+        if value.is_nested:
+            return None, "a nested tensor is not supported; pad it with torch.nested.to_padded_tensor(x, pad)"
+        if value.layout != torch.strided:
+            return None, f"a {value.layout} tensor is not supported; convert it with .to_dense()"
+        # a FakeTensor is a subclass: a plain tensor skips the (costly) import-and-test
+        if value.device.type == "meta" or (type(value) is not torch.Tensor and _is_fake(value)):
+            return None, f"a {'meta' if value.device.type == 'meta' else 'fake'} tensor holds no data to check"
+        return resolved(value), ""
+    module = type(value).__module__
+    if module == "numpy":
+        try:
+            return torch.from_numpy(value), ""
+        except (TypeError, ValueError) as exc:
+            return None, f"a numpy array of dtype {getattr(value, 'dtype', '?')} cannot be checked ({exc})"
+    return None, f"expected a tensor or numpy array, got {type(value).__name__}"
+
+
+def compact(t: torch.Tensor) -> torch.Tensor:
+    """`t` with every expanded (zero-stride) axis cut to size 1: the same values, each read once."""
+    stride = t.stride()
+    if 0 not in stride:
+        return t
+    size = [1 if s == 0 and n > 1 else n for n, s in zip(t.shape, stride, strict=True)]
+    return t.as_strided(size, stride, t.storage_offset())
+
+
+def resolved(t: torch.Tensor) -> torch.Tensor:
+    """`t` as torch reads it: a lazy negation or conjugation bit (`torch._neg_view(x)`,
+    `z.conj().imag`; it survives torch.save) applied to the stored values.
+
+    Every backend reads memory as stored, so the bit is resolved here, before any backend sees the
+    tensor; only such tensors pay (a copy of their stored values, never of an expanded view's
+    logical size).
+    """
+    if not (t.is_neg() or t.is_conj()):
+        return t
+    return compact(t).resolve_conj().resolve_neg().expand(t.shape)
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    """A FakeTensor (torch.compile tracing, FakeTensorMode) has shapes but no values to read."""
+    try:
+        from torch._subclasses.fake_tensor import is_fake
+    except ImportError:  # a torch without fake tensors has none to pass us
+        return False
+    return is_fake(t)
+
+
+def _check_meta(fp: FieldPlan, t: torch.Tensor, dims: dict[str, tuple[int, str]], out: list[Violation]) -> bool:
+    """Dtype, rank and sizes of one field; binds dims it is first to name. True if a problem was found."""
+    problem = False
+    if t.dtype not in fp.dtypes:
+        want = "|".join(dtype_name(d) for d in fp.dtypes)
+        out.append(Violation(fp.name, "dtype", f"{fp.name} must have dtype {want}, got {dtype_name(t.dtype)}",
+                             value=dtype_name(t.dtype), hint=_dtype_hint(fp, t.dtype)))
+        problem = True
+    if t.dim() != len(fp.shape):
+        want = ", ".join(fp.shape_text)
+        also = f" (or {len(fp.shape) + 1}, [{want}, 1])" if fp.unit_tail else ""
+        out.append(Violation(fp.name, "rank", f"{fp.name} must have {len(fp.shape)} dim{'s' if len(fp.shape) != 1 else ''} [{want}]{also}, got shape {tuple(t.shape)}",
+                             value=tuple(t.shape), hint=_rank_hint(fp, t)))
+        return True
+    for axis, (entry, text) in enumerate(zip(fp.shape, fp.shape_text, strict=True)):
+        size = t.shape[axis]
+        if isinstance(entry, int):
+            if size != entry:
+                src = f" ({text})" if text != str(entry) else ""
+                hint = None
+                if entry in t.shape:
+                    hint = f"axis {list(t.shape).index(entry)} has the expected size {entry}: the axes look transposed (channels-last input?)"
+                out.append(Violation(fp.name, "shape", f"{fp.name} axis {axis} must be {entry}{src}, got {size} (shape {tuple(t.shape)})",
+                                     index=(axis,), value=size, hint=hint))
+                problem = True
+        elif entry in dims:
+            bound, src = dims[entry]
+            if size != bound:
+                out.append(Violation(fp.name, "dim_mismatch",
+                                     f"{fp.name} axis {axis} is {entry}={size}, but {entry}={bound} (from {src}); shape {tuple(t.shape)}",
+                                     index=(axis,), value=size))
+                problem = True
+        else:
+            dims[entry] = (size, fp.name)
+    return problem
+
+
+def _dtype_hint(fp: FieldPlan, dtype: torch.dtype) -> str | None:
+    wants_int = all(not d.is_floating_point for d in fp.dtypes)
+    if wants_int and dtype.is_floating_point:
+        return f"{fp.name} holds indices, which must be integers: cast with .long() where the batch is built"
+    if dtype == torch.int32 and torch.int64 in fp.dtypes:
+        return "CUDA cross-entropy/nll_loss accept int64 targets only: cast with .long()"
+    if not wants_int and not dtype.is_floating_point:
+        return f"{fp.name} must be floating point: cast with .float()"
+    return None
+
+
+def _rank_hint(fp: FieldPlan, t: torch.Tensor) -> str | None:
+    shape = list(t.shape)
+    if t.dim() == len(fp.shape) + 1 and 1 in shape[1:]:
+        return f"an extra size-1 axis, e.g. (N, 1) where (N,) is expected: squeeze it (.squeeze({shape.index(1, 1)}))"
+    if t.dim() + 1 == len(fp.shape):
+        return "one axis is missing, e.g. (N,) where (N, 1) or (B, C, L) is expected: unsqueeze or reshape"
+    return None
+
+
+def holds(cond: Expr, dims: Mapping[str, Any]) -> bool | None:
+    """The truth of a condition over dims and presence, or None when it needs a dim `dims` lacks.
+
+    `&` and `|` decide from one side when that side decides (`present(labels) & (T > 2)` is False
+    without labels, though T is then unbound), as the rule reads.
+    """
+    if isinstance(cond, Binary) and cond.op in ("&", "|"):
+        a, b = holds(cond.a, dims), holds(cond.b, dims)
+        decisive = cond.op == "|"  # True decides `|`, False decides `&`
+        if a is decisive or b is decisive:
+            return decisive
+        return None if a is None or b is None else not decisive
+    if isinstance(cond, Unary) and cond.op == "not":
+        x = holds(cond.x, dims)
+        return None if x is None else not x
+    if not expr_dims(cond) <= dims.keys():
+        return None
+    return bool(evaluate_scalar(cond, dims))
+
+
+def evaluate_scalar(expr: Expr, dims: Mapping[str, int]) -> Any:
+    """Evaluate an expression over constants and dims (no field data) on the host."""
+    if isinstance(expr, Const):
+        return expr.value
+    if isinstance(expr, Dim):
+        return dims[expr.name]
+    if isinstance(expr, Unary):
+        x = evaluate_scalar(expr.x, dims)
+        return {"neg": lambda: -x, "not": lambda: not x, "abs": lambda: abs(x), "isfinite": lambda: x == x and abs(x) != float("inf")}[expr.op]()
+    if isinstance(expr, Binary):
+        a, b = evaluate_scalar(expr.a, dims), evaluate_scalar(expr.b, dims)
+        return _SCALAR_OPS[expr.op](a, b)
+    if isinstance(expr, Reduce):  # over a scalar: any/all is its truth, sum is itself
+        x = evaluate_scalar(expr.x, dims)
+        return x if expr.op == "sum" else bool(x != 0)
+    raise ExprError(f"{_expr.to_text(expr)} needs batch data")
+
+
+def floor_div(a: float, b: float) -> int | float:
+    """`a // b` as the backends compute it: integer division by zero gives 0, floats follow IEEE."""
+    if isinstance(a, float) or isinstance(b, float):
+        return torch.div(torch.tensor(float(a), dtype=torch.float64), float(b), rounding_mode="floor").item()
+    return int(a) // int(b) if b else 0
+
+
+def mod(a: float, b: float) -> int | float:
+    """`a % b` as the backends compute it: integer `a % 0` is `a` (so a == (a // b) * b + a % b), floats IEEE."""
+    if isinstance(a, float) or isinstance(b, float):
+        return torch.remainder(torch.tensor(float(a), dtype=torch.float64), float(b)).item()
+    return int(a) % int(b) if b else int(a)
+
+
+_SCALAR_OPS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "//": floor_div,
+    "%": mod,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "&": lambda a, b: bool(a) and bool(b),
+    "|": lambda a, b: bool(a) or bool(b),
+}

@@ -1,0 +1,1 @@
+"""Dataset scans: Arrow readers (buffers only, never pickle) and the local and Ray engines."""

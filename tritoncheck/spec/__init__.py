@@ -1,0 +1,1 @@
+"""The contract: the Pydantic schema of a batch, YAML reading and `extends:`."""
