@@ -497,3 +497,20 @@ def test_decoding_a_failing_batch_costs_its_violations_not_its_rows():
     took = time.perf_counter() - t0
     assert [v.to_dict() for v in got] == [v.to_dict() for v in tc.check({"x": x}, spec, backend="torch").violations]
     assert took < 0.2, took
+
+
+def test_a_kept_result_buffer_carries_nothing_from_a_failing_call_to_the_next():
+    """The result buffer is kept zeroed between calls (a valid batch allocates and writes nothing): a failing
+    call's slots are cleared after decoding, so the next batch of the same program, smaller or larger, is
+    reported as the torch backend reports it."""
+    spec = small_spec({"x": {"dtype": "int64", "shape": ["B"], "min": 0, "max": 5},
+                       "y": {"dtype": "float32", "shape": ["B"], "finite": True}})
+    plan = compile_plan(spec)
+    bad = {"x": torch.tensor([9, 0, -1, 3, 9, 1]), "y": torch.tensor([0.0, float("nan"), 1, 1, 1, 1])}
+    clean = {"x": torch.tensor([1, 2, 3, 4, 5, 0, 1]), "y": torch.ones(7)}
+    other = {"x": torch.tensor([1, 2, 7]), "y": torch.ones(3)}
+    program = c_backend.program_for(plan, bind(plan, bad))
+    for batch in (bad, clean, bad, other, clean, bad):
+        assert c_backend.program_for(plan, bind(plan, batch)) is program
+        assert_same(spec, batch)
+    assert program.spare and not any(program.spare[0])  # kept, and all zero after a failing call

@@ -9,8 +9,8 @@ signature lowers the plan to the kernel IR, generates C, and compiles it or load
 on-disk cache (`build.py`).
 
 Only CPU tensors: the function reads the tensors' memory directly. Memory is allocated in
-proportion to the number of checks and the batch size the kernel walks (the result buffer), never
-to the data; an expanded (zero-stride) dim is walked at size 1 where no rule reads positions along
+proportion to the number of checks and the batch size the kernel walks (the result buffer, kept
+zeroed for the next call: a valid batch allocates and writes nothing), never to the data; an expanded (zero-stride) dim is walked at size 1 where no rule reads positions along
 it (`ir.loop_sizes`), so a batch costs what it stores, not its logical size. A batch dim that must be
 walked in full although no field stores a value per sample goes to the torch backend
 (`ir.check_result_backed`), and so does an expanded view walked past 2**31 - 1 elements.
@@ -31,6 +31,8 @@ from tritoncheck.kernel import ir
 from tritoncheck.kernel.decode import decode
 
 INT32_LIMIT = 2**31 - 1
+# A result buffer up to this many entries (32 MiB) is kept for the next call; a larger one is freed after its call.
+SPARE_ENTRIES = 1 << 22
 _I64P, _F64P = ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double)
 
 
@@ -51,7 +53,7 @@ class Program:
         self.float_scalars = tuple(kernel.scalars[s] for s in kernel.float_slots)
         self.int_array = ctypes.c_int64 * len(kernel.int_args())  # ctypes array types, made once
         self.float_array = ctypes.c_double * len(self.float_scalars)
-        self.out_arrays: dict[int, type] = {}  # batch size -> result buffer type
+        self.spare: list[Any] = []  # zeroed result buffers for the next calls (see `_result_buffer`)
         self.positional = ir.positional_axes(kernel)
         # selections like x[:, 1] along a dim: bind reports one past the dim; never read past it here
         axes = {f.name: f.axes for f in kernel.fields}
@@ -78,15 +80,44 @@ class Program:
         else:
             floats = None
         batch = walked.get(self.kernel.batch_dim, dims[self.kernel.batch_dim][0] if self.kernel.batch_dim in dims else 0)
-        out_array = self.out_arrays.get(batch)
-        if out_array is None:
-            out_array = self.out_arrays[batch] = ctypes.c_int64 * self.kernel.layout.length(batch)
-        out = out_array()  # zeroed
+        out = self._result_buffer(self.kernel.layout.length(batch))
         packed = self.int_array()
         packed[:] = args  # (cheaper than int_array(*args))
-        if self.fn(packed, floats, out):
-            return decode(self.kernel, out, bound, walked)
-        return []
+        if not self.fn(packed, floats, out):
+            self._give_back(out)  # a valid batch wrote nothing: still all zero
+            return []
+        found = decode(self.kernel, out, bound, walked)
+        self._clear(out, batch)
+        self._give_back(out)
+        return found
+
+    def _result_buffer(self, length: int) -> Any:
+        """A zeroed int64 buffer of at least `length` entries (the layout reads only its first `length`): a spare
+        one kept from an earlier call where it is long enough, so that a valid batch allocates and zeroes
+        nothing per sample; else a new one."""
+        try:
+            out = self.spare.pop()  # (atomic: two threads never take the same buffer)
+        except IndexError:
+            out = None
+        if out is None or len(out) < length:
+            out = (ctypes.c_int64 * length)()  # zeroed
+        return out
+
+    def _give_back(self, out: Any) -> None:
+        """Keep `out` (all zero again) for the next call, unless it is large or enough are kept already."""
+        if len(out) <= SPARE_ENTRIES and len(self.spare) < 2:
+            self.spare.append(out)
+
+    def _clear(self, out: Any, batch: int) -> None:
+        """Zero what a failing call wrote: the slots of the checks whose first-index slot is set (a check writes
+        nothing else without setting it), in time proportional to the failing checks."""
+        layout, base = self.kernel.layout, ctypes.addressof(out)
+        for k in range(layout.n_checks):
+            if out[layout.first(k)]:
+                out[layout.first(k)] = out[layout.count(k)] = 0
+                start, row = layout.sample_base(k)
+                if row >= 0:
+                    ctypes.memset(base + 8 * (start + row * batch), 0, 8 * batch)
 
     def walked(self, bound: Bound) -> dict[str, int]:
         """The dim sizes the kernel walks (`ir.loop_sizes`: an expanded dim at size 1). A field whose
