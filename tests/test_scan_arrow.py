@@ -137,7 +137,7 @@ def test_columns_read_from_buffers_are_their_rows():
     ]
     for column, dtype in cases:
         col = read_column(column)
-        assert not col.nulls.any() and not col.jagged.any()
+        assert not col.nulls.any() and not col.jagged.any() and not col.flawed
         for r, row in enumerate(column.to_pylist()):  # (plain types: the test's own reference)
             own = col.take(torch.tensor([r]), 0)[0]
             assert own.dtype == dtype and col.take(torch.arange(len(column)), 0).dtype == dtype
@@ -155,10 +155,12 @@ def _unpad(value):
 
 def test_nulls_and_jagged_rows_are_marked():
     col = read_column(pa.array([[1, None], None, [3], [4, 5]]))
-    assert col.nulls.tolist() == [True, True, False, False]
+    assert col.nulls.tolist() == [True, True, False, False] and col.flawed
     col = read_column(pa.array([[[1, 2], [3]], [[1, 2], [3, 4]], [[5]]]))
-    assert col.jagged.tolist() == [True, False, False]
+    assert col.jagged.tolist() == [True, False, False] and col.flawed
     assert col.sizes.tolist()[1:] == [[2, 2], [1, 1]]
+    col = read_column(pa.array([1.5, None, 2.0]))  # a column of scalars
+    assert col.nulls.tolist() == [False, True, False] and col.flawed
 
 
 def _proc_kib(key):
@@ -413,6 +415,7 @@ def test_random_nested_columns_read_as_python_reads_them(seed):
     expected = column.to_pylist()  # (plain int64 lists: the test's own reference)
     marks = [_reference(row) for row in expected]
     assert col.nulls.tolist() == [null for null, _ in marks]
+    assert col.flawed == any(null or jagged for null, jagged in marks)
     assert [j for j, (null, _) in zip(col.jagged.tolist(), marks, strict=True) if not null] == [
         jagged for null, jagged in marks if not null]
     for r, row in enumerate(expected):

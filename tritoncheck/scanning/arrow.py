@@ -65,12 +65,14 @@ class Scratch:
         return buffer[:numel].view(shape)
 
 
-def _wide(values: Any) -> Any:
-    """`values` as a batch holds them: a signed integer narrower than int64 widened to it (a copy), others as
-    they are."""
+def _wide(values: Any, scratch: Scratch | None = None, key: Any = None) -> Any:
+    """`values` as a batch holds them: a signed integer narrower than int64 widened to it (a copy, into `scratch`'s
+    memory under `key` where given), others as they are."""
     import torch
 
-    return values.long() if values.dtype in (torch.int8, torch.int16, torch.int32) else values
+    if values.dtype not in (torch.int8, torch.int16, torch.int32):
+        return values
+    return values.long() if scratch is None else scratch(("wide", key), tuple(values.shape), torch.int64).copy_(values)
 
 
 @dataclass
@@ -83,6 +85,7 @@ class Column:
     sizes: Any  # tensor [n, depth] int64: each row's shape (depth = the number of list levels)
     nulls: Any  # tensor [n] bool: a null somewhere in the row
     jagged: Any  # tensor [n] bool: inner lists of different lengths (not a tensor)
+    flawed: bool = True  # some row has a null or jagged lists (False: `nulls` and `jagged` are all False)
 
     def __len__(self) -> int:
         return len(self.nulls)
@@ -97,12 +100,14 @@ class Column:
         return bool((self.sizes == self.sizes[:1]).all()) and bool(
             (self.starts == self.starts[0] + torch.arange(n) * count).all())
 
-    def whole(self, pad: float) -> Any:
+    def whole(self, pad: float, scratch: Scratch | None = None, key: Any = None) -> Any:
         """Every row as one tensor [n, *shape], where `uniform` holds: a view of the values (a copy only where a
-        narrow integer is widened to int64)."""
+        narrow integer is widened to int64, into `scratch`'s memory under `key` where given)."""
         import torch
 
-        return _wide(self.values) if not self.sizes.shape[1] else self.take(torch.arange(len(self)), pad)
+        if not self.sizes.shape[1]:
+            return _wide(self.values, scratch, key)
+        return self.take(torch.arange(len(self)), pad, scratch, key)
 
     def take(self, rows: Any, pad: float, scratch: Scratch | None = None, key: Any = None) -> Any:
         """Rows `rows` (a long tensor) as one tensor [len(rows), *longest], each padded with `pad`; built in
@@ -118,7 +123,7 @@ class Column:
             count = int(sizes[0].prod())
             if bool((starts == starts[0] + torch.arange(len(rows)) * count).all()):  # one slice: a view
                 first = int(starts[0])
-                return _wide(self.values[first:first + count * len(rows)].view(len(rows), *longest))
+                return _wide(self.values[first:first + count * len(rows)].view(len(rows), *longest), scratch, key)
         m, depth = len(rows), len(longest)
         counts = sizes.prod(dim=1)
         inside = (scratch(("mask",), (m, *longest), torch.bool).fill_(True) if scratch is not None else
@@ -168,9 +173,9 @@ def read_column(array: Any) -> Column:
         # a column of scalars: its values as they are (no copy of a signed integer or float column), row r is value r
         leaf = array.dictionary_decode() if types.is_dictionary(array.type) else array
         nulls = _nulls(leaf)  # (decoded: a dictionary may hold a null as a value, not only as an index)
+        none = torch.zeros(1, dtype=torch.bool).expand(n)  # (a view: no memory, nothing written per row)
         return Column(_leaf_tensor(leaf), None, torch.zeros((n, 0), dtype=torch.long),
-                      torch.zeros(n, dtype=torch.bool) if nulls is None else torch.from_numpy(nulls),
-                      torch.zeros(n, dtype=torch.bool))
+                      none if nulls is None else torch.from_numpy(nulls), none, nulls is not None)
     lo, hi = np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64)  # each row's span in `level`
     nulls, jagged, sizes = np.zeros(n, bool), np.zeros(n, bool), []
     level = array
@@ -197,7 +202,8 @@ def read_column(array: Any) -> Column:
     leaf = level.dictionary_decode() if types.is_dictionary(level.type) else level
     nulls |= _any_in(_nulls(leaf), lo, hi)  # (decoded: a dictionary may hold a null as a value, not only as an index)
     shape = _shapes(sizes, n)
-    return Column(_leaf_tensor(leaf), torch.from_numpy(lo), shape, torch.from_numpy(nulls), torch.from_numpy(jagged))
+    return Column(_leaf_tensor(leaf), torch.from_numpy(lo), shape, torch.from_numpy(nulls), torch.from_numpy(jagged),
+                  bool(nulls.any() or jagged.any()))
 
 
 def _plain(kind: Any) -> Any:

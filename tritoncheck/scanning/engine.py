@@ -93,6 +93,8 @@ PADDED_ENOUGH = 1 << 16
 # large Parquet row group costs no more memory than its chunk.
 CHUNK_BYTES = 16 << 20
 MAX_CHUNK_ROWS = 1 << 20
+# A Parquet file whose row groups each take at most this many bytes (compressed) is read a row group at a time.
+PRE_BUFFER_BYTES = 64 << 20
 # Element checks of ragged rows read a column's values in blocks of this many (one result slot per block; a row
 # holding a value of a failing block is checked alone), under a dim of this name.
 ELEMENT_BLOCK, ELEMENTS = 1024, "tritoncheck_elements"
@@ -683,9 +685,14 @@ def _open_shard(path: str) -> Iterator[tuple[Any, list[_Piece]]]:
     import pyarrow.parquet as pq
 
     if path.endswith(".parquet"):
-        # (buffered: a column chunk is read 1 MiB at a time, not whole: a 500 MB chunk would be held at once)
-        with pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False) as pf:
+        with pq.ParquetFile(path) as pf:
             meta = pf.metadata
+        # a file whose row groups are small (compressed, all columns) is read a row group's columns in one request
+        # (pre_buffer: a third less CPU on 1M-row groups of numbers); else buffered, each column chunk read 1 MiB at
+        # a time (a 500 MB row group would be held at once)
+        small = all(sum(group.column(i).total_compressed_size for i in range(group.num_columns)) <= PRE_BUFFER_BYTES
+                    for group in map(meta.row_group, range(meta.num_row_groups)))
+        with pq.ParquetFile(path, metadata=meta, buffer_size=0 if small else 1 << 20, pre_buffer=small) as pf:
             top = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)]
 
             def width(cols: list[str], g: int) -> float:
@@ -818,8 +825,10 @@ def _chunk_item(source: str, row: int, offset: int | None, table: Any, columns: 
     except Exception as exc:  # pyarrow's ArrowInvalid and others: damaged data
         err = UsageError(f"cannot read rows {row}-{row + n - 1} of {source}: {one_line(exc)}")
         return _Item(source, offset, err, n, spec, row)
-    if all(c.uniform() and not c.nulls.any() and not c.jagged.any() for c in read.values()):
-        return _Item(source, offset, {f: c.whole(_pad_value(f, spec)) for f, c in read.items()}, n, spec, row)
+    if all(not c.flawed and c.uniform() for c in read.values()):
+        # (in `scratch`'s memory where a narrow integer is widened: the chunk before is checked, this one is next)
+        batch = {f: c.whole(_pad_value(f, spec), scratch, f) for f, c in read.items()}
+        return _Item(source, offset, batch, n, spec, row)
     from tritoncheck.plan.lower import compile_plan
 
     return _Item(source, offset, _Ragged(read, spec, compile_plan(spec), n, scratch), n, spec, row)
