@@ -743,30 +743,40 @@ def _arrow_width(table: Any) -> float:
 def _chunks(pieces: list[_Piece], columns: list[str], size: int | None) -> Iterator[tuple[int, Any]]:
     """A shard's `columns` in tables of `size` rows (the last one shorter), whatever its pieces' sizes, each
     with its row count (a table of no columns has none). `size` None: as many rows as fit in CHUNK_BYTES
-    (by the first piece's row width), read piece by piece in parts of at most that many rows."""
+    (by the first piece's row width), read piece by piece in parts of at most that many rows; a piece of more
+    rows is split in even parts, none of them joined to another piece's rows (joining copies every column)."""
     import pyarrow as pa
 
-    pending, have = [], 0
+    by_bytes, pending, have = size is None, [], 0
     for piece in pieces:
         if not piece.rows:
             continue
         if size is None:
             size = max(1, min(MAX_CHUNK_ROWS, int(CHUNK_BYTES // max(piece.width(columns), 1))))
+        limit, alone = size, by_bytes and piece.rows >= size
+        if alone:
+            if pending:
+                yield have, pending[0] if len(pending) == 1 else pa.concat_tables(pending)
+                pending, have = [], 0
+            limit = -(-piece.rows // -(-piece.rows // size))  # rows / parts, rounded up: parts of even size
         try:
-            for table in piece.stream(columns, size):
+            for table in piece.stream(columns, limit):
                 while table.num_rows:
-                    part = table.slice(0, min(size - have, table.num_rows))
+                    part = table.slice(0, min(limit - have, table.num_rows))
                     pending.append(part)
                     have += part.num_rows
                     # (lengths within the table: pyarrow does not clamp them for a table of no columns)
                     table = table.slice(part.num_rows, table.num_rows - part.num_rows)
-                    if have == size:
+                    if have == limit:
                         yield have, pending[0] if len(pending) == 1 else pa.concat_tables(pending)
                         pending, have = [], 0
         except Exception:  # a damaged piece: the rows read before it are checked, then the error is reported
             if pending:
                 yield have, pa.concat_tables(pending)
             raise
+        if alone and pending:  # its last part
+            yield have, pending[0] if len(pending) == 1 else pa.concat_tables(pending)
+            pending, have = [], 0
     if pending:
         yield have, pa.concat_tables(pending)
 
