@@ -48,10 +48,12 @@ def refusal(kind: Any) -> str | None:
 
 class Scratch:
     """Memory that padded batches reuse, one batch after another: a fresh tensor of tens of MB costs its page faults on
-    every chunk, here as much as filling it. What it gives for a key is valid until that key is asked for again."""
+    every chunk, here as much as filling it. What it gives for a key is valid until that key is asked for again.
+    `memo` keeps what the chunks of one shard derive alike (a spec made for a column, a rule's verdict per length)."""
 
     def __init__(self) -> None:
         self.held: dict[Any, Any] = {}
+        self.memo: dict[Any, Any] = {}
 
     def __call__(self, key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
         import math

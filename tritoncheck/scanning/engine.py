@@ -984,9 +984,12 @@ class _Ragged:
         for name in sorted({c.field for c in plan.checks} & self.columns.keys()):
             values = self.columns[name].values
             # (in the width the file holds: the probe checked the dtype a batch has; comparisons are exact in any width)
-            field = spec.fields[name].model_copy(update={"shape": [plan.batch_dim, ELEMENTS],
-                                                         "dtype": [dtype_name(values.dtype)]})
-            flat = spec.model_copy(update={"fields": {name: field}, "rules": []})
+            flat = self.scratch.memo.get(("flat spec", id(spec), name, values.dtype))
+            if flat is None:  # (made once per shard: each new spec is lowered and its kernel loaded again)
+                field = spec.fields[name].model_copy(update={"shape": [plan.batch_dim, ELEMENTS],
+                                                             "dtype": [dtype_name(values.dtype)]})
+                flat = spec.model_copy(update={"fields": {name: field}, "rules": []})
+                self.scratch.memo[("flat spec", id(spec), name, values.dtype)] = flat
             # the values in blocks of ELEMENT_BLOCK, one per sample (a result slot per block, not per element), and
             # the last block again, ending at the last value, where they do not divide evenly: (tensor, first value)
             whole = len(values) // ELEMENT_BLOCK * ELEMENT_BLOCK
@@ -1042,9 +1045,15 @@ class _Ragged:
         combos, inverse = _distinct(own)
         fails = []
         present = {presence_dim(f.name): f.name in self.columns for f in self.plan.fields}  # as bind sets them
-        for combo in combos.tolist():
-            values = {d: size for d, (size, _) in dims.items()} | present | dict(zip(names, combo, strict=True))
-            fails.append(any(_fails(c, values, evaluate_scalar, holds) for c in self.plan.dim_checks))
+        base = {d: size for d, (size, _) in dims.items() if d not in names} | present  # (names: each row's own)
+        # each verdict kept for the shard's later chunks (their rows have the same few lengths)
+        known = self.scratch.memo.setdefault(("dim rules", id(self.plan), tuple(names), tuple(sorted(base.items()))), {})
+        for combo in map(tuple, combos.tolist()):
+            verdict = known.get(combo)
+            if verdict is None:
+                values = base | dict(zip(names, combo, strict=True))
+                verdict = known[combo] = any(_fails(c, values, evaluate_scalar, holds) for c in self.plan.dim_checks)
+            fails.append(verdict)
         return torch.tensor(fails).index_select(0, inverse)
 
 
