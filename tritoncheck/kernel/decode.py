@@ -51,8 +51,9 @@ def decode(kernel: Kernel, values: Any, bound: Bound, walked: Mapping[str, int] 
         base, row = layout.sample_base(k)
         if row >= 0:
             per_sample = buf[base + row * batch : base + (row + 1) * batch]
-            count = int(per_sample.sum())
-            samples: Sequence[int] = tuple(per_sample.nonzero().flatten().tolist()) if count else ()
+            hit = per_sample.nonzero().flatten()  # (one pass over the row; the count from its hits alone)
+            count = int(per_sample.index_select(0, hit).sum())
+            samples: Sequence[int] = tuple(hit.tolist())
         else:
             count, samples = int(buf[layout.count(k)]), ()
         if not count:
