@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tritoncheck as tc
-from tritoncheck.checks.registry import REGISTRY, CheckKind, UnknownCheckKind, describe, hint, kind_of
+from tritoncheck.checks.registry import REGISTRY, CheckKind, UnknownCheckKind, describe, hint, kind_of, kinds
 from tritoncheck.plan.lower import compile_plan, referenced_fields
 from tritoncheck.spec.schema import spec_from_dict
 
@@ -20,7 +20,29 @@ HOST_KINDS = {"dim_bound"}  # checked by `bind` from sizes alone: no data to set
 
 
 def test_builtin_kinds_are_registered():
-    assert set(REGISTRY) == {"min", "max", "values", "finite", "rule", "dim_bound", "monotonic"}
+    assert set(REGISTRY) == {"min", "max", "values", "finite", "rule", "dim_bound", "monotonic", "multiple_of"}
+
+
+def test_each_kind_is_one_module_of_the_checks_folder():
+    """Each kind's node type lives in a module of tritoncheck/checks/ other than the core, found and imported by
+    the package (min and max share range.py, rule and dim_bound rules.py)."""
+    modules = {kind: entry.node.__module__ for kind, entry in REGISTRY.items()}
+    assert all(m.startswith("tritoncheck.checks.") and m != "tritoncheck.checks.registry" for m in modules.values())
+    assert modules["multiple_of"] == "tritoncheck.checks.multiple_of"
+    assert [k.code for k in kinds()] == [c for c in tc.VIOLATION_CODES if c in {k.code for k in REGISTRY.values()}]
+
+
+def test_a_new_kind_is_named_by_its_module_alone():
+    """`multiple_of` was added as one module: no other file of the package (dispatch, plan, backends, report,
+    strategies, spec, scan) names the kind, its option or its code."""
+    root = Path(tc.__file__).resolve().parent
+    own = root / "checks" / "multiple_of.py"
+    entry = REGISTRY["multiple_of"]
+    names = {entry.kind, entry.option.name, entry.code, entry.node.__name__}
+    found = [f"{path.relative_to(root)}: {name}" for path in sorted(root.rglob("*.py")) if path != own
+             for name in names if name in path.read_text(encoding="utf-8")]
+    assert found == []
+    assert all(name in own.read_text(encoding="utf-8") for name in names)
 
 
 @pytest.mark.parametrize("kind", sorted(REGISTRY))
@@ -29,7 +51,7 @@ def test_no_part_is_missing(kind):
     for part in fields(CheckKind):
         if part.name in OPTIONAL_PARTS or (kind in RULE_KINDS and part.name in ("option", "lower")):
             continue
-        if kind in HOST_KINDS and part.name in ("settle", "torch", "ir"):
+        if kind in HOST_KINDS and part.name in ("settle", "torch", "ir", "per_sample"):
             continue
         assert getattr(entry, part.name) is not None, f"{kind}: no {part.name}"
     if kind not in RULE_KINDS:
@@ -72,10 +94,11 @@ def _spec(**field):
     return spec_from_dict({"name": "s", "fields": {"x": {"dtype": "int64", "shape": ["B", "L"], **field}}}, "s.yaml")
 
 
-def test_field_options_lower_in_registration_order():
-    plan = compile_plan(_spec(min=0, max=9, values=[1, 2], monotonic="L"))
-    assert [c.kind for c in plan.checks] == ["min", "max", "values", "monotonic"]
-    assert [describe(c) for c in plan.checks] == ["x >= 0", "x <= 9", "x in [1, 2]", "x is non-decreasing along L"]
+def test_field_options_lower_in_their_kinds_order():
+    plan = compile_plan(_spec(min=0, max=9, values=[1, 2], monotonic="L", multiple_of=2))
+    assert [c.kind for c in plan.checks] == ["min", "max", "values", "monotonic", "multiple_of"]
+    assert [describe(c) for c in plan.checks] == ["x >= 0", "x <= 9", "x in [1, 2]", "x is non-decreasing along L",
+                                                  "x is a multiple of 2"]
 
 
 def test_range_hint_is_part_of_its_kind():

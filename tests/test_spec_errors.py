@@ -12,7 +12,7 @@ from tritoncheck.cli import main
 
 FUNCTIONS = "only the functions any, all, sum, abs, arange, isfinite, present may be called"
 DTYPES = "bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, int, float"
-KEYS = "dtype, shape, optional, min, max, allow, values, finite, hints, severity, description, monotonic"
+KEYS = "dtype, shape, optional, min, max, allow, values, finite, hints, severity, description, monotonic, multiple_of"
 
 FOUR = """\
 name: four

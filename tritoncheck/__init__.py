@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time every name loa
     from tritoncheck.derive import spec_for as spec_for
     from tritoncheck.integrations.guard import checked as checked
     from tritoncheck.integrations.guard import guard as guard
-    from tritoncheck.report import VIOLATION_CODES as VIOLATION_CODES
+    from tritoncheck.checks import VIOLATION_CODES as VIOLATION_CODES
     from tritoncheck.report import BatchValidationError as BatchValidationError
     from tritoncheck.report import Report as Report
     from tritoncheck.report import Violation as Violation
@@ -40,7 +40,7 @@ _LAZY = {
     "check": ("tritoncheck.api", "check"),
     "validate": ("tritoncheck.api", "validate"),
     "warmup": ("tritoncheck.api", "warmup"),
-    "VIOLATION_CODES": ("tritoncheck.report", "VIOLATION_CODES"),
+    "VIOLATION_CODES": ("tritoncheck.checks", "VIOLATION_CODES"),
     "BatchValidationError": ("tritoncheck.report", "BatchValidationError"),
     "Report": ("tritoncheck.report", "Report"),
     "Violation": ("tritoncheck.report", "Violation"),

@@ -1,8 +1,8 @@
 """Violations, the report they make up, and the exception that carries a report.
 
 Violations are structured data from the backend to the message: code and parameters are fields,
-never parsed back out of strings. `docs/errors.md` documents every code in `VIOLATION_CODES`
-(a test keeps the two in step).
+never parsed back out of strings. `docs/errors.md` documents every code in
+`tritoncheck.checks.VIOLATION_CODES` (a test keeps the two in step).
 
 Spec and batch text (names, rules, hints, values) is untrusted: every human-readable form
 (`message`, `str(report)`, `table()`) passes it through `printable`, so control characters never
@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-# Every code tritoncheck itself emits. A rule in a spec may name its own code as well.
-VIOLATION_CODES: tuple[str, ...] = (
+# Every code tritoncheck itself emits is `tritoncheck.checks.VIOLATION_CODES`: these codes, then each
+# registered check kind's (below_min, ..., rule_failed), then CONTRACT_CODES. A rule in a spec may name
+# its own code as well.
+HOST_CODES: tuple[str, ...] = (  # found on the host from a batch's structure, before any data check
     "not_a_mapping",
     "not_a_tensor",
     "missing_field",
@@ -30,13 +32,8 @@ VIOLATION_CODES: tuple[str, ...] = (
     "dim_mismatch",
     "empty_batch",
     "device_mismatch",
-    "below_min",
-    "above_max",
-    "not_in_set",
-    "non_finite",
-    "not_monotonic",
-    "dim_bound",
-    "rule_failed",
+)
+CONTRACT_CODES: tuple[str, ...] = (  # the built-in contracts' rule codes, and another rank's failure
     "sequence_too_long",
     "all_ignored",
     "no_attended_position",

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from tritoncheck.checks.registry import hint, kind_of, message, range_limit
+from tritoncheck.checks import hint, kind_of, message, range_limit
 from tritoncheck.dtypes import FLIPPED, INT64_MAX, INT64_MIN, comparable_values, compute_dtype, exact_comparison
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
 from tritoncheck.kernel.ir import expr_axes

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from tritoncheck.checks import field_kinds
 from tritoncheck.dtypes import dtype_name
 
 SELF_CHECK_ROUNDS = 6
@@ -147,7 +148,7 @@ def self_check(data: dict[str, Any], batches: list[dict[str, torch.Tensor]], bui
 
 def _drop(data: dict[str, Any], field: str | None, code: str, batches: list[dict]) -> str | None:
     f = data["fields"].get(field) if field else None
-    options = {"above_max": "max", "below_min": "min", "not_in_set": "values", "non_finite": "finite"}
+    options = {k.code: k.option.name for k in field_kinds()}  # below_min: min, ... (each kind's own option)
     if f is not None and code in options and f.get(options[code]) not in (None, False):
         f.pop(options[code])
         return f"fields.{field}.{options[code]}"

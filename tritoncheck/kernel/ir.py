@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from tritoncheck.checks.registry import UnknownCheckKind, kind_of
+from tritoncheck.checks.registry import expr_axes as axes_of
 from tritoncheck.dtypes import FLIPPED, INT64_MAX, INT64_MIN, as_double, comparable_values, compute_dtype, exact_comparison, int_limit
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, is_host, to_text
 from tritoncheck.plan.lower import DataCheck, Plan, RuleCheck, evaluate_scalar
@@ -375,20 +376,7 @@ def pytype(expr: Expr) -> str:
 
 def expr_axes(plan: Plan, expr: Expr | None) -> tuple[str, ...]:
     """The named axes an expression spans, in order of first appearance (as the plan orders them)."""
-    if expr is None or isinstance(expr, (Const, Dim)):
-        return ()
-    if isinstance(expr, Ref):
-        return tuple(a for a, i in zip(plan.field(expr.field).axes, expr.index, strict=True) if i is None)
-    if isinstance(expr, Arange):
-        return (expr.dim,)
-    if isinstance(expr, Unary):
-        return expr_axes(plan, expr.x)
-    if isinstance(expr, Binary):
-        a = expr_axes(plan, expr.a)
-        return a + tuple(x for x in expr_axes(plan, expr.b) if x not in a)
-    if isinstance(expr, Reduce):
-        return () if expr.dims is None else tuple(a for a in expr_axes(plan, expr.x) if a not in expr.dims)
-    raise Unsupported(f"cannot lower {type(expr).__name__}")
+    return axes_of(expr, lambda name: plan.field(name).axes)
 
 
 def has_reduce(expr: Expr | None) -> bool:

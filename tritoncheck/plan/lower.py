@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 import torch
 
 from tritoncheck import expr as _expr
-from tritoncheck.checks.registry import (  # the node types are re-exported: every backend imports them from here
+from tritoncheck.checks import (  # the node types are re-exported: every backend imports them from here
     DimCheck,
     FiniteCheck,
     MonotonicCheck,
@@ -28,6 +28,7 @@ from tritoncheck.checks.registry import (  # the node types are re-exported: eve
     RuleCheck,
     ValueSetCheck,
     describe,
+    expr_axes,
     expr_dims,
     expr_fields,
     field_kinds,
@@ -303,22 +304,7 @@ class _Scope:
 
     def axes(self, expr: Expr | None) -> tuple[str, ...]:
         """The named axes an expression spans, in order of first appearance."""
-        if expr is None or isinstance(expr, (Const, Dim)):
-            return ()
-        if isinstance(expr, Ref):
-            f = self.fields[expr.field]
-            return tuple(a for a, i in zip(f.axes, expr.index, strict=True) if i is None)
-        if isinstance(expr, Arange):
-            return (expr.dim,)
-        if isinstance(expr, Unary):
-            return self.axes(expr.x)
-        if isinstance(expr, Binary):
-            return _ordered_union(self.axes(expr.a), self.axes(expr.b))
-        if isinstance(expr, Reduce):
-            if expr.dims is None:
-                return ()
-            return tuple(a for a in self.axes(expr.x) if a not in expr.dims)
-        raise ExprError(f"cannot use {type(expr).__name__} here")
+        return expr_axes(expr, lambda name: self.fields[name].axes)
 
 
 def _loop_spaces(scope: _Scope, expr: Expr | None, outer: frozenset[str], out: list[frozenset[str]]) -> None:

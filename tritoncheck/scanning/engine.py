@@ -362,7 +362,7 @@ def _per_sample(plan: Any) -> bool:
     """Whether every data check decides each sample from that sample's own values: no reduction over the batch dim,
     no batch size or position along it, no value of another sample (`x[0]`). Then a batch's violations name
     exactly the samples that fail alone. Anything not known to be so (an unresolved name) is taken as not."""
-    from tritoncheck.checks.registry import FiniteCheck, MonotonicCheck, RangeCheck, RuleCheck, ValueSetCheck
+    from tritoncheck.checks import kind_of
     from tritoncheck.expr import Arange, Binary, Const, Dim, Present, Reduce, Ref, Unary
 
     b = plan.batch_dim
@@ -386,20 +386,9 @@ def _per_sample(plan: Any) -> bool:
             return e.dims is not None and all(isinstance(d, str) and d != b for d in e.dims) and own(e.x)
         return False
 
-    for c in plan.checks:
-        if b not in c.axes:
-            return False
-        if isinstance(c, RangeCheck):
-            ok = own(c.bound)
-        elif isinstance(c, (ValueSetCheck, FiniteCheck)):
-            ok = True
-        elif isinstance(c, MonotonicCheck):
-            ok = c.axis != b
-        elif isinstance(c, RuleCheck):
-            ok = all(own(e) for e in (c.expr, c.where, c.subject, c.when) if e is not None)
-        else:
-            ok = False
-        if not ok:
+    for c in plan.checks:  # each kind says whether its checks decide each sample alone (its `per_sample`)
+        per_sample = kind_of(c).per_sample
+        if b not in c.axes or per_sample is None or not per_sample(c, own, b):
             return False
     return True
 
@@ -952,23 +941,22 @@ class _Ragged:
         return sorted(found, key=lambda f: -1 if f[0] is None else f[0]), self.n, ran
 
     def _elementwise(self, spec: Any, backend: str, checked: Any) -> tuple[Any, dict[str, Any], str] | None:
-        """Where every data check is a bound (a constant), a value set or finiteness of one field's elements, each
-        row's verdict is its elements': each column's flat values are checked as they are, in blocks (no padding),
-        and a row is flagged where it holds a value of a block that fails. Returns the flagged rows, the dims of
-        one row alone (for the rules over dims) and the backend that ran; None where the checks are others, or
-        where one row alone shows a problem of every row (a column's dtype or rank: the padded path reports it
-        for the chunk)."""
+        """Where every data check is element-wise over one field and reads no dim (a constant bound, a value set,
+        finiteness: the kinds with a `value_fails` part), each row's verdict is its elements': each column's flat
+        values are checked as they are, in blocks (no padding), and a row is flagged where it holds a value of a
+        block that fails. Returns the flagged rows, the dims of one row alone (for the rules over dims) and the
+        backend that ran; None where the checks are others, or where one row alone shows a problem of every row
+        (a column's dtype or rank: the padded path reports it for the chunk)."""
         import torch
 
         from tritoncheck.api import check
-        from tritoncheck.checks.registry import FiniteCheck, RangeCheck, ValueSetCheck
+        from tritoncheck.checks import kind_of
         from tritoncheck.dtypes import dtype_name
-        from tritoncheck.expr import Const
         from tritoncheck.plan.lower import bind
 
         plan = self.plan
-        if not all(isinstance(c, (ValueSetCheck, FiniteCheck)) or (isinstance(c, RangeCheck) and isinstance(
-                c.bound, Const)) for c in plan.checks):
+        # element-wise kinds (a `value_fails` part) whose check reads no dim: one value decides alone
+        if not all(kind_of(c).value_fails is not None and not kind_of(c).reads(c)[1] for c in plan.checks):
             return None
         rows = checked.nonzero().flatten()
         if not len(rows):

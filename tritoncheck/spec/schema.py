@@ -14,10 +14,11 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -29,8 +30,8 @@ from pydantic import (
 import torch
 
 from tritoncheck import expr as _expr
-from tritoncheck.checks.registry import Severity, field_codes
-from tritoncheck.checks.registry import options as check_options
+from tritoncheck.checks import VIOLATION_CODES, Severity, field_codes
+from tritoncheck.checks import options as check_options
 from tritoncheck.dtypes import DTYPES, GROUPS, all_integer, dtype_name, expand_dtypes, is_dtype_name, number_problem
 
 ParamValue = int | float | bool | str | None
@@ -110,7 +111,8 @@ class FieldSpec(_SpecModel):
     min: Bound | None = Field(None, description="Smallest allowed value (inclusive); may use parameters and dims.")
     max: Bound | None = Field(None, description="Largest allowed value (inclusive); may use parameters and dims.")
     allow: list[int | float] = Field(
-        default_factory=list, description="Sentinel values allowed outside min/max/values, such as -100."
+        default_factory=list,
+        description="Sentinel values exempt from every value check of the field (min, max, values, ...), such as -100.",
     )
     values: list[int | float] | None = Field(None, description="The only values allowed, such as [0, 1] for a mask.")
     finite: bool = Field(False, description="Reject NaN and +-Inf.")
@@ -174,8 +176,6 @@ class FieldSpec(_SpecModel):
     @field_validator("hints")
     @classmethod
     def _hint_codes(cls, v: dict[str, str]) -> dict[str, str]:
-        from tritoncheck.report import VIOLATION_CODES
-
         for code in v:
             if code not in VIOLATION_CODES:
                 raise ValueError(f"unknown violation code {code!r} in hints{closest(code, VIOLATION_CODES)}; "
@@ -186,11 +186,18 @@ class FieldSpec(_SpecModel):
 def _with_check_options(base: type[BaseModel]) -> type[BaseModel]:
     """`base` plus one optional key per field option a registered check kind declares
     (`monotonic: L`), so a new kind needs no edit here; keys stay forbidden otherwise."""
-    extra = {o.name: (o.annotation, Field(None, description=o.description))
+    extra = {o.name: (_checked(o.annotation, o.check), Field(None, description=o.description))
              for o in check_options().values() if o.name not in base.model_fields}
     if not extra:
         return base
     return create_model(base.__name__, __base__=base, __module__=base.__module__, __doc__=base.__doc__, **extra)
+
+
+def _checked(annotation: Any, check: Any) -> Any:
+    """`annotation`, with the option's own `check` run first on every value but null (as written)."""
+    if check is None:
+        return annotation
+    return Annotated[annotation, BeforeValidator(lambda v: v if v is None else check(v))]
 
 
 FieldSpec = _with_check_options(FieldSpec)

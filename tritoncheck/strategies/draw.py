@@ -13,7 +13,7 @@ import torch
 from hypothesis import strategies as st
 
 from tritoncheck.backends import torch as _torch_backend
-from tritoncheck.checks.registry import range_limit
+from tritoncheck.checks import range_limit
 from tritoncheck.expr import Binary, Const, Dim, Expr, Ref
 from tritoncheck.plan.lower import (
     DimCheck,
