@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tritoncheck as tc
+from report_compare import checked_like_torch, only
 from tritoncheck.plan.lower import MonotonicCheck, compile_plan
 from tritoncheck.strategies import malformed_batches, valid_batches
 
@@ -19,11 +20,6 @@ from tritoncheck.strategies import malformed_batches, valid_batches
 def spec(dtype="int64", shape=("B", "L"), axis="L", **extra) -> tc.BatchSpec:
     return tc.BatchSpec(name="pos", fields={"position_ids": {"dtype": dtype, "shape": list(shape), "monotonic": axis,
                                                               **extra}})
-
-
-def only(report: tc.Report) -> tc.Violation:
-    assert len(report.violations) == 1, str(report)
-    return report.violations[0]
 
 
 def test_option_lowers_to_one_check():
@@ -55,17 +51,9 @@ def test_yaml_round_trip_keeps_the_option():
     assert "monotonic: L" in s.to_yaml()
 
 
-def _compare(batch: dict, s: tc.BatchSpec, backend: str) -> tc.Report:
-    report = tc.check(batch, s, backend=backend)
-    assert report.backend == backend, "the backend fell back instead of running the check"
-    reference = tc.check(batch, s, backend="torch")
-    assert report.to_dict() | {"backend": "-"} == reference.to_dict() | {"backend": "-"}
-    return report
-
-
 def test_reports_first_position_count_and_samples(backend):
     x = torch.tensor([[0, 1, 2, 3, 4], [0, 1, 0, 1, 0], [7, 7, 7, 7, 7], [3, 2, 1, 0, 0]])
-    v = only(_compare({"position_ids": x}, spec(), backend))
+    v = only(checked_like_torch({"position_ids": x}, spec(), backend))
     assert (v.field, v.code, v.index, v.value, v.count, v.samples) == ("position_ids", "not_monotonic", (1, 2), 0, 5,
                                                                        (1, 3))
     assert v.rule == "position_ids is non-decreasing along L"
@@ -74,35 +62,35 @@ def test_reports_first_position_count_and_samples(backend):
 def test_valid_and_constant_batches_pass(backend):
     for x in (torch.arange(12).reshape(3, 4), torch.full((2, 6), 5), torch.zeros(2, 1, dtype=torch.int64),
               torch.tensor([[0, 0, 1, 1, 2]])):
-        assert _compare({"position_ids": x}, spec(), backend).ok
+        assert checked_like_torch({"position_ids": x}, spec(), backend).ok
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float32", "float16", "bfloat16", "float64"])
 def test_dtypes(backend, dtype):
     x = torch.tensor([[0.0, 2.0, 1.0, 3.0], [0.0, 0.0, 1.0, 2.0]]).to(getattr(torch, dtype))
-    v = only(_compare({"position_ids": x}, spec(dtype), backend))
+    v = only(checked_like_torch({"position_ids": x}, spec(dtype), backend))
     assert (v.index, v.count, v.samples, v.value) == ((0, 2), 1, (0,), 1.0)
 
 
 def test_nan_breaks_nothing(backend):
     x = torch.tensor([[0.0, float("nan"), 1.0, 2.0]])  # NaN compares false: `finite: true` is what rejects it
-    assert _compare({"position_ids": x}, spec("float32"), backend).ok
+    assert checked_like_torch({"position_ids": x}, spec("float32"), backend).ok
 
 
 def test_along_a_leading_axis_of_a_non_contiguous_field(backend):
     # shape [L, B] given as a transposed view: monotonic along L, the first axis
     x = torch.tensor([[0, 1, 2], [1, 0, 3], [2, 2, 1]]).t().contiguous().t()
     assert not x.is_contiguous()
-    v = only(_compare({"position_ids": x}, spec(shape=("L", "B")), backend))
+    v = only(checked_like_torch({"position_ids": x}, spec(shape=("L", "B")), backend))
     assert (v.index, v.count, v.samples) == ((1, 1), 2, (1, 2))
 
 
 def test_expanded_views(backend):
     row = torch.tensor([0, 1, 3, 2])
-    v = only(_compare({"position_ids": row.expand(5, 4)}, spec(), backend))  # every sample breaks at 3
+    v = only(checked_like_torch({"position_ids": row.expand(5, 4)}, spec(), backend))  # every sample breaks at 3
     assert (v.index, v.count, v.samples) == ((0, 3), 5, (0, 1, 2, 3, 4))
     col = torch.tensor([[4], [1]]).expand(2, 6)  # constant along L: holds
-    assert _compare({"position_ids": col}, spec(), backend).ok
+    assert checked_like_torch({"position_ids": col}, spec(), backend).ok
 
 
 @settings(max_examples=15, deadline=None)

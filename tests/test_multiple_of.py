@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tritoncheck as tc
+from report_compare import checked_like_torch, only
 from tritoncheck.checks.multiple_of import MultipleOfCheck
 from tritoncheck.plan.lower import compile_plan
 from tritoncheck.strategies import malformed_batches, valid_batches
@@ -22,17 +23,10 @@ def spec(k=8, dtype="int64", shape=("B", "L"), **extra) -> tc.BatchSpec:
     return tc.BatchSpec(name="padded", fields={"x": {"dtype": dtype, "shape": list(shape), "multiple_of": k, **extra}})
 
 
-def only(report: tc.Report) -> tc.Violation:
-    assert len(report.violations) == 1, str(report)
-    return report.violations[0]
-
-
-def _compare(batch: dict, s: tc.BatchSpec, backend: str) -> tc.Report:
-    report = tc.check(batch, s, backend=backend)
-    assert report.backend == backend, "the backend fell back instead of running the check"
-    reference = tc.check(batch, s, backend="torch")
-    assert report.to_dict() | {"backend": "-"} == reference.to_dict() | {"backend": "-"}
-    return report
+@pytest.fixture
+def where(backend, device) -> str:
+    """The batch's device for `backend`: the C backend reads CPU tensors, the others `device`'s (CUDA on a GPU)."""
+    return "cpu" if backend == "c" else device
 
 
 def test_option_lowers_to_one_check():
@@ -45,24 +39,24 @@ def test_option_lowers_to_one_check():
 # --- verdicts: every backend equal to the torch backend -------------------------------------------------------------
 
 
-def test_reports_first_index_count_samples_and_value(backend, device):
-    x = torch.tensor([[0, 8, 16, -8], [8, 12, 24, 5], [64, 64, 64, 64], [3, 0, 0, 0]], device=device)
-    v = only(_compare({"x": x}, spec(), backend))
+def test_reports_first_index_count_samples_and_value(backend, where):
+    x = torch.tensor([[0, 8, 16, -8], [8, 12, 24, 5], [64, 64, 64, 64], [3, 0, 0, 0]], device=where)
+    v = only(checked_like_torch({"x": x}, spec(), backend))
     assert (v.field, v.code, v.index, v.value, v.count, v.samples) == ("x", "not_a_multiple", (1, 1), 12, 3, (1, 3))
     assert v.rule == "x is a multiple of 8"
 
 
-def test_valid_batches_pass(backend, device):
+def test_valid_batches_pass(backend, where):
     for x in (torch.arange(0, 96, 8).reshape(3, 4), torch.full((2, 5), -40), torch.zeros(1, 0, dtype=torch.int64),
               torch.tensor([[2**62, -(2**62), 0]])):
-        assert _compare({"x": x.to(device)}, spec(), backend).ok
+        assert checked_like_torch({"x": x.to(where)}, spec(), backend).ok
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "int32", "bool"])
-def test_dtypes(backend, device, dtype):
+def test_dtypes(backend, where, dtype):
     k = 1 if dtype == "bool" else 4  # (a bool field: 0 and 1 are both multiples of 1 only)
-    x = torch.tensor([[0, 4, 8, 1], [4, 4, 0, 4]]).to(getattr(torch, dtype)).to(device)
-    report = _compare({"x": x}, spec(k, dtype), backend)
+    x = torch.tensor([[0, 4, 8, 1], [4, 4, 0, 4]]).to(getattr(torch, dtype)).to(where)
+    report = checked_like_torch({"x": x}, spec(k, dtype), backend)
     if dtype == "bool":
         assert report.ok
     else:
@@ -70,42 +64,43 @@ def test_dtypes(backend, device, dtype):
         assert (v.index, v.count, v.samples, v.value) == ((0, 3), 1, (0,), 1)
 
 
-def test_a_bool_field_fails_where_true_under_k_above_one(backend, device):
-    x = torch.tensor([[False, True], [False, False]], device=device)
-    v = only(_compare({"x": x}, spec(2, "bool"), backend))
+def test_a_bool_field_fails_where_true_under_k_above_one(backend, where):
+    x = torch.tensor([[False, True], [False, False]], device=where)
+    v = only(checked_like_torch({"x": x}, spec(2, "bool"), backend))
     assert (v.index, v.count, v.samples) == ((0, 1), 1, (0,))
 
 
-def test_negative_values_and_k_past_the_dtype(backend, device):
+def test_negative_values_and_k_past_the_dtype(backend, where):
     # -3 is no multiple of 8 whatever the sign convention of a remainder; 200 does not fit int8: only 0 passes
-    v = only(_compare({"x": torch.tensor([[-16, -3, 8]], device=device)}, spec(), backend))
+    v = only(checked_like_torch({"x": torch.tensor([[-16, -3, 8]], device=where)}, spec(), backend))
     assert (v.index, v.value) == ((0, 1), -3)
-    v = only(_compare({"x": torch.tensor([[0, 100, -100]], dtype=torch.int8, device=device)}, spec(200, "int8"), backend))
+    x = torch.tensor([[0, 100, -100]], dtype=torch.int8, device=where)
+    v = only(checked_like_torch({"x": x}, spec(200, "int8"), backend))
     assert (v.index, v.count) == ((0, 1), 2)
     big = 2**63 - 1  # the largest k a spec may give
-    v = only(_compare({"x": torch.tensor([[0, big, 5]], device=device)}, spec(big), backend))
+    v = only(checked_like_torch({"x": torch.tensor([[0, big, 5]], device=where)}, spec(big), backend))
     assert (v.index, v.value) == ((0, 2), 5)
 
 
-def test_allow_sentinels_are_exempt(backend, device):
-    x = torch.tensor([[8, -100, 16], [-100, 7, -100]], device=device)
-    v = only(_compare({"x": x}, spec(allow=[-100]), backend))
+def test_allow_sentinels_are_exempt(backend, where):
+    x = torch.tensor([[8, -100, 16], [-100, 7, -100]], device=where)
+    v = only(checked_like_torch({"x": x}, spec(allow=[-100]), backend))
     assert (v.index, v.count, v.value, v.rule) == ((1, 1), 1, 7, "x is a multiple of 8 or one of [-100]")
 
 
-def test_non_contiguous_and_expanded_fields(backend, device):
-    x = torch.tensor([[0, 8, 3], [16, 5, 24]], device=device).t()  # shape [3, 2] as [B, L], a transposed view
+def test_non_contiguous_and_expanded_fields(backend, where):
+    x = torch.tensor([[0, 8, 3], [16, 5, 24]], device=where).t()  # shape [3, 2] as [B, L], a transposed view
     assert not x.is_contiguous()
-    v = only(_compare({"x": x}, spec(), backend))
+    v = only(checked_like_torch({"x": x}, spec(), backend))
     assert (v.index, v.count, v.samples) == ((1, 1), 2, (1, 2))
-    row = torch.tensor([8, 9, 16], device=device).expand(4, 3)  # every sample breaks at 9, stored once
-    v = only(_compare({"x": row}, spec(), backend))
+    row = torch.tensor([8, 9, 16], device=where).expand(4, 3)  # every sample breaks at 9, stored once
+    v = only(checked_like_torch({"x": row}, spec(), backend))
     assert (v.index, v.count, v.samples) == ((0, 1), 4, (0, 1, 2, 3))
 
 
-def test_beside_a_range_on_the_same_field(backend, device):
+def test_beside_a_range_on_the_same_field(backend, where):
     s = spec(min=0, max=64)
-    report = _compare({"x": torch.tensor([[8, 72, 3, 80]], device=device)}, s, backend)
+    report = checked_like_torch({"x": torch.tensor([[8, 72, 3, 80]], device=where)}, s, backend)
     assert [(v.code, v.index, v.count) for v in report.violations] == [("above_max", (0, 1), 2),
                                                                         ("not_a_multiple", (0, 2), 1)]
 

@@ -14,10 +14,8 @@ from tritoncheck.checks.registry import (
     Option,
     Severity,
     always_per_sample,
-    described,
-    own_field,
+    break_with,
     register,
-    spec_hint,
 )
 
 
@@ -68,17 +66,12 @@ def _mutate(c: FiniteCheck, ctx: Any, rng: random.Random):
     """One NaN or +-Inf."""
     if c.field not in ctx.batch or not ctx.batch[c.field].dtype.is_floating_point:
         return None
-    for v in rng.sample([math.nan, math.inf, -math.inf], 3):
-        out = ctx.set_breaking(c, v, rng, "non-finite")
-        if out is not None:
-            return out
-    return None
+    return break_with(c, ctx, rng, rng.sample([math.nan, math.inf, -math.inf], 3), "non-finite")
 
 
 register(CheckKind(
     kind="finite", node=FiniteCheck, code="non_finite", doc="docs/errors.md#non_finite", order=40,
     option=Option("finite", None, "declared on FieldSpec"), lower=_lower,
-    describe=_describe, message=described, settle=_settle, torch=_torch, ir=_ir,
-    reads=own_field, hint=spec_hint, value_fails=_fails, per_sample=always_per_sample,
-    constrain=_constrain, repair=None, mutate=_mutate,
+    describe=_describe, settle=_settle, torch=_torch, ir=_ir, value_fails=_fails, per_sample=always_per_sample,
+    constrain=_constrain, mutate=_mutate,
 ))

@@ -9,16 +9,7 @@ from typing import Any, Literal
 
 import torch
 
-from tritoncheck.checks.registry import (
-    CheckKind,
-    Option,
-    Severity,
-    described,
-    no_constraint,
-    own_field,
-    register,
-    spec_hint,
-)
+from tritoncheck.checks.registry import CheckKind, Option, Severity, no_constraint, register
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +98,6 @@ def _mutate(c: MonotonicCheck, ctx: Any, rng: random.Random):
 register(CheckKind(
     kind="monotonic", node=MonotonicCheck, code="not_monotonic", doc="docs/errors.md#not_monotonic", order=50,
     option=Option("monotonic", str | None, "A dim name: values never decrease along that axis (position_ids along L)."),
-    lower=_lower, describe=_describe, message=described, settle=_settle,
-    torch=_torch, ir=_ir, reads=own_field, hint=spec_hint, value_fails=None, per_sample=_per_sample,
+    lower=_lower, describe=_describe, settle=_settle, torch=_torch, ir=_ir, value_fails=None, per_sample=_per_sample,
     constrain=no_constraint, repair=_repair, mutate=_mutate,
 ))

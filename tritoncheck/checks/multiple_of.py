@@ -23,9 +23,8 @@ from tritoncheck.checks.registry import (
     Severity,
     allow_text,
     always_per_sample,
-    described,
+    break_with,
     except_allowed,
-    own_field,
     register,
 )
 from tritoncheck.dtypes import INT64_MAX, all_integer, dtype_name
@@ -128,13 +127,8 @@ def _mutate(c: MultipleOfCheck, ctx: Any, rng: random.Random):
     if c.field not in ctx.batch or c.k == 1 or ctx.batch[c.field].numel() == 0:
         return None
     flat = ctx.batch[c.field].reshape(-1)
-    for _ in range(4):
-        v = int(flat[rng.randrange(flat.numel())])
-        for w in (v + 1, v - 1, v + c.k // 2):
-            out = ctx.set_breaking(c, w, rng, "not a multiple")
-            if out is not None:
-                return out
-    return None
+    near = [int(flat[rng.randrange(flat.numel())]) for _ in range(4)]
+    return break_with(c, ctx, rng, (w for v in near for w in (v + 1, v - 1, v + c.k // 2)), "not a multiple")
 
 
 register(CheckKind(
@@ -142,7 +136,6 @@ register(CheckKind(
     option=Option("multiple_of", int | None, "Every value is a multiple of this positive integer (8: lengths padded "
                                              "for tensor cores); integer fields only; `allow` values are exempt.",
                   check=_check_option),
-    lower=_lower, describe=_describe, message=described, settle=_settle, torch=_torch, ir=_ir,
-    reads=own_field, hint=_hint, value_fails=_fails, per_sample=always_per_sample,
-    constrain=_constrain, repair=None, mutate=_mutate,
+    lower=_lower, describe=_describe, settle=_settle, torch=_torch, ir=_ir, hint=_hint, value_fails=_fails,
+    per_sample=always_per_sample, constrain=_constrain, mutate=_mutate,
 ))

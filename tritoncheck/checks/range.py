@@ -179,6 +179,5 @@ for _order, _side in ((10, "min"), (20, "max")):
         doc=f"docs/errors.md#{'below_min' if _side == 'min' else 'above_max'}", order=_order,
         option=Option(_side, None, "declared on FieldSpec"), lower=_lowering(_side),
         describe=_describe, message=_message, settle=_settle, torch=_torch, ir=_ir,
-        reads=_reads, hint=_hint, value_fails=_fails, per_sample=_per_sample,
-        constrain=_constrain, repair=None, mutate=_mutate,
+        reads=_reads, hint=_hint, value_fails=_fails, per_sample=_per_sample, constrain=_constrain, mutate=_mutate,
     ))

@@ -64,9 +64,25 @@ class Option:
     check: Callable[[Any], Any] | None = None
 
 
+def own_field(check: Any) -> tuple[set[str], set[str]]:
+    """`reads` of a kind that reads its own field and no dim (the default)."""
+    return {check.field}, set()
+
+
+def spec_hint(check: Any, value: Any) -> str | None:
+    """`hint`: the one the spec gave (the default)."""
+    return check.hint
+
+
+def described(check: Any, bound: Any) -> str:
+    """`message` of a kind whose rule holds no runtime value: its description (the default)."""
+    return kind_of(check).describe(check)
+
+
 @dataclass(frozen=True)
 class CheckKind:
-    """Every part of one check kind; see the module docstring."""
+    """Every part of one check kind; see the module docstring. `message`, `reads`, `hint` and `repair`
+    default to the parts most field kinds share (the description, its own field, the spec's hint, none)."""
 
     kind: str
     node: type
@@ -76,17 +92,17 @@ class CheckKind:
     option: Option | None
     lower: Callable[..., tuple] | None
     describe: Callable[[Any], str]
-    message: Callable[[Any, Any], str]
     settle: Callable[[Any, Any], bool] | None
     torch: Callable[[Any, Any], Any] | None
     ir: Callable[[Any, Any], Any] | None
-    reads: Callable[[Any], tuple[set[str], set[str]]]
-    hint: Callable[[Any, Any], str | None]
     value_fails: Callable[[Any, float, Any], bool] | None
     per_sample: Callable[[Any, Callable[[Any], bool], str], bool] | None
     constrain: Callable[[Any, Any], None]
-    repair: Callable[[Any, Any], None] | None
     mutate: Callable[[Any, Any, random.Random], Any]
+    message: Callable[[Any, Any], str] = described
+    reads: Callable[[Any], tuple[set[str], set[str]]] = own_field
+    hint: Callable[[Any, Any], str | None] = spec_hint
+    repair: Callable[[Any, Any], None] | None = None
 
 
 REGISTRY: dict[str, CheckKind] = {}
@@ -200,23 +216,8 @@ def expr_axes(expr: Expr | None, field_axes: Callable[[str], tuple[str, ...]]) -
 # Parts several kinds share.
 
 
-def own_field(check: Any) -> tuple[set[str], set[str]]:
-    """`reads` of a kind that reads its own field and no dim."""
-    return {check.field}, set()
-
-
-def spec_hint(check: Any, value: Any) -> str | None:
-    """`hint`: the one the spec gave."""
-    return check.hint
-
-
 def no_constraint(check: Any, ctx: Any) -> None:
     """Nothing to narrow before values are drawn."""
-
-
-def described(check: Any, bound: Any) -> str:
-    """`message` of a kind whose rule holds no runtime value: its description."""
-    return kind_of(check).describe(check)
 
 
 def always_per_sample(check: Any, own: Callable[[Any], bool], batch_dim: str) -> bool:
@@ -234,3 +235,13 @@ def except_allowed(bad: torch.Tensor, x: torch.Tensor, allow: tuple) -> torch.Te
     for a in allow:  # a sentinel or two (-100): one compare each, where isin sorts
         bad &= x != a
     return bad
+
+
+def break_with(check: Any, ctx: Any, rng: random.Random, values: Any, what: str):
+    """`mutate` of an element-wise kind: the first of `values` that, written at one position, breaks
+    `check` and nothing else (`ctx.set_breaking`); None where none does."""
+    for v in values:
+        out = ctx.set_breaking(check, v, rng, what)
+        if out is not None:
+            return out
+    return None

@@ -9,16 +9,7 @@ from typing import Any, Literal
 
 import torch
 
-from tritoncheck.checks.registry import (
-    CheckKind,
-    Severity,
-    described,
-    expr_dims,
-    expr_fields,
-    no_constraint,
-    register,
-    spec_hint,
-)
+from tritoncheck.checks.registry import CheckKind, Severity, expr_dims, expr_fields, no_constraint, register
 from tritoncheck.expr import Expr
 
 
@@ -114,13 +105,12 @@ def _dim_mutate(c: DimCheck, ctx: Any, rng: random.Random):
 register(CheckKind(
     kind="dim_bound", node=DimCheck, code="dim_bound", doc="docs/errors.md#dim_bound", order=70,
     option=None, lower=None,
-    describe=_text, message=described, settle=None, torch=None, ir=None, reads=_dim_reads, hint=spec_hint,
-    value_fails=None, per_sample=None, constrain=no_constraint, repair=None, mutate=_dim_mutate,
+    describe=_text, settle=None, torch=None, ir=None, reads=_dim_reads, value_fails=None, per_sample=None,
+    constrain=no_constraint, mutate=_dim_mutate,
 ))
 register(CheckKind(
     kind="rule", node=RuleCheck, code="rule_failed", doc="docs/errors.md#rule_failed", order=80,
     option=None, lower=None,
-    describe=_text, message=described, settle=_rule_settle, torch=_rule_torch, ir=_rule_ir, reads=_rule_reads,
-    hint=spec_hint, value_fails=None, per_sample=_rule_per_sample,
-    constrain=_rule_constrain, repair=_rule_repair, mutate=_rule_mutate,
+    describe=_text, settle=_rule_settle, torch=_rule_torch, ir=_rule_ir, reads=_rule_reads, value_fails=None,
+    per_sample=_rule_per_sample, constrain=_rule_constrain, repair=_rule_repair, mutate=_rule_mutate,
 ))

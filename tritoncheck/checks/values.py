@@ -15,11 +15,9 @@ from tritoncheck.checks.registry import (
     Severity,
     allow_text,
     always_per_sample,
-    described,
+    break_with,
     except_allowed,
-    own_field,
     register,
-    spec_hint,
 )
 
 
@@ -89,17 +87,13 @@ def _mutate(c: ValueSetCheck, ctx: Any, rng: random.Random):
     if c.field not in ctx.batch:
         return None
     known = [*c.values, *c.allow]
-    for v in (max(known) + 1, min(known) - 1, (c.values[0] + 0.5) if len(c.values) else 0.5):
-        out = ctx.set_breaking(c, v, rng, "value outside the set")
-        if out is not None:
-            return out
-    return None
+    tries = (max(known) + 1, min(known) - 1, (c.values[0] + 0.5) if len(c.values) else 0.5)
+    return break_with(c, ctx, rng, tries, "value outside the set")
 
 
 register(CheckKind(
     kind="values", node=ValueSetCheck, code="not_in_set", doc="docs/errors.md#not_in_set", order=30,
     option=Option("values", None, "declared on FieldSpec"), lower=_lower,
-    describe=_describe, message=described, settle=_settle, torch=_torch, ir=_ir,
-    reads=own_field, hint=spec_hint, value_fails=_fails, per_sample=always_per_sample,
-    constrain=_constrain, repair=None, mutate=_mutate,
+    describe=_describe, settle=_settle, torch=_torch, ir=_ir, value_fails=_fails, per_sample=always_per_sample,
+    constrain=_constrain, mutate=_mutate,
 ))
