@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck import api as _api
+from tritoncheck.api import core as _api
 from tritoncheck.backends import codecache as build
 from tritoncheck.backends import c as c_backend
 from tritoncheck.spec.schema import spec_from_dict

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from report_compare import comparable
 
 import tritoncheck as tc
-from tritoncheck.spec.schema import read_spec
+from tritoncheck.spec.extends import read_spec
 from tritoncheck.plan.lower import bind, compile_plan
 from tritoncheck.backends import torch as _torch_backend
 from tritoncheck.backends import codecache as build

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
-from tritoncheck.spec.schema import read_spec
+from tritoncheck.spec.extends import read_spec
 
 
 def _write(path, text):

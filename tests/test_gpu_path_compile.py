@@ -1,6 +1,6 @@
 """`tc.validate` inside a `torch.compile(fullgraph=True)` training step (issue 22).
 
-Under compilation the check is one `torch.library` custom op (`tritoncheck/backends/graph_op.py`):
+Under compilation the check is one `torch.library` custom op (`tritoncheck/api/graph_op.py`):
 the graph has no break, and the op runs at every call of the compiled step on the real tensors, so
 every batch is checked. Deferred, a bad batch raises at the next step (or `tc.wait()`), naming its
 step and value; not deferred, it raises out of the step that got it. Triton runs in its

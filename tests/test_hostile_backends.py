@@ -20,7 +20,7 @@ import torch
 
 import tritoncheck as tc
 from tritoncheck.plan.lower import MAX_DATA_CHECKS, compile_plan
-from tritoncheck import api as _api
+from tritoncheck.api import core as _api
 from tritoncheck.backends import codecache as build
 from tritoncheck.backends import c as c_backend
 from tritoncheck.spec.schema import spec_from_dict

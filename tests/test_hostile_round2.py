@@ -17,7 +17,7 @@ import torch
 from report_compare import comparable
 
 import tritoncheck as tc
-from tritoncheck import api as _api
+from tritoncheck.api import core as _api
 from tritoncheck.plan import lower as _plan
 from tritoncheck.backends import codecache as build
 from tritoncheck.backends import c as c_backend

@@ -1,4 +1,4 @@
-"""`report.failure_cases(batch, spec, limit=...)` (issue 21): every failing element of each violated check, as
+"""`tc.failure_cases(report, batch, spec, limit=...)` (issue 21): every failing element of each violated check, as
 records and as a DataFrame; its counts, first index and value agree with the report of every backend."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import tritoncheck as tc
 from tritoncheck.plan.lower import compile_plan
-from tritoncheck.spec.schema import read_spec
+from tritoncheck.spec.extends import read_spec
 
 pd = pytest.importorskip("pandas", reason="FailureCases.to_pandas: pip install pandas (in the test extra)")
 
@@ -49,7 +49,7 @@ def bad_batch(device: str) -> dict[str, torch.Tensor]:
 def test_every_failing_element_with_its_row_index_and_value():
     spec = tc.BatchSpec.model_validate(SPEC)
     batch = bad_batch("cpu")
-    cases = tc.check(batch, spec, backend="torch").failure_cases(batch, spec)
+    cases = tc.failure_cases(tc.check(batch, spec, backend="torch"), batch, spec)
     assert [(c["field"], c["code"], c["severity"], c["row"], c["index"], c["value"]) for c in cases] == [
         ("input_ids", "above_max", "error", 0, [0, 1], 60),
         ("input_ids", "above_max", "error", 1, [1, 1], 99),
@@ -63,14 +63,14 @@ def test_every_failing_element_with_its_row_index_and_value():
     assert isinstance(frame, pd.DataFrame) and list(frame.columns) == ["field", "code", "severity", "rule", "row",
                                                                       "index", "value"]
     assert frame["row"].tolist() == [0, 1, 1, 0, 1, 1]
-    assert len(tc.check(batch, spec).failure_cases(batch, spec, limit=1)) == 4  # one per violated check
+    assert len(tc.failure_cases(tc.check(batch, spec), batch, spec, limit=1)) == 4  # one per violated check
 
 
 def test_counts_first_index_and_value_agree_with_every_backend(backend, device):
     spec = tc.BatchSpec.model_validate(SPEC)
     batch = bad_batch("cpu" if backend == "c" else device)
     report = tc.check(batch, spec, backend=backend)
-    cases = report.failure_cases(batch, spec, limit=None)
+    cases = tc.failure_cases(report, batch, spec, limit=None)
     for v in report.violations:
         mine = [c for c in cases if (c["field"], c["code"]) == (v.field, v.code)]
         assert len(mine) == v.count
@@ -82,19 +82,19 @@ def test_counts_first_index_and_value_agree_with_every_backend(backend, device):
 def test_metadata_violations_and_expanded_views():
     spec = tc.BatchSpec.model_validate(SPEC)
     batch = {**bad_batch("cpu"), "score": torch.tensor([1, 2])}  # int score: a dtype violation, no elements
-    cases = tc.check(batch, spec).failure_cases(batch, spec)
+    cases = tc.failure_cases(tc.check(batch, spec), batch, spec)
     (dtype,) = [c for c in cases if c["field"] == "score"]
     assert (dtype["code"], dtype["row"], dtype["index"]) == ("dtype", None, None)
     big = {**bad_batch("cpu"), "input_ids": torch.tensor([99]).expand(2, 3)}  # one stored value, every element bad
-    cases = tc.check(big, spec).failure_cases(big, spec, limit=None)
+    cases = tc.failure_cases(tc.check(big, spec), big, spec, limit=None)
     assert [c["index"] for c in cases if c["field"] == "input_ids"] == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
-    assert tc.check(big, spec).failure_cases(big, spec, limit=4)[3]["index"] == [1, 0]
+    assert tc.failure_cases(tc.check(big, spec), big, spec, limit=4)[3]["index"] == [1, 0]
 
 
 def test_a_batch_level_rule_is_one_case_without_a_row():
     batch = {"input": torch.randn(2, 3), "target": torch.tensor([-100, -100])}
     spec = tc.load_spec("cross-entropy")
-    assert tc.check(batch, spec).failure_cases(batch, spec) == [
+    assert tc.failure_cases(tc.check(batch, spec), batch, spec) == [
         {"field": "target", "code": "all_ignored", "severity": "error", "rule": "any(target != -100)", "row": None,
          "index": [], "value": False}]
 
@@ -103,9 +103,9 @@ def test_a_valid_report_has_no_failure_cases_and_no_second_pass():
     spec = tc.BatchSpec.model_validate(SPEC)
     good = {"input_ids": torch.ones(2, 3, dtype=torch.long), "mask": torch.ones(2, 3, dtype=torch.long),
             "bbox": torch.zeros(2, 3, 4, dtype=torch.long), "score": torch.zeros(2)}
-    assert tc.check(good, spec).failure_cases(None, None) == []  # the batch is never read again
+    assert tc.failure_cases(tc.check(good, spec), None, None) == []  # the batch is never read again
     with pytest.raises(ValueError, match="limit must be >= 0"):
-        tc.check(bad_batch("cpu"), spec).failure_cases(bad_batch("cpu"), spec, limit=-1)
+        tc.failure_cases(tc.check(bad_batch("cpu"), spec), bad_batch("cpu"), spec, limit=-1)
 
 
 @pytest.mark.parametrize("name", tc.builtin_spec_names())
@@ -119,7 +119,7 @@ def test_failure_cases_of_every_builtin_contract_count_what_the_report_counts(na
     spec = small_spec(name)
     batch, _ = data.draw(malformed_batches(spec))
     report = tc.check(batch, spec, backend="torch")
-    cases = report.failure_cases(batch, spec, limit=None)
+    cases = tc.failure_cases(report, batch, spec, limit=None)
     data_checks = {(c.field, c.code) for c in compile_plan(spec).checks}
     for key in {(v.field, v.code) for v in report.violations}:
         violations = [v for v in report.violations if (v.field, v.code) == key]

@@ -74,18 +74,18 @@ def test_failure_cases_refuses_a_batch_or_spec_the_report_was_not_made_from():
     spec = tc.load_spec("cross-entropy")
     bad = {"input": torch.randn(6, 4), "target": torch.tensor([0, 9, 2, 7, 1, 5])}
     report = tc.check(bad, spec)
-    assert [c["index"] for c in report.failure_cases(bad, spec)] == [[1], [3], [5]]
-    assert [c["index"] for c in report.strict().failure_cases(bad, spec)] == [[1], [3], [5]]
+    assert [c["index"] for c in tc.failure_cases(report, bad, spec)] == [[1], [3], [5]]
+    assert [c["index"] for c in tc.failure_cases(report.strict(), bad, spec)] == [[1], [3], [5]]
     for batch in ({"input": bad["input"], "target": torch.zeros(6, dtype=torch.long)},
                   {"input": bad["input"], "target": torch.tensor([0, 9, 2, 1, 1, 1])}):
         with pytest.raises(ValueError, match="not the batch and spec this report was made from"):
-            report.failure_cases(batch, spec)
+            tc.failure_cases(report, batch, spec)
     with pytest.raises(ValueError, match="not the batch and spec this report was made from"):
-        report.failure_cases(bad, tc.load_spec("bce"))
+        tc.failure_cases(report, bad, tc.load_spec("bce"))
     with pytest.raises(TypeError, match="spec must be a BatchSpec"):
-        report.failure_cases(bad, "cross-entropy")
+        tc.failure_cases(report, bad, "cross-entropy")
     with pytest.raises(TypeError, match="limit must be an int or None, got float"):
-        report.failure_cases(bad, spec, limit=2.5)
+        tc.failure_cases(report, bad, spec, limit=2.5)
 
 
 def _ce(bad: bool) -> dict[str, torch.Tensor]:

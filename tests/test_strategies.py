@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import tritoncheck as tc
 from tritoncheck.checks.registry import REGISTRY
 from tritoncheck.plan.lower import RuleCheck, compile_plan
-from tritoncheck.spec.schema import read_spec
+from tritoncheck.spec.extends import read_spec
 from tritoncheck.strategies import (
     RULE_SHAPES,
     Expected,

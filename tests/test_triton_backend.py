@@ -21,7 +21,7 @@ import tritoncheck as tc
 from tritoncheck.spec.schema import spec_from_dict
 from tritoncheck.expr import Ref
 from tritoncheck.plan.lower import FiniteCheck, RangeCheck, RuleCheck, ValueSetCheck, bind, compact, compile_plan, evaluate_scalar
-from tritoncheck.spec.schema import read_spec
+from tritoncheck.spec.extends import read_spec
 
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
@@ -608,7 +608,7 @@ def test_deferred_validate_logs_a_passing_batchs_warnings(device, caplog):
 
 def test_deferred_strict_counts_warnings(device):
     """A batch with only a warning passes deferred validation, and raises with `strict`."""
-    from tritoncheck.backends import deferred
+    from tritoncheck.api import deferred
     spec = spec_for("bert-token-classification")
     batch = make_batch(spec)
     batch["attention_mask"][0].zero_()  # a row that attends to nothing: a warning

@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time every name loads on first use (_LAZY)
     from tritoncheck import strategies as strategies
     from tritoncheck.api import check as check
+    from tritoncheck.api import failure_cases as failure_cases
     from tritoncheck.api import validate as validate
     from tritoncheck.api import warmup as warmup
     from tritoncheck.integrations.data import IndexedDataset as IndexedDataset
@@ -30,14 +31,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time every name loa
     from tritoncheck.spec.schema import RuleSpec as RuleSpec
     from tritoncheck.spec.schema import SpecError as SpecError
     from tritoncheck.spec.schema import builtin_spec_names as builtin_spec_names
-    from tritoncheck.spec.schema import load_spec as load_spec
-    from tritoncheck.backends.deferred import wait as wait
+    from tritoncheck.plan.load import load_spec as load_spec
+    from tritoncheck.api.deferred import wait as wait
 
 # Loaded on first use: `import tritoncheck` (and `tritoncheck.__version__`) imports nothing else, not even torch
 # (1.5 s of CPU); the core names load torch, pydantic and the checker when first used, and neither hypothesis,
 # triton nor transformers (a DataLoader worker on a CPU-only machine needs none of them) until their names are.
 _LAZY = {
     "check": ("tritoncheck.api", "check"),
+    "failure_cases": ("tritoncheck.api", "failure_cases"),
     "validate": ("tritoncheck.api", "validate"),
     "warmup": ("tritoncheck.api", "warmup"),
     "VIOLATION_CODES": ("tritoncheck.checks", "VIOLATION_CODES"),
@@ -49,7 +51,7 @@ _LAZY = {
     "RuleSpec": ("tritoncheck.spec.schema", "RuleSpec"),
     "SpecError": ("tritoncheck.spec.schema", "SpecError"),
     "builtin_spec_names": ("tritoncheck.spec.schema", "builtin_spec_names"),
-    "load_spec": ("tritoncheck.spec.schema", "load_spec"),
+    "load_spec": ("tritoncheck.plan.load", "load_spec"),
     "strategies": ("tritoncheck.strategies", None),
     "spec_for": ("tritoncheck.derive", "spec_for"),
     "ValidatingCollate": ("tritoncheck.integrations.data", "ValidatingCollate"),
@@ -57,7 +59,7 @@ _LAZY = {
     "guard": ("tritoncheck.integrations.guard", "guard"),
     "checked": ("tritoncheck.integrations.guard", "checked"),
     "scan": ("tritoncheck.scanning.engine", "scan"),
-    "wait": ("tritoncheck.backends.deferred", "wait"),
+    "wait": ("tritoncheck.api.deferred", "wait"),
 }
 
 

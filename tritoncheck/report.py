@@ -67,6 +67,45 @@ def printable_lines(text: str) -> str:
     return "\n".join(printable(line) for line in text.split("\n"))
 
 
+class SampleRange(Sequence[int]):
+    """The samples 0..n-1 in constant space: every sample of an expanded (zero-stride) batch axis.
+
+    Equal to any sequence of the same positions (the tuple the same batch materialized gives), so
+    reports compare as they read; a batch of 2**40 expanded samples lists them without 2**40 ints.
+    """
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        picked = range(self.n)[i]
+        return tuple(picked) if isinstance(i, slice) else picked
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __contains__(self, x: object) -> bool:
+        return x in range(self.n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SampleRange):
+            return other.n == self.n
+        if isinstance(other, (tuple, list, range)):
+            return len(other) == self.n and all(a == i for i, a in enumerate(other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(range(self.n))) if self.n <= 2**16 else hash((SampleRange, self.n))
+
+    def __repr__(self) -> str:
+        return f"SampleRange({self.n})"
+
+
 @dataclass(frozen=True)
 class Violation:
     """One broken rule of the contract.
@@ -128,7 +167,7 @@ class Violation:
         count, value, index, rows (the batch positions, `samples`: the first `MAX_JSON_ROWS`), rows_total
         (how many) and message; `where` adds the scan's keys (source, sample, row)."""
         return {"field": self.field, "code": self.code, "severity": self.severity, "rule": self.rule,
-                "hint": self.hint, "count": self.count, "value": _jsonable(self.value),
+                "hint": self.hint, "count": self.count, "value": jsonable(self.value),
                 "index": None if self.index is None else list(self.index),
                 "rows": list(itertools.islice(self.samples, MAX_JSON_ROWS)), "rows_total": len(self.samples),
                 "message": self.message, **where}
@@ -210,69 +249,6 @@ class Report:
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), **kwargs)
-
-    def failure_cases(self, batch: Any, spec: Any, *, limit: int | None = 1000) -> FailureCases:
-        """Every failing element of each violated check (pandera's `failure_cases`), not only the first.
-
-        A report keeps no reference to its batch (it may be pickled to another process, or outlive
-        GPU memory), so the batch and spec it was made from are passed again. They are checked again
-        with the torch backend (a different batch or spec is a ValueError: its records would
-        contradict the report), then the violated data checks list their elements; a valid report
-        costs nothing.
-
-        Args:
-            batch, spec: what `tc.check` or `tc.validate` checked to make this report.
-            limit: at most this many elements per violated check (row-major over the stored values);
-                None for all of them.
-
-        Returns one record per failing element (field, code, severity, rule, row: its batch position,
-        index, value), `FailureCases.to_pandas()` as a DataFrame. A violation without elements (a
-        dtype, a missing field, a length past a limit) is one record with its own index and value.
-        """
-        from tritoncheck.api import check
-        from tritoncheck.checks.registry import message
-        from tritoncheck.plan.lower import RuleCheck, bind, compile_plan
-        from tritoncheck.spec.schema import BatchSpec
-        from tritoncheck.backends.torch import Context
-
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0 or None, got {limit}")
-        if not self.violations:
-            return FailureCases()
-        if not isinstance(spec, BatchSpec):
-            raise TypeError(f"spec must be a BatchSpec (the one the report was made with), got {type(spec).__name__}")
-        if spec.name != self.spec or _found(check(batch, spec, backend="torch")) != _found(self):
-            # Records of another batch would contradict the report's own counts and indices.
-            raise ValueError(f"failure_cases: these are not the batch and spec this report was made from "
-                             f"({printable(spec.name)} finds other violations in this batch than the report lists)")
-        plan = compile_plan(spec)
-        bound = bind(plan, batch)
-        ctx = Context(plan, bound)
-        severity = {(v.field, v.code): v.severity for v in self.violations}
-        out = FailureCases()
-        elementwise = set()
-        for check in bound.runnable:
-            key = (check.field, check.code)
-            if key not in severity:
-                continue
-            bad = ctx.bad_mask(check)
-            if bad is None:
-                continue
-            elementwise.add(key)
-            values = ctx.values(check.subject, check.axes) if isinstance(check, RuleCheck) else ctx.stored(check.field)
-            rule = message(check, bound)
-            row_axis = check.axes.index(plan.batch_dim) if plan.batch_dim in check.axes else None
-            for index, value in _failing(bad, values, [ctx.sizes[a] for a in check.axes], limit):
-                out.append({"field": check.field, "code": check.code, "severity": severity[key], "rule": rule,
-                            "row": None if row_axis is None else index[row_axis], "index": index, "value": value})
-        for v in self.violations:
-            if (v.field, v.code) not in elementwise:
-                row = v.samples[0] if len(v.samples) == 1 else None
-                out.append({"field": v.field, "code": v.code, "severity": v.severity, "rule": v.rule, "row": row,
-                            "index": None if v.index is None else list(v.index), "value": _jsonable(v.value)})
-        return out
 
     def table(self, width: int | None = None):
         """A `rich` table of the violations, for terminals: every cell is literal `Text`, never markup.
@@ -364,14 +340,8 @@ _HTML_ERROR = "background-color:#fde2e1;color:#5c0000"  # a red ground: the step
 _HTML_WARNING = "background-color:#fff3cd;color:#4d3800"  # amber: a data bug the step runs through
 
 
-def _found(report: Report) -> list[tuple[Any, ...]]:
-    """What a report found, whatever its severities (strict) or the ranks' verdict (rank_failed) say."""
-    return sorted((v.field, v.code, v.count, tuple(v.index or ()), tuple(v.samples)) for v in report.violations
-                  if v.code != "rank_failed")
-
-
 class FailureCases(list):
-    """The records of `Report.failure_cases`: a list of dicts, and a table with `to_pandas()`."""
+    """The records of `tc.failure_cases`: a list of dicts, and a table with `to_pandas()`."""
 
     COLUMNS = ("field", "code", "severity", "rule", "row", "index", "value")
 
@@ -382,32 +352,6 @@ class FailureCases(list):
         except ImportError as exc:
             raise ImportError("failure_cases().to_pandas() needs pandas: pip install pandas") from exc
         return pd.DataFrame(list(self), columns=list(self.COLUMNS))
-
-
-def _failing(bad: Any, values: Any, sizes: list[int], limit: int | None) -> Any:
-    """(index, value) of each True entry of `bad`, at most `limit`. `bad` and `values` may keep size 1
-    along an axis of larger `sizes` (an expanded view): an entry there stands for the whole axis, so
-    indices are spread over it lazily, never allocating the view's logical size."""
-    import itertools
-
-    import torch
-
-    found = torch.nonzero(bad)
-    if limit is not None:
-        found = found[:limit]  # enough: each stored entry gives at least one element
-    if len(found) == 0:
-        return
-    stored = values[tuple(found[:, d] if values.shape[d] > 1 else torch.zeros_like(found[:, d])
-                          for d in range(found.shape[1]))].reshape(-1)  # a size-1 axis holds one value for all
-    spread = [range(n) if m == 1 and n > 1 else None for m, n in zip(bad.shape, sizes)]
-    emitted = 0
-    for position, value in zip(found.tolist(), stored.tolist()):
-        axes = [r if r is not None else (p,) for p, r in zip(position, spread)]
-        for index in itertools.product(*axes):
-            if limit is not None and emitted >= limit:
-                return
-            emitted += 1
-            yield list(index), _jsonable(value)
 
 
 def report_json(kind: str, spec: str, violations: list[dict[str, Any]], *, unchecked: Sequence[Any] = (),
@@ -613,7 +557,7 @@ def _float_text(value: float) -> str:
     return repr(value)  # nan and inf
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if isinstance(value, float) and value != value:
         return "nan"
     if isinstance(value, float) and value in (float("inf"), float("-inf")):

@@ -36,46 +36,8 @@ from tritoncheck.plan.lower import (
     compact,
     evaluate_scalar,
 )
-from tritoncheck.report import Violation
-
-class SampleRange(Sequence[int]):
-    """The samples 0..n-1 in constant space: every sample of an expanded (zero-stride) batch axis.
-
-    Equal to any sequence of the same positions (the tuple the same batch materialized gives), so
-    reports compare as they read; a batch of 2**40 expanded samples lists them without 2**40 ints.
-    """
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: Any) -> Any:
-        picked = range(self.n)[i]
-        return tuple(picked) if isinstance(i, slice) else picked
-
-    def __iter__(self):
-        return iter(range(self.n))
-
-    def __contains__(self, x: object) -> bool:
-        return x in range(self.n)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, SampleRange):
-            return other.n == self.n
-        if isinstance(other, (tuple, list, range)):
-            return len(other) == self.n and all(a == i for i, a in enumerate(other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(range(self.n))) if self.n <= 2**16 else hash((SampleRange, self.n))
-
-    def __repr__(self) -> str:
-        return f"SampleRange({self.n})"
-
+from tritoncheck.checks.registry import violation
+from tritoncheck.report import SampleRange, Violation
 
 def run(plan: Plan, bound: Bound) -> list[Violation]:
     """Every data check of `plan` that `bind` found runnable, as violations."""
@@ -535,16 +497,6 @@ def make_violation(check: DataCheck, ctx: Context, count: int, samples: Sequence
         stored = _at(ctx.stored(check.field), index)
         value = _python(stored.to(compute_dtype(stored.dtype)))
     return violation(check, ctx.bound, count, samples, index, value)
-
-
-def violation(check: DataCheck, bound: Bound, count: int, samples: Sequence[int], index: tuple[int, ...],
-              value: Any) -> Violation:
-    """A failing check as the report shows it: the kind's message (a range check's bound resolved
-    against the batch's dims, and where those dims came from), the value found at the first
-    offending index, and the kind's hint. Every backend builds its violations here, so their
-    reports cannot drift apart."""
-    return Violation(check.field, check.code, message(check, bound), samples, count, index, value, hint(check, value),
-                     check.severity)
 
 
 def _at(t: torch.Tensor, index: tuple[int, ...]) -> torch.Tensor:

@@ -16,6 +16,7 @@ from tritoncheck.checks.registry import (
     Option,
     Severity,
     allow_text,
+    evaluate_scalar,
     except_allowed,
     expr_dims,
     register,
@@ -77,8 +78,6 @@ def _reads(c: RangeCheck) -> tuple[set[str], set[str]]:
 def range_limit(c: RangeCheck, dims: Any, dtype: torch.dtype) -> int | float:
     """The bound a range check compares with, as every backend and the report have it: an int64
     for an integer field (`int_limit`; +-inf where every or no value fails), a double otherwise."""
-    from tritoncheck.plan.lower import evaluate_scalar  # the plan imports this module
-
     value = evaluate_scalar(c.bound, dims)
     if not dtype.is_floating_point:
         limit = int_limit(value, c.kind)
@@ -89,8 +88,6 @@ def range_limit(c: RangeCheck, dims: Any, dtype: torch.dtype) -> int | float:
 
 
 def _message(c: RangeCheck, bound: Any) -> str:
-    from tritoncheck.plan.lower import evaluate_scalar
-
     rule = _describe(c)
     dtype = bound.tensors[c.field].dtype
     limit = range_limit(c, bound.dim_values(), dtype)

@@ -32,13 +32,15 @@ A new kind is one module in this folder plus its docs and tests: no other file n
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
+from tritoncheck import expr as _expr
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, ExprError, Reduce, Ref, Unary
+from tritoncheck.report import Violation
 
 # "error": the model will crash or its loss is garbage; "warning": almost surely a data bug, but the
 # step runs. Every plan node carries one; a spec sets it per rule and per field code.
@@ -169,6 +171,16 @@ def hint(check: Any, value: Any) -> str | None:
 # Expression walkers the kinds (and the plan and the IR) share.
 
 
+def violation(check: Any, bound: Any, count: int, samples: Sequence[int], index: tuple[int, ...],
+              value: Any) -> Violation:
+    """A failing check as the report shows it: the kind's message (a range check's bound resolved
+    against the batch's dims, and where those dims came from), the value found at the first
+    offending index, and the kind's hint. Every backend builds its violations here, so their
+    reports cannot drift apart."""
+    return Violation(check.field, check.code, message(check, bound), samples, count, index, value, hint(check, value),
+                     check.severity)
+
+
 def expr_fields(expr: Expr | None) -> set[str]:
     """Fields an expression reads."""
     if isinstance(expr, Ref):
@@ -245,3 +257,52 @@ def break_with(check: Any, ctx: Any, rng: random.Random, values: Any, what: str)
         if out is not None:
             return out
     return None
+
+
+def evaluate_scalar(expr: Expr, dims: Mapping[str, int]) -> Any:
+    """Evaluate an expression over constants and dims (no field data) on the host."""
+    if isinstance(expr, Const):
+        return expr.value
+    if isinstance(expr, Dim):
+        return dims[expr.name]
+    if isinstance(expr, Unary):
+        x = evaluate_scalar(expr.x, dims)
+        return {"neg": lambda: -x, "not": lambda: not x, "abs": lambda: abs(x), "isfinite": lambda: x == x and abs(x) != float("inf")}[expr.op]()
+    if isinstance(expr, Binary):
+        a, b = evaluate_scalar(expr.a, dims), evaluate_scalar(expr.b, dims)
+        return _SCALAR_OPS[expr.op](a, b)
+    if isinstance(expr, Reduce):  # over a scalar: any/all is its truth, sum is itself
+        x = evaluate_scalar(expr.x, dims)
+        return x if expr.op == "sum" else bool(x != 0)
+    raise ExprError(f"{_expr.to_text(expr)} needs batch data")
+
+
+def floor_div(a: float, b: float) -> int | float:
+    """`a // b` as the backends compute it: integer division by zero gives 0, floats follow IEEE."""
+    if isinstance(a, float) or isinstance(b, float):
+        return torch.div(torch.tensor(float(a), dtype=torch.float64), float(b), rounding_mode="floor").item()
+    return int(a) // int(b) if b else 0
+
+
+def mod(a: float, b: float) -> int | float:
+    """`a % b` as the backends compute it: integer `a % 0` is `a` (so a == (a // b) * b + a % b), floats IEEE."""
+    if isinstance(a, float) or isinstance(b, float):
+        return torch.remainder(torch.tensor(float(a), dtype=torch.float64), float(b)).item()
+    return int(a) % int(b) if b else int(a)
+
+
+_SCALAR_OPS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "//": floor_div,
+    "%": mod,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "&": lambda a, b: bool(a) and bool(b),
+    "|": lambda a, b: bool(a) or bool(b),
+}

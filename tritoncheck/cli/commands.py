@@ -31,6 +31,12 @@ class UsageError(Exception):
     """A problem with the command line or the files it names (exit code 2)."""
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's first line (at most 300 characters), for a report or an error of one line."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "check",
@@ -263,7 +269,8 @@ def spec_from_args(args: argparse.Namespace, fill: bool = True):
     Errors speak the command line: a missing parameter names --param (and says which config
     file lacked it), an unknown one or a misspelled spec name gets the closest valid name.
     """
-    from tritoncheck.spec.schema import builtin_spec_names, closest, read_spec
+    from tritoncheck.spec.schema import builtin_spec_names, closest
+    from tritoncheck.spec.extends import read_spec
 
     name = args.spec if hasattr(args, "spec") else args.name
     params = parse_params(args.param)
@@ -288,7 +295,7 @@ def spec_from_args(args: argparse.Namespace, fill: bool = True):
                          + " ".join(f"--param {m}=..." for m in missing)
                          + ("" if args.config else " or --config config.json"))
     if fill:
-        from tritoncheck.spec.schema import load_spec
+        from tritoncheck.plan.load import load_spec
 
         spec = load_spec(name, config=config, **params)  # compiles the plan: a bad size is a SpecError now
     return spec
@@ -335,7 +342,9 @@ def console():
 
 
 def run_specs(args: argparse.Namespace) -> int:
-    from tritoncheck.spec.schema import builtin_spec_names, read_spec
+    from tritoncheck.spec.schema import builtin_spec_names
+    from tritoncheck.spec.extends import read_spec
+    from tritoncheck.plan.lower import compile_plan
 
     if args.name is None:
         from rich.text import Text
@@ -361,5 +370,5 @@ def run_specs(args: argparse.Namespace) -> int:
     if missing:
         say(f"(pass {' '.join(f'--param {m}=...' for m in missing)} or --config FILE to see the compiled plan)")
     else:
-        say(spec.pretty())
+        say(compile_plan(spec).pretty())
     return EXIT_OK

@@ -187,7 +187,7 @@ def _model_spec(model: Any) -> BatchSpec:
 
 def _deferred_available() -> bool:
     try:
-        import tritoncheck.backends.deferred  # noqa: F401
+        import tritoncheck.api.deferred  # noqa: F401
     except ImportError:
         return False
     return "deferred" in inspect.signature(validate).parameters

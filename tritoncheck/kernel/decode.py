@@ -22,8 +22,8 @@ import torch
 
 from tritoncheck.dtypes import compute_dtype
 from tritoncheck.plan.lower import Bound, RuleCheck
-from tritoncheck.report import Violation
-from tritoncheck.backends.torch import SampleRange, violation
+from tritoncheck.checks.registry import violation
+from tritoncheck.report import SampleRange, Violation
 from tritoncheck.kernel.ir import BIG, KIND_DTYPE, Kernel, Op, walk
 
 

@@ -34,6 +34,7 @@ from tritoncheck.checks import (  # the node types are re-exported: every backen
     field_kinds,
     kind_of,
 )
+from tritoncheck.checks.registry import evaluate_scalar
 from tritoncheck.dtypes import dtype_name
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, ExprError, Present, RawIndex, Reduce, Ref, Sym, Unary
 from tritoncheck.report import Violation
@@ -740,52 +741,3 @@ def holds(cond: Expr, dims: Mapping[str, Any]) -> bool | None:
     if not expr_dims(cond) <= dims.keys():
         return None
     return bool(evaluate_scalar(cond, dims))
-
-
-def evaluate_scalar(expr: Expr, dims: Mapping[str, int]) -> Any:
-    """Evaluate an expression over constants and dims (no field data) on the host."""
-    if isinstance(expr, Const):
-        return expr.value
-    if isinstance(expr, Dim):
-        return dims[expr.name]
-    if isinstance(expr, Unary):
-        x = evaluate_scalar(expr.x, dims)
-        return {"neg": lambda: -x, "not": lambda: not x, "abs": lambda: abs(x), "isfinite": lambda: x == x and abs(x) != float("inf")}[expr.op]()
-    if isinstance(expr, Binary):
-        a, b = evaluate_scalar(expr.a, dims), evaluate_scalar(expr.b, dims)
-        return _SCALAR_OPS[expr.op](a, b)
-    if isinstance(expr, Reduce):  # over a scalar: any/all is its truth, sum is itself
-        x = evaluate_scalar(expr.x, dims)
-        return x if expr.op == "sum" else bool(x != 0)
-    raise ExprError(f"{_expr.to_text(expr)} needs batch data")
-
-
-def floor_div(a: float, b: float) -> int | float:
-    """`a // b` as the backends compute it: integer division by zero gives 0, floats follow IEEE."""
-    if isinstance(a, float) or isinstance(b, float):
-        return torch.div(torch.tensor(float(a), dtype=torch.float64), float(b), rounding_mode="floor").item()
-    return int(a) // int(b) if b else 0
-
-
-def mod(a: float, b: float) -> int | float:
-    """`a % b` as the backends compute it: integer `a % 0` is `a` (so a == (a // b) * b + a % b), floats IEEE."""
-    if isinstance(a, float) or isinstance(b, float):
-        return torch.remainder(torch.tensor(float(a), dtype=torch.float64), float(b)).item()
-    return int(a) % int(b) if b else int(a)
-
-
-_SCALAR_OPS = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "//": floor_div,
-    "%": mod,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "&": lambda a, b: bool(a) and bool(b),
-    "|": lambda a, b: bool(a) or bool(b),
-}

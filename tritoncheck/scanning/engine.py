@@ -64,6 +64,7 @@ from tritoncheck.cli.commands import (
     console,
     guarded,
     load_batch,
+    one_line,
     output_format,
     say,
     spec_from_args,
@@ -1113,12 +1114,6 @@ def _moved(v: Any, where: Callable[[int], int], plan: Any) -> Any:
 def _error(source: str, offset: int | None, exc: BaseException) -> dict[str, Any]:
     """A batch that could not be checked: where (source, first row), the error type and its first line."""
     return {"source": source, "offset": offset, "error": type(exc).__name__, "message": one_line(exc)}
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception's first line (at most 300 characters), for a report or an error of one line."""
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _summary(spec: str, data: str, unit: str, scan: _Scan, renamed: dict[str, str],

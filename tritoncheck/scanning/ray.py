@@ -19,10 +19,12 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tritoncheck.cli.commands import UsageError
-from tritoncheck.scanning.engine import ShardJob, one_line
+from tritoncheck.cli.commands import UsageError, one_line
+
+if TYPE_CHECKING:
+    from tritoncheck.scanning.engine import ShardJob
 
 MISSING_RAY = "--engine ray needs Ray Data: pip install 'tritoncheck[ray]'"
 

@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from tritoncheck import expr as _expr
-from tritoncheck.spec.schema import SpecError, builtin_dir, builtin_spec_names, import_yaml, split_where
+from tritoncheck.spec.schema import (
+    BatchSpec,
+    SpecError,
+    builtin_dir,
+    builtin_spec_names,
+    closest,
+    import_yaml,
+    spec_from_dict,
+    split_where,
+)
 
 MAX_DEPTH = 16
 MAX_NODES = 100_000  # a spec has tens of nodes; a YAML alias bomb has billions
@@ -224,3 +233,23 @@ def _key(path: Path) -> Path:
         return path.resolve()
     except OSError:
         return path
+
+
+def spec_path(name_or_path: str | Path) -> Path:
+    """The file a built-in name or a path refers to."""
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        if str(name_or_path) not in builtin_spec_names():
+            raise SpecError(f"no built-in spec named {str(name_or_path)!r}{closest(name_or_path, builtin_spec_names())}; "
+                            f"built-ins: {', '.join(builtin_spec_names())}")
+        path = builtin_dir() / f"{name_or_path}.yaml"
+    return path
+
+
+def read_spec(name_or_path: str | Path) -> BatchSpec:
+    """Read a built-in spec by name, or a YAML file, without filling parameters."""
+    path = spec_path(name_or_path)
+    if not path.is_file():
+        raise SpecError(f"spec file not found: {path}")
+    data = resolve(read_yaml(path, str(path)), path)
+    return spec_from_dict(data, str(path))

@@ -453,12 +453,6 @@ class BatchSpec(_SpecModel):
         data["name"] = self.name  # always written, so the file says what it is
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
-    def pretty(self) -> str:
-        """The compiled plan, in words."""
-        from tritoncheck.plan.lower import compile_plan
-
-        return compile_plan(self).pretty()
-
 
 def close_match(name: str, choices: Any) -> str | None:
     """The choice nearest to a misspelled `name`, if any is near (one that differs only in case first)."""
@@ -634,48 +628,3 @@ def builtin_dir() -> Path:
     from importlib.resources import files
 
     return Path(str(files("tritoncheck.specs")))
-
-
-def _spec_path(name_or_path: str | Path) -> Path:
-    """The file a built-in name or a path refers to."""
-    path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        if str(name_or_path) not in builtin_spec_names():
-            raise SpecError(f"no built-in spec named {str(name_or_path)!r}{closest(name_or_path, builtin_spec_names())}; "
-                            f"built-ins: {', '.join(builtin_spec_names())}")
-        path = builtin_dir() / f"{name_or_path}.yaml"
-    return path
-
-
-def read_spec(name_or_path: str | Path) -> BatchSpec:
-    """Read a built-in spec by name, or a YAML file, without filling parameters."""
-    from tritoncheck.spec.extends import read_yaml, resolve  # one reader for every spec file; resolve merges `extends:`
-
-    path = _spec_path(name_or_path)
-    if not path.is_file():
-        raise SpecError(f"spec file not found: {path}")
-    data = resolve(read_yaml(path, str(path)), path)
-    return spec_from_dict(data, str(path))
-
-
-def load_spec(name_or_path: str | Path, config: Any = None, **params: ParamValue) -> BatchSpec:
-    """Load a built-in spec by name or a YAML file, and fill its parameters.
-
-    Args:
-        name_or_path: a built-in name (`tritoncheck specs` lists them) or a path to a YAML spec.
-        config: a model config (object or dict) to take parameters from; unrelated fields are ignored.
-        **params: parameters by keyword; they override the config. Unknown names are an error.
-    """
-    from tritoncheck.plan.lower import compile_plan
-
-    spec = read_spec(name_or_path)
-    try:
-        spec = spec.with_params(config, **params)
-        missing = spec.missing_params()
-        if missing and config is not None:
-            raise SpecError(f"{spec.name}: missing parameter(s) {', '.join(missing)}, which the config does not have; "
-                            f"pass them as keywords ({missing[0]}=...)")
-        compile_plan(spec)  # raises SpecError now (missing parameter, bad size) rather than at the first batch
-    except SpecError as exc:
-        raise SpecError(f"{_spec_path(name_or_path)}: {exc}") from None
-    return spec

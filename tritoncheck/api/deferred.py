@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tritoncheck.api import core
 from tritoncheck.report import BatchValidationError, Report
 
 _lock = threading.Lock()  # guards the queue, and reading verdicts, so each is read and raised once
@@ -59,8 +60,7 @@ def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None, s
 
     `strict` counts warnings as errors in this batch's verdict (`Report.strict`), as `check` does.
     """
-    from tritoncheck import api as _api
-    plan, bound, chosen = _api.prepare(batch, spec, backend)
+    plan, bound, chosen = core.prepare(batch, spec, backend)
 
     def report(data: list, ran: str = chosen) -> Report:
         out = Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
@@ -78,7 +78,7 @@ def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None, s
             def finish() -> Report:
                 return report(pending.result(), pending.backend)
     else:
-        done = report(*_api.run_data_checks(plan, bound, chosen))
+        done = report(*core.run_data_checks(plan, bound, chosen))
     with _lock:
         earlier = len(_queue)
         _queue.append(_Entry(next(_steps), done, finish, event, group))
@@ -102,10 +102,9 @@ def _raise_earliest(entries: list[_Entry], *, block: bool) -> None:
             _settle(entry)
     settled = [e for e in entries if e.settled()]
     bad = [e for e in settled if not e.report.ok]
-    from tritoncheck import api as _api
     for e in settled:
         if e.report.ok:
-            _api.log_warnings(e.report)  # as a synchronous validate logs a passing batch's warnings
+            core.log_warnings(e.report)  # as a synchronous validate logs a passing batch's warnings
     for e in settled:
         if e.report.ok or e is bad[0]:
             _queue.remove(e)
@@ -122,12 +121,11 @@ def _raise_earliest(entries: list[_Entry], *, block: bool) -> None:
 
 def _settle(entry: _Entry) -> None:
     """Read a launched check's verdict (freeing the launch) and agree on it across ranks."""
-    from tritoncheck import api as _api
     try:
         if entry.finish is not None:
             entry.report, entry.finish, entry.event = entry.finish(), None, None
         if entry.group is not None:
-            entry.report, entry.group = _api.agree(entry.report, entry.group), None
+            entry.report, entry.group = core.agree(entry.report, entry.group), None
     except BaseException as exc:  # an internal error: raised once, not again at every later call
         _queue.remove(entry)
         exc.add_note(f"while reading the verdict of the batch submitted at step {entry.step} (deferred)")

@@ -21,35 +21,34 @@ leaves it out of its CUDA graphs (a replay would not run the host half of the ch
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 _lock = threading.Lock()
-_entries: list[tuple[Any, ...]] = []  # key -> (spec, names, backend, group, deferred, strict)
-_keys: dict[tuple[Any, ...], int] = {}  # (id(spec), names, ...) -> key; the spec is kept alive in _entries
+_entries: list[tuple[Any, ...]] = []  # key -> (eager, spec, names, backend, group, deferred, strict)
+_keys: dict[tuple[Any, ...], int] = {}  # (id(eager), id(spec), names, ...) -> key; the spec is kept alive in _entries
 
 
 @torch.compiler.assume_constant_result
-def key_for(spec: Any, names: tuple[str, ...], backend: str, group: Any, deferred: bool, strict: bool) -> int:
+def key_for(eager: Callable[..., Any], spec: Any, names: tuple[str, ...], backend: str, group: Any, deferred: bool,
+            strict: bool) -> int:
     """The op's `key` for these arguments (run at trace time only; the compiler keeps the number)."""
-    ident = (id(spec), names, backend, id(group), deferred, strict)
+    ident = (id(eager), id(spec), names, backend, id(group), deferred, strict)
     with _lock:
         key = _keys.get(ident)
         if key is None:
             key = _keys[ident] = len(_entries)
-            _entries.append((spec, names, backend, group, deferred, strict))
+            _entries.append((eager, spec, names, backend, group, deferred, strict))
         return key
 
 
 @torch.library.custom_op("tritoncheck::validate", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))
 def validate_op(tensors: list[torch.Tensor], key: int) -> None:
     """An eager `validate` of the batch these tensors make (run by the compiled graph)."""
-    from tritoncheck import api as _api
-
-    spec, names, backend, group, deferred, strict = _entries[key]
-    _api.validate(dict(zip(names, tensors, strict=True)), spec, backend=backend, group=group, deferred=deferred,
-                  strict=strict)
+    eager, spec, names, backend, group, deferred, strict = _entries[key]
+    eager(dict(zip(names, tensors, strict=True)), spec, backend=backend, group=group, deferred=deferred, strict=strict)
 
 
 @validate_op.register_fake
@@ -60,10 +59,12 @@ def _validate_fake(tensors: list[torch.Tensor], key: int) -> None:
 validate_op.register_effect(torch.library.EffectType.ORDERED)
 
 
-def validate(batch: Any, spec: Any, *, backend: str, group: Any, deferred: bool, strict: bool) -> Any:
-    """`tc.validate` while Dynamo traces: one call of the custom op on the batch's tensors."""
+def validate(batch: Any, spec: Any, *, eager: Callable[..., Any], backend: str, group: Any, deferred: bool,
+             strict: bool) -> Any:
+    """`tc.validate` while Dynamo traces: one call of the custom op on the batch's tensors, which calls
+    `eager` (`tc.validate` itself) on them at run time."""
     names = tuple(name for name, value in batch.items() if isinstance(value, torch.Tensor))
-    key = key_for(spec, names, backend, group, deferred, strict)
+    key = key_for(eager, spec, names, backend, group, deferred, strict)
     torch.ops.tritoncheck.validate([batch[name] for name in names], key)
     return batch
 

@@ -1,17 +1,23 @@
-"""`check` and `validate`: bind the batch on the host, then run the data checks on a backend."""
+"""`check`: bind the batch on the host, then run the data checks on a backend; and what `validate`,
+deferred mode and `failure_cases` share with it (backend choice, warnings logged once, the verdict agreed
+across ranks)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import torch
+
 from tritoncheck.backends import torch as _torch_backend
 from tritoncheck.backends import codecache as build
-from tritoncheck.plan.lower import bind, compile_plan
-from tritoncheck.report import MAX_SAMPLES_SHOWN, BatchValidationError, Report, Violation, printable
+from tritoncheck.checks.registry import message
+from tritoncheck.plan.lower import RuleCheck, bind, compile_plan
+from tritoncheck.report import MAX_SAMPLES_SHOWN, BatchValidationError, FailureCases, Report, Violation, jsonable, printable
 from tritoncheck.spec.schema import BatchSpec, SpecError
 
 Backend = Literal["auto", "torch", "c", "triton"]
@@ -113,52 +119,6 @@ def example_batch(spec: BatchSpec, optional: set[str] | None = None, dim_size: i
     return out
 
 
-def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: Any = None, deferred: bool = False,
-             strict: bool = False) -> Any:
-    """Return `batch` unchanged if it has no errors against `spec`; otherwise raise `BatchValidationError`.
-
-    Warnings (data bugs the model runs through) do not raise: each (spec, field, code) is logged
-    once per process on the `tritoncheck` logger, its repeats at DEBUG. `strict=True` raises for
-    them too.
-
-    Args:
-        group: a torch.distributed process group (or `True` for the default group). The verdict
-            is agreed across its ranks, so when any rank's batch is bad every rank raises and
-            none is left waiting in the next collective. Every rank must call `validate`.
-        deferred: check the batch and return at once, without waiting for the GPU; a bad batch
-            raises at the next deferred `validate` (of any spec) or at `tc.wait()`, naming the
-            step it was submitted at (see `tritoncheck/backends/deferred.py`).
-
-    Inside a `torch.compile`d function (`fullgraph=True` included) the check is one custom op that
-    runs at every call of the compiled code, without a graph break (`tritoncheck/backends/graph_op.py`).
-
-    `TRITONCHECK_DISABLE=1` in the environment turns validation off (the batch is returned as is).
-    """
-    if disabled():
-        return batch
-    if _compiling():  # inside a torch.compile'd step: one custom op, no graph break
-        if not isinstance(spec, BatchSpec):
-            raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
-        from tritoncheck.backends import graph_op
-
-        return graph_op.validate(batch, spec, backend=backend, group=group, deferred=deferred, strict=strict)
-    if group is not None:
-        require_process_group(group)
-    if deferred:
-        if not isinstance(spec, BatchSpec):
-            raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
-        from tritoncheck.backends import deferred as _deferred
-        return _deferred.submit(batch, spec, backend=backend, group=group, strict=strict)
-    report = check(batch, spec, backend=backend, strict=strict)
-    if group is not None:
-        report = agree(report, group)
-    if not report.ok:
-        raise BatchValidationError(report)
-    if report.violations:
-        log_warnings(report)
-    return batch
-
-
 _logged: set[tuple[str, str, str]] = set()
 
 
@@ -186,13 +146,6 @@ def _with_dataset_indices(v: Violation, dataset_indices: Sequence[Any]) -> str:
     named = ", ".join(printable(repr(dataset_indices[p])) for p in shown)
     more = ", ..." if len(v.samples) > len(shown) else ""
     return f"{first} (dataset {'index' if len(v.samples) == 1 else 'indices'} {named}{more}){newline}{rest}"
-
-
-def _compiling() -> bool:
-    """True while torch.compile (Dynamo) traces the caller."""
-    import torch
-
-    return torch.compiler.is_compiling()
 
 
 def disabled() -> bool:
@@ -270,3 +223,90 @@ def _triton_available() -> bool:
 
 
 __all__ = ["check", "validate", "warmup", "SpecError"]
+
+
+def failure_cases(report: Report, batch: Any, spec: BatchSpec, *, limit: int | None = 1000) -> FailureCases:
+    """Every failing element of each violated check (pandera's `failure_cases`), not only the first.
+
+    A report keeps no reference to its batch (it may be pickled to another process, or outlive
+    GPU memory), so the batch and spec it was made from are passed with it. They are checked again
+    with the torch backend (a different batch or spec is a ValueError: its records would
+    contradict the report), then the violated data checks list their elements; a valid report
+    costs nothing.
+
+    Args:
+        batch, spec: what `tc.check` or `tc.validate` checked to make `report`.
+        limit: at most this many elements per violated check (row-major over the stored values);
+            None for all of them.
+
+    Returns one record per failing element (field, code, severity, rule, row: its batch position,
+    index, value), `FailureCases.to_pandas()` as a DataFrame. A violation without elements (a
+    dtype, a missing field, a length past a limit) is one record with its own index and value.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 or None, got {limit}")
+    if not report.violations:
+        return FailureCases()
+    if not isinstance(spec, BatchSpec):
+        raise TypeError(f"spec must be a BatchSpec (the one the report was made with), got {type(spec).__name__}")
+    if spec.name != report.spec or _found(check(batch, spec, backend="torch")) != _found(report):
+        # Records of another batch would contradict the report's own counts and indices.
+        raise ValueError(f"failure_cases: these are not the batch and spec this report was made from "
+                         f"({printable(spec.name)} finds other violations in this batch than the report lists)")
+    plan = compile_plan(spec)
+    bound = bind(plan, batch)
+    ctx = _torch_backend.Context(plan, bound)
+    severity = {(v.field, v.code): v.severity for v in report.violations}
+    out = FailureCases()
+    elementwise = set()
+    for data_check in bound.runnable:
+        key = (data_check.field, data_check.code)
+        if key not in severity:
+            continue
+        bad = ctx.bad_mask(data_check)
+        if bad is None:
+            continue
+        elementwise.add(key)
+        rule_check = isinstance(data_check, RuleCheck)
+        values = ctx.values(data_check.subject, data_check.axes) if rule_check else ctx.stored(data_check.field)
+        rule = message(data_check, bound)
+        row_axis = data_check.axes.index(plan.batch_dim) if plan.batch_dim in data_check.axes else None
+        for index, value in _failing(bad, values, [ctx.sizes[a] for a in data_check.axes], limit):
+            out.append({"field": data_check.field, "code": data_check.code, "severity": severity[key], "rule": rule,
+                        "row": None if row_axis is None else index[row_axis], "index": index, "value": value})
+    for v in report.violations:
+        if (v.field, v.code) not in elementwise:
+            row = v.samples[0] if len(v.samples) == 1 else None
+            out.append({"field": v.field, "code": v.code, "severity": v.severity, "rule": v.rule, "row": row,
+                        "index": None if v.index is None else list(v.index), "value": jsonable(v.value)})
+    return out
+
+
+def _found(report: Report) -> list[tuple[Any, ...]]:
+    """What a report found, whatever its severities (strict) or the ranks' verdict (rank_failed) say."""
+    return sorted((v.field, v.code, v.count, tuple(v.index or ()), tuple(v.samples)) for v in report.violations
+                  if v.code != "rank_failed")
+
+
+def _failing(bad: Any, values: Any, sizes: list[int], limit: int | None) -> Any:
+    """(index, value) of each True entry of `bad`, at most `limit`. `bad` and `values` may keep size 1
+    along an axis of larger `sizes` (an expanded view): an entry there stands for the whole axis, so
+    indices are spread over it lazily, never allocating the view's logical size."""
+    found = torch.nonzero(bad)
+    if limit is not None:
+        found = found[:limit]  # enough: each stored entry gives at least one element
+    if len(found) == 0:
+        return
+    stored = values[tuple(found[:, d] if values.shape[d] > 1 else torch.zeros_like(found[:, d])
+                          for d in range(found.shape[1]))].reshape(-1)  # a size-1 axis holds one value for all
+    spread = [range(n) if m == 1 and n > 1 else None for m, n in zip(bad.shape, sizes)]
+    emitted = 0
+    for position, value in zip(found.tolist(), stored.tolist()):
+        axes = [r if r is not None else (p,) for p, r in zip(position, spread)]
+        for index in itertools.product(*axes):
+            if limit is not None and emitted >= limit:
+                return
+            emitted += 1
+            yield list(index), jsonable(value)
