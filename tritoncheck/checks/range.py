@@ -140,8 +140,13 @@ def _hint(c: RangeCheck, value: Any) -> str | None:
     return c.hint
 
 
+def _drawn_limit(c: RangeCheck, ctx: Any) -> int | float:
+    """The bound as the backends compare it, for a batch the strategies drew (`ctx`: their draw context)."""
+    return range_limit(c, ctx.dims, ctx.batch[c.field].dtype)
+
+
 def _fails(c: RangeCheck, v: float, ctx: Any) -> bool:
-    limit = ctx.limit(c)
+    limit = _drawn_limit(c, ctx)
     return v not in c.allow and ((c.kind == "min" and v < limit) or (c.kind == "max" and v > limit))
 
 
@@ -159,7 +164,7 @@ def _mutate(c: RangeCheck, ctx: Any, rng: random.Random):
     """One element just outside the bound (skipping `allow`, so -1 where -100 is allowed)."""
     if c.field not in ctx.batch:
         return None
-    limit = ctx.limit(c)
+    limit = _drawn_limit(c, ctx)
     step = -1 if c.kind == "min" else 1
     v = limit + step
     while v in c.allow:

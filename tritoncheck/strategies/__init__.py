@@ -8,7 +8,7 @@ position, pad the tail past a token budget, clip a length to another). Large ten
 from one drawn seed with a torch generator, so a 1M-element batch costs one draw.
 
 Each check kind's valid-data constraint, repair and mutation are registered with the kind itself
-(`tritoncheck.checks.registry.REGISTRY`), and reach this module's machinery through the draw context;
+(each a module of `tritoncheck.checks`), and reach this module's machinery through the draw context;
 `RULE_SHAPES` does the same for rule shapes. A test walks every
 built-in plan and asserts nothing is missing.
 

@@ -13,13 +13,11 @@ import torch
 from hypothesis import strategies as st
 
 from tritoncheck.backends import torch as _torch_backend
-from tritoncheck.checks import range_limit
 from tritoncheck.expr import Binary, Const, Dim, Expr, Ref
 from tritoncheck.plan.lower import (
     DimCheck,
     FieldPlan,
     Plan,
-    RangeCheck,
     RuleCheck,
     bind,
     evaluate_scalar,
@@ -75,11 +73,7 @@ class Draw:
     def scalar(self, e: Expr) -> Any:
         return evaluate_scalar(e, self.dims)
 
-    # -- what a check kind's strategy parts (tritoncheck.checks.registry) may use -----------------------
-    def limit(self, c: RangeCheck) -> int | float:
-        """A range check's bound as the backends compare it (rounded for an integer field)."""
-        return range_limit(c, self.dims, self.batch[c.field].dtype)
-
+    # -- what a check kind's strategy parts (tritoncheck.checks) may use -----------------------------------
     def set_breaking(self, c: Any, v: float, rng: random.Random, what: str):
         """Write `v` at one position of `c.field` where it breaks `c` and nothing else:
         `(description, field, code, samples)`, or None when no such write exists."""
@@ -236,7 +230,7 @@ def _domains(ctx: Draw) -> dict[str, Domain]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Helpers for the check kinds' strategy parts (`tritoncheck.checks.registry`)
+# Helpers for the check kinds' strategy parts (`tritoncheck.checks`)
 
 
 def own_codes(ctx: Draw, name: str, v: float, severity: str | None = None) -> set[str]:
