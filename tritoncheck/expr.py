@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, Union
 
@@ -269,27 +270,27 @@ def names(expr: Expr) -> set[str]:
     return set()
 
 
+def nodes(expr: Expr | None) -> Iterator[Expr]:
+    """Every node of a resolved expression, the root first (nothing for None)."""
+    if expr is None:
+        return
+    yield expr
+    if isinstance(expr, (Unary, Reduce)):
+        yield from nodes(expr.x)
+    elif isinstance(expr, Binary):
+        yield from nodes(expr.a)
+        yield from nodes(expr.b)
+
+
 def has_arange(expr: Expr) -> bool:
     """True when `arange(...)` appears in the expression."""
-    if isinstance(expr, Arange):
-        return True
-    if isinstance(expr, (Unary, Reduce)):
-        return has_arange(expr.x)
-    if isinstance(expr, Binary):
-        return has_arange(expr.a) or has_arange(expr.b)
-    return False
+    return any(isinstance(n, Arange) for n in nodes(expr))
 
 
 def is_host(expr: Expr) -> bool:
     """True for an expression over constants and dims only (no field data, no positions):
     its value is known on the host once the batch's sizes are."""
-    if isinstance(expr, (Const, Dim)):
-        return True
-    if isinstance(expr, Unary):
-        return is_host(expr.x)
-    if isinstance(expr, Binary):
-        return is_host(expr.a) and is_host(expr.b)
-    return False
+    return all(isinstance(n, (Const, Dim, Unary, Binary)) for n in nodes(expr))
 
 
 def fold(expr: Expr) -> Expr:

@@ -32,7 +32,7 @@ import torch
 from tritoncheck.checks.registry import UnknownCheckKind, kind_of
 from tritoncheck.checks.registry import expr_axes as axes_of
 from tritoncheck.dtypes import FLIPPED, INT64_MAX, INT64_MIN, as_double, comparable_values, compute_dtype, exact_comparison, int_limit
-from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, is_host, to_text
+from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, is_host, nodes, to_text
 from tritoncheck.plan.lower import DataCheck, Plan, RuleCheck, evaluate_scalar
 
 BIG = 2**62  # a first-index slot holds BIG - index, so 0 means "none" and max() keeps the first
@@ -379,16 +379,6 @@ def expr_axes(plan: Plan, expr: Expr | None) -> tuple[str, ...]:
     return axes_of(expr, lambda name: plan.field(name).axes)
 
 
-def has_reduce(expr: Expr | None) -> bool:
-    if isinstance(expr, Reduce):
-        return True
-    if isinstance(expr, Unary):
-        return has_reduce(expr.x)
-    if isinstance(expr, Binary):
-        return has_reduce(expr.a) or has_reduce(expr.b)
-    return False
-
-
 # ---------------------------------------------------------------------------------------------
 # Lowering.
 
@@ -609,7 +599,7 @@ def lower(plan: Plan, checks: tuple[DataCheck, ...], fields: Mapping[str, FieldS
     lw = _Lowering(plan, fields)
     keys: dict[tuple, list[int]] = {}
     for k, c in enumerate(checks):
-        red = isinstance(c, RuleCheck) and (has_reduce(c.expr) or has_reduce(c.where))
+        red = isinstance(c, RuleCheck) and any(isinstance(n, Reduce) for e in (c.expr, c.where) for n in nodes(e))
         keys.setdefault((c.axes, red), []).append(k)
     groups = []
     for (axes, red), members in keys.items():
