@@ -65,6 +65,7 @@ HINT_TEXTS = [
     "check the collate function", '"""; __import__("os").system("id"); _ = """', "\x1b[31mred\x1b[0m",
     "[bold]x[/bold] [link=http://e.invalid]y[/link]", "line1\nline2", "ünïcödé ✓", "}{ %s {0}", "'''", "\\", "",
 ]
+MULTIPLES = [0, -4, 2.5, True, "8", 2**63]  # what `multiple_of:` refuses at load
 HINT_CODES = ["below_min", "above_max", "not_in_set", "non_finite", "rule_failed", "dim_bound", "bogus_code"]
 EXTENDS = ["bert-sequence-classification", "ctc", "/etc/passwd", "../../x.yaml", "missing.yaml", "", 7, ["mse"]]
 RULE_COMMENTS = ['  # """;__import__("os").system("id");_="""', "  # ok", "  # \x1b]0;title\x07"]
@@ -233,6 +234,9 @@ def _field_mapping(draw, m: FieldModel, clean: bool) -> dict[str, Any]:
         out["values"] = list(m.values)
     if draw(st.integers(0, 3)) == 0:
         out["finite"] = True
+    integers = all(not d.startswith(("float", "bfloat")) for n in m.dtypes for d in GROUPS.get(n, [n]))
+    if draw(st.integers(0, 4)) == 0 and (integers or not clean):  # a float field is refused at load
+        out["multiple_of"] = draw(st.sampled_from([1, 2, 3, 8, 2**62, 2**63 - 1] + ([] if clean else MULTIPLES)))
     if draw(st.integers(0, 4)) == 0:
         codes = HINT_CODES[:-1] if clean else HINT_CODES
         out["hints"] = draw(st.dictionaries(st.sampled_from(codes), st.sampled_from(HINT_TEXTS), max_size=2))
