@@ -281,7 +281,7 @@ def rules_for(models: list[FieldModel], dims: list[str], params: list[str], clea
 
 @dataclass
 class Grammar:
-    """Rule text over one spec's names: values and booleans from the whole grammar of `_expr.py`.
+    """Rule text over one spec's names: values and booleans from the whole grammar of `tritoncheck/expr.py`.
 
     A clean grammar indexes only within a field's rank (and a fixed axis's size) and reduces
     only over dims of the fields it names, so that most rules resolve; the other goes anywhere.

@@ -377,6 +377,12 @@ def test_a_rank_the_forward_broadcasts_is_named_in_the_origins():
     assert runs(Broadcast(), batch) == "runs"
     assert any(o.startswith("rank: the forward also runs with the last axis dropped ([2]") for o in spec.origins["fields.mask"])
     assert not any(o.startswith("rank:") for o in spec.origins["fields.ids"])
+    # the wrong rank the forward runs through is a warning: the step runs
+    assert spec.fields["mask"].severity.get("rank") == "warning" and "rank" not in spec.fields["ids"].severity
+    report = tc.check(batch, spec, backend="torch")
+    assert report.ok and [(v.field, v.code, v.severity) for v in report.violations] == [("mask", "rank", "warning")]
+    with pytest.raises(tc.BatchValidationError):  # ids dropped an axis: the forward cannot run, still an error
+        tc.validate({"ids": batch["ids"][:, 0], "mask": batch["mask"]}, spec, backend="torch")
 
 
 class Windowed(Positioned):

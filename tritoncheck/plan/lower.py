@@ -54,6 +54,7 @@ class FieldPlan:
     # the spec's last entry was '1?': the batch may add an axis of size 1 (labels [B, 1] for [B]),
     # which `bind` drops, so every check sees `shape`
     unit_tail: bool = False
+    rank_severity: Severity = "error"  # `severity: {rank: warning}`: a wrong rank the model runs through
     kind: Literal["field"] = "field"
 
 
@@ -133,7 +134,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
             raise SpecError(f"{spec.name}: fields.{name}.shape repeats a dim; each axis needs its own name")
         fields.append(
             FieldPlan(name, spec.field_dtypes(name), tuple(shape), tuple(str(e) for e in entries), tuple(axes), f.optional,
-                      unit_tail)
+                      unit_tail, f.severity.get("rank", "error"))
         )
     by_name = {f.name: f for f in fields}
     scope = _Scope(by_name, params, dims, spec.name)
@@ -678,7 +679,7 @@ def _check_meta(fp: FieldPlan, t: torch.Tensor, dims: dict[str, tuple[int, str]]
         want = ", ".join(fp.shape_text)
         also = f" (or {len(fp.shape) + 1}, [{want}, 1])" if fp.unit_tail else ""
         out.append(Violation(fp.name, "rank", f"{fp.name} must have {len(fp.shape)} dim{'s' if len(fp.shape) != 1 else ''} [{want}]{also}, got shape {tuple(t.shape)}",
-                             value=tuple(t.shape), hint=_rank_hint(fp, t)))
+                             value=tuple(t.shape), hint=_rank_hint(fp, t), severity=fp.rank_severity))
         return True
     for axis, (entry, text) in enumerate(zip(fp.shape, fp.shape_text, strict=True)):
         size = t.shape[axis]

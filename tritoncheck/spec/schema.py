@@ -35,6 +35,9 @@ from tritoncheck.checks import options as check_options
 from tritoncheck.dtypes import DTYPES, GROUPS, all_integer, dtype_name, expand_dtypes, is_dtype_name, number_problem
 
 ParamValue = int | float | bool | str | None
+# metadata codes a field may make a warning: a wrong rank the model broadcasts or ignores (GPT-2 views a [B]
+# mask as [B, 1]); its checks are then listed as not checked, never run on a layout they were not written for
+FIELD_META_SEVERITY: tuple[str, ...] = ("rank",)
 Bound = int | float | str
 UNIT_TAIL = "1?"  # a last shape entry: an axis of size 1 that the batch may leave out
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: `$` would let "x\n" through
@@ -121,8 +124,9 @@ class FieldSpec(_SpecModel):
     )
     severity: dict[str, Severity] = Field(
         default_factory=dict,
-        description="Per violation code of this field's options (above_max: warning): 'warning' for a data bug "
-                    "the model runs through; every other check is an 'error'.",
+        description="Per violation code of this field's options (above_max: warning), or `rank` (a field with "
+                    "the wrong number of axes that the model runs through): 'warning' for a data bug the model "
+                    "runs through; every other check is an 'error'.",
     )
     description: str | None = None
 
@@ -166,11 +170,12 @@ class FieldSpec(_SpecModel):
     @field_validator("severity")
     @classmethod
     def _severity_codes(cls, v: dict[str, str]) -> dict[str, str]:
+        known = (*field_codes(), *FIELD_META_SEVERITY)
         for code in v:
-            if code not in field_codes():
+            if code not in known:
                 raise ValueError(f"severity: {code!r} is not a code this field's options report"
-                                 f"{closest(code, field_codes())}; "
-                                 f"known: {', '.join(field_codes())} (a rule sets its own severity)")
+                                 f"{closest(code, known)}; "
+                                 f"known: {', '.join(known)} (a rule sets its own severity)")
         return v
 
     @field_validator("hints")
