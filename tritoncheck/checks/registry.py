@@ -39,7 +39,7 @@ from typing import Any, Literal
 import torch
 
 from tritoncheck import expr as _expr
-from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, ExprError, Reduce, Ref, Unary
+from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, ExprError, Reduce, Ref, Unary, nodes
 from tritoncheck.report import Violation
 
 # "error": the model will crash or its loss is garbage; "warning": almost surely a data bug, but the
@@ -183,26 +183,12 @@ def violation(check: Any, bound: Any, count: int, samples: Sequence[int], index:
 
 def expr_fields(expr: Expr | None) -> set[str]:
     """Fields an expression reads."""
-    if isinstance(expr, Ref):
-        return {expr.field}
-    if isinstance(expr, (Unary, Reduce)):
-        return expr_fields(expr.x)
-    if isinstance(expr, Binary):
-        return expr_fields(expr.a) | expr_fields(expr.b)
-    return set()
+    return {n.field for n in nodes(expr) if isinstance(n, Ref)}
 
 
 def expr_dims(expr: Expr | None) -> set[str]:
     """Dims an expression needs bound (as values or arange sizes)."""
-    if isinstance(expr, Dim):
-        return {expr.name}
-    if isinstance(expr, Arange):
-        return {expr.dim}
-    if isinstance(expr, (Unary, Reduce)):
-        return expr_dims(expr.x)
-    if isinstance(expr, Binary):
-        return expr_dims(expr.a) | expr_dims(expr.b)
-    return set()
+    return {n.name if isinstance(n, Dim) else n.dim for n in nodes(expr) if isinstance(n, (Dim, Arange))}
 
 
 def expr_axes(expr: Expr | None, field_axes: Callable[[str], tuple[str, ...]]) -> tuple[str, ...]:
