@@ -514,3 +514,25 @@ def test_a_kept_result_buffer_carries_nothing_from_a_failing_call_to_the_next():
         assert c_backend.program_for(plan, bind(plan, batch)) is program
         assert_same(spec, batch)
     assert program.spare and not any(program.spare[0])  # kept, and all zero after a failing call
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading less: any/all stop early, half precision on its bits, strided fields in memory order.
+
+
+@pytest.mark.parametrize("L", [1, c.STRIP - 1, c.STRIP, c.STRIP + 1, 2 * c.STRIP + 3])
+def test_any_and_all_that_stop_at_the_first_deciding_element_agree_with_torch(L):
+    """An any/all over a row stops once decided (tested once per strip of c.STRIP elements): the deciding
+    element first, last, at each strip's edge, or nowhere gives the torch backend's report."""
+    spec = small_spec({"m": {"dtype": "int64", "shape": ["B", "L"]}},
+                      [{"rule": "any(m != 0, dim=L)", "code": "none_set"},
+                       {"rule": "all(m < 2, dim=L)", "code": "some_big"},
+                       {"rule": "any((m == 3) & (arange(L) > 0))", "code": "no_three"}])
+    where = sorted({0, L - 1, min(c.STRIP - 1, L - 1), min(c.STRIP, L - 1), L // 2})
+    m = torch.zeros(len(where) + 1, L, dtype=torch.int64)  # the last row: nothing set
+    for row, at in enumerate(where):
+        m[row, at] = 1 + 2 * (row % 2)  # 1 (any holds, all holds) or 3 (all fails; the 3 found unless at 0)
+    codes = {v["code"] for v in assert_same(spec, {"m": m})}
+    assert "none_set" in codes and ("some_big" in codes) == any(row % 2 for row in range(len(where)))
+    source = c_backend.program_for(compile_plan(spec), bind(compile_plan(spec), {"m": m})).source.text
+    assert source.count("TC_STRIP ?") >= 2 * 3  # each reduction walks its row in strips, testing its accumulator

@@ -37,6 +37,7 @@ from tritoncheck.codegen.source import RESERVED, IndentedBuffer, NameSpace, comm
 from tritoncheck.kernel.ir import BIG, Group, Kernel, Op, invariant_ops, walk
 
 FUNCTION = "tc_check"
+STRIP = 64  # an any/all over a row tests whether it is decided once per this many elements
 _CTYPE = {"b": "int", "i": "int64_t", "f": "float", "d": "double"}
 _STORAGE = {
     torch.bool: "uint8_t", torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
@@ -44,7 +45,7 @@ _STORAGE = {
     torch.float32: "float", torch.float64: "double",
 }
 # Names the function uses as they are; no identifier derived from a spec may take one.
-_FIXED = frozenset({FUNCTION, "ia", "fa", "out", "found", "dirty", "flat", "tc_idx", "TC_BIG", "uintptr_t", "intptr_t",
+_FIXED = frozenset({FUNCTION, "ia", "fa", "out", "found", "dirty", "flat", "tc_idx", "TC_BIG", "TC_STRIP", "uintptr_t", "intptr_t",
                     "INT64_C", "INFINITY", "NAN", "fmodf", "floorf", "fabsf", "fmod", "floor", "fabs", "copysign",
                     "copysignf", "restrict"})
 
@@ -189,6 +190,7 @@ class CCodegen:
         out.writelines(["#include <stdint.h>", "#include <string.h>", "#include <math.h>", ""])
         out.writeline(f"typedef {'int64_t' if self.bits == 64 else 'int32_t'} tc_idx;  // loop indices")
         out.writeline(f"#define TC_BIG INT64_C({BIG})  // a first-index slot holds TC_BIG - index")
+        out.writeline(f"#define TC_STRIP {STRIP}  // elements an any/all reads between tests of whether it is decided")
         for name, text in _HELPERS.items():
             if name in self.helpers:
                 out.writelines(text.strip("\n").splitlines())
@@ -460,10 +462,22 @@ class CCodegen:
         w(f"{_CTYPE[op.kind]} {acc} = {init};  // {red} over [{comment(', '.join(axes))}]")
         saved = {a: self.bind.get(a) for a in axes}
         flat, self.flat = self.flat, None
-        for a in axes:
+        # any/all stop at the first element that decides them: every loop tests the accumulator, the innermost
+        # once per strip of TC_STRIP elements (so that the strip itself stays a vectorizable loop)
+        going = {"sum": "", "any": f" && !{acc}", "all": f" && {acc}"}[red]
+        for n, a in enumerate(axes):
             j = self.ns.create_name(f"j_{a}")
-            w(f"for (tc_idx {j} = 0; {j} < {self.size[a]}; {j}++) {{")
-            self.buf.level += 1
+            if going and n == len(axes) - 1:
+                s, e = self.ns.create_name(f"s_{a}"), self.ns.create_name(f"e_{a}")
+                end = f"({self.size[a]} - {s} < TC_STRIP ? {self.size[a]} : {s} + TC_STRIP)"  # (never past the size)
+                w(f"for (tc_idx {s} = 0; {s} < {self.size[a]}{going}; {s} = {end}) {{")
+                self.buf.level += 1
+                w(f"const tc_idx {e} = {end};")
+                w(f"for (tc_idx {j} = {s}; {j} < {e}; {j}++) {{")
+                self.buf.level += 1
+            else:
+                w(f"for (tc_idx {j} = 0; {j} < {self.size[a]}{going}; {j}++) {{")
+                self.buf.level += 1
             self.bind[a] = j
         value = body()
         if red == "sum":
@@ -471,6 +485,9 @@ class CCodegen:
         else:
             w(f"{acc} {'|' if red == 'any' else '&'}= {value};")
         for _ in axes:
+            self.buf.level -= 1
+            w("}")
+        if going and axes:
             self.buf.level -= 1
             w("}")
         for a, prev in saved.items():
