@@ -456,6 +456,29 @@ def test_chunks_of_a_table_of_no_columns_end():
     assert [n for n, _ in _chunks([piece], [], 2)] == [2, 2, 1]
 
 
+def test_chunks_by_bytes_split_a_large_piece_evenly_and_never_join_it_to_another(monkeypatch):
+    # 600 rows a chunk by bytes: a 1000-row piece (a Parquet row group) is read as 500 + 500 rows, each a slice of
+    # its own batch; joining the rest of one piece to the next (400 + 200 rows) copied every column (combine_chunks)
+    from tritoncheck.scanning import engine
+
+    monkeypatch.setattr(engine, "CHUNK_BYTES", 600 * 8)
+
+    def piece(first: int, rows: int) -> engine._Piece:
+        table = pa.table({"a": pa.array(range(first, first + rows), pa.int64())})
+
+        def stream(cols, size):
+            return (table.slice(start, size).select(cols) for start in range(0, rows, size))
+
+        return engine._Piece(rows, table.select, stream, lambda cols: 8.0)
+
+    pieces = [piece(0, 1000), piece(1000, 1000), piece(2000, 250), piece(2250, 250), piece(2500, 1300)]
+    chunks = list(engine._chunks(pieces, ["a"], None))
+    assert [n for n, _ in chunks] == [500, 500, 500, 500, 500, 434, 434, 432]  # (the two small pieces joined)
+    assert [t.column("a").num_chunks for _, t in chunks[:4]] == [1, 1, 1, 1]
+    assert pa.concat_tables([t for _, t in chunks]).column("a").to_pylist() == list(range(3800))
+    assert [n for n, _ in engine._chunks(pieces, ["a"], 600)] == [600] * 6 + [200]  # --batch-size: as asked
+
+
 def test_a_group_of_a_chunk_reports_rows_of_the_dataset(tmp_path):
     # the long row 100 splits chunk 0 into groups by length; labels float64 makes every finding one of a whole
     # group, whose samples must still be the dataset's rows (the short rows' group has row 200 at its 199th place)

@@ -5,7 +5,8 @@ Parquet or Arrow files (one, or a directory of shards, searched recursively and 
 path order), or a dataset saved with `datasets.Dataset.save_to_disk` (read as the Arrow files its
 state.json lists, each split numbered from 0). Tables are read in chunks of about CHUNK_BYTES as
 tensors (or of --batch-size rows), a part at a time, so that memory is bounded by the chunk and not
-by a Parquet row group (a chunk never spans two shards), only the columns the spec names, through
+by a Parquet row group (a chunk never spans two shards; a row group of at most PRE_BUFFER_BYTES
+compressed is fetched whole, a larger one 1 MiB at a time), only the columns the spec names, through
 their Arrow buffers only (`tritoncheck.scanning.arrow`: a column of any other type is refused, never converted). Every number
 is global: a row's `sample` is the rows of the shards before it (from each file's metadata) plus
 its row in its shard (`row`), and a violation's samples, index and message count from there too.
