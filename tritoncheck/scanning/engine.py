@@ -5,9 +5,8 @@ Parquet or Arrow files (one, or a directory of shards, searched recursively and 
 path order), or a dataset saved with `datasets.Dataset.save_to_disk` (read as the Arrow files its
 state.json lists, each split numbered from 0). Tables are read in chunks of about CHUNK_BYTES as
 tensors (or of --batch-size rows), a part at a time, so that memory is bounded by the chunk and not
-by a Parquet row group (a chunk never spans two shards; a row group of at most PRE_BUFFER_BYTES
-compressed is fetched whole, a larger one 1 MiB at a time), only the columns the spec names, through
-their Arrow buffers only (`tritoncheck.scanning.arrow`: a column of any other type is refused, never converted). Every number
+by a Parquet row group (a chunk never spans two shards; a column chunk is read 1 MiB at a time), only
+the columns the spec names, through their Arrow buffers only (`tritoncheck.scanning.arrow`: a column of any other type is refused, never converted). Every number
 is global: a row's `sample` is the rows of the shards before it (from each file's metadata) plus
 its row in its shard (`row`), and a violation's samples, index and message count from there too.
 Shards can be checked on Ray Data (`--engine ray`, see `tritoncheck.scanning.ray`) with the same
@@ -95,8 +94,6 @@ PADDED_ENOUGH = 1 << 16
 # large Parquet row group costs no more memory than its chunk.
 CHUNK_BYTES = 16 << 20
 MAX_CHUNK_ROWS = 1 << 20
-# A Parquet file whose row groups each take at most this many bytes (compressed) is read a row group at a time.
-PRE_BUFFER_BYTES = 64 << 20
 # Element checks of ragged rows read a column's values in blocks of this many (one result slot per block; a row
 # holding a value of a failing block is checked alone), under a dim of this name.
 ELEMENT_BLOCK, ELEMENTS = 1024, "tritoncheck_elements"
@@ -692,14 +689,10 @@ def _open_shard(path: str) -> Iterator[tuple[Any, list[_Piece]]]:
     import pyarrow.parquet as pq
 
     if path.endswith(".parquet"):
-        with pq.ParquetFile(path) as pf:
+        # (buffered: a column chunk is read 1 MiB at a time, not whole: a 500 MB chunk would be held at once; fetching
+        # a small row group's columns at once, pre_buffer, took the same CPU time: benchmarks/scan/readers.py)
+        with pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False) as pf:
             meta = pf.metadata
-        # a file whose row groups are small (compressed, all columns) is read a row group's columns in one request
-        # (pre_buffer: a third less CPU on 1M-row groups of numbers); else buffered, each column chunk read 1 MiB at
-        # a time (a 500 MB row group would be held at once)
-        small = all(sum(group.column(i).total_compressed_size for i in range(group.num_columns)) <= PRE_BUFFER_BYTES
-                    for group in map(meta.row_group, range(meta.num_row_groups)))
-        with pq.ParquetFile(path, metadata=meta, buffer_size=0 if small else 1 << 20, pre_buffer=small) as pf:
             top = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)]
 
             def width(cols: list[str], g: int) -> float:
