@@ -397,7 +397,7 @@ def all_cores(args: argparse.Namespace, data: Path) -> list[str]:
     return lines
 
 
-def readme() -> None:
+def readme_block() -> str:
     """README.md's scan section: each result file's run (its date, machine and load) and everything under it."""
     block = []
     for name in ("scan-1M.md", "scan-10M.md", "scan-cores.md"):
@@ -405,11 +405,15 @@ def readme() -> None:
         if path.exists():
             text = path.read_text().strip().splitlines()  # (title, blank, the run's line, blank, tables...)
             block += [f"[{name}](benchmarks/results/{name}): {text[2]}", "", *text[4:], ""]
+    return "\n".join(block).strip()
+
+
+def readme() -> None:
     text = README.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{README}: the scan benchmark markers are missing:\n{BEGIN}\n{END}")
     head, rest = text.split(BEGIN, 1)
-    README.write_text(f"{head}{BEGIN}\n" + "\n".join(block).strip() + f"\n{END}{rest.split(END, 1)[1]}")
+    README.write_text(f"{head}{BEGIN}\n{readme_block()}\n{END}{rest.split(END, 1)[1]}")
 
 
 def main() -> None:
