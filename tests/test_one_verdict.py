@@ -321,12 +321,12 @@ def semantics_examples() -> list:
 
     text = (pathlib.Path(__file__).parents[1] / "docs" / "semantics.md").read_text(encoding="utf-8")
     out = []
-    for row in re.findall(r"^\| (int64|float32) \| ([^|]+) \| `([^`]+)` \| (passes|fails) \|", text, re.M):
+    for row in re.findall(r"^\| (int64|float16|float32|float64) \| ([^|]+) \| `([^`]+)` \| (passes|fails) \|", text, re.M):
         dtype, values, rule, verdict = row
         vals = []
         for item in values.split(", "):
             m = re.fullmatch(r"(\S+)(?: \(x(\d+)\))?", item.strip())
-            vals += [float(m.group(1)) if dtype == "float32" else int(m.group(1))] * int(m.group(2) or 1)
+            vals += [int(m.group(1)) if dtype == "int64" else float(m.group(1))] * int(m.group(2) or 1)
         out.append(pytest.param(dtype, vals, rule, verdict == "passes", id=rule))
     return out
 
@@ -343,3 +343,4 @@ def test_semantics_examples(backend, dtype, values, rule, passes):
 
 def test_semantics_page_has_its_examples():
     assert len(semantics_examples()) >= 10
+    assert {p.values[0] for p in semantics_examples()} == {"int64", "float16", "float32", "float64"}

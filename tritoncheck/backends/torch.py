@@ -26,6 +26,7 @@ import torch
 from tritoncheck.checks import hint, kind_of, message, range_limit
 from tritoncheck.dtypes import FLIPPED, INT64_MAX, INT64_MIN, comparable_values, compute_dtype, exact_comparison
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
+from tritoncheck.kernel import sums
 from tritoncheck.kernel.ir import expr_axes
 from tritoncheck.plan.lower import (
     Bound,
@@ -347,11 +348,14 @@ class Context:
                 x = torch.tensor(_fit(x), device=self.device)
             red = tuple(range(len(axes))) if expr.dims is None else tuple(axes.index(d) for d in expr.dims)
             keep = () if expr.dims is None else tuple(a for a in axes if a not in expr.dims)
-            if expr.op == "sum":  # a float sum accumulates in float64 (docs/semantics.md)
-                out = _number(x).to(torch.float64 if x.is_floating_point() else None).sum(dim=red)
+            if expr.op == "sum":
+                # an expanded axis: each stored value stands for `spread` equal ones
                 spread = math.prod(self.sizes[axes[i]] for i in red if x.shape[i] == 1)
-                if spread != 1:  # an expanded axis: each stored value stands for `spread` equal ones
-                    out = out * spread
+                if x.is_floating_point():  # one value in any order (docs/semantics.md, "Sums")
+                    out = sums.float_sum(x, red, spread)
+                else:  # int64, wrapping
+                    out = _number(x).sum(dim=red)
+                    out = out * spread if spread != 1 else out
             elif expr.op == "any":
                 out = (x != 0).any(dim=red) if red else x != 0
             else:
@@ -372,16 +376,46 @@ class Context:
         return None
 
     def _reduce_in_windows(self, expr: Reduce, axis: str) -> tuple[Any, tuple[str, ...]]:
-        """The reduction over windows of `axis`, combined: any as or, all as and, sum as + (a float
-        sum then adds the windows' float64 sums in order)."""
+        """The reduction over windows of `axis`, combined: any as or, all as and, an integer sum as
+        +; a float sum walks the windows twice, as `float_sum` walks a row (its row maxima first)."""
         n = self.sizes[axis]
         step = max(1, MAX_MASK // max(1, math.prod(self.sizes[a] for a in expr_axes(self.plan, expr.x) if a != axis)))
+        windows = [(start, min(n, start + step)) for start in range(0, n, step)]
+        if expr.op == "sum":
+            with self.windowed(axis, *windows[0]):
+                is_float = self._eval(expr.x)[0].is_floating_point()
+            if is_float:
+                return self._float_sum_in_windows(expr, axis, windows)
         out, keep = None, ()
-        for start in range(0, n, step):
-            with self.windowed(axis, start, min(n, start + step)):
+        for start, stop in windows:
+            with self.windowed(axis, start, stop):
                 part, keep = self._eval(expr)
             out = part if out is None else out | part if expr.op == "any" else out & part if expr.op == "all" else out + part
         return out, keep
+
+    def _sum_input(self, expr: Reduce) -> tuple[torch.Tensor, tuple[int, ...], tuple[str, ...], int]:
+        """A float sum's body in the current window: (values as float64, reduced positions, kept axes, spread)."""
+        x, axes = self._eval(expr.x)
+        red = tuple(range(len(axes))) if expr.dims is None else tuple(axes.index(d) for d in expr.dims)
+        keep = () if expr.dims is None else tuple(a for a in axes if a not in expr.dims)
+        spread = math.prod(self.sizes[axes[i]] for i in red if x.shape[i] == 1)
+        return x.to(torch.float64), red, keep, spread
+
+    def _float_sum_in_windows(self, expr: Reduce, axis: str, windows: list) -> tuple[Any, tuple[str, ...]]:
+        special = grid = None
+        for start, stop in windows:  # pass 1: the non-finite values, and each row's grid (its largest exponent)
+            with self.windowed(axis, start, stop):
+                x, red, keep, spread = self._sum_input(expr)
+            s, g, _ = sums.scan(x, red)
+            special, grid = (s, g) if special is None else (special + s, torch.maximum(grid, g))
+        exact = math.prod(self.sizes[d] for d in (expr.dims or expr_axes(self.plan, expr.x))) >= sums.MAX_TERMS
+        total = None
+        for start, stop in windows:  # pass 2: each row's folds, on the row's grid
+            with self.windowed(axis, start, stop):
+                x, red, keep, spread = self._sum_input(expr)
+            part = sums.repeat(sums.fold_sums(sums.scan(x, red)[2], red, grid), spread, exact)
+            total = part if total is None else [a + b for a, b in zip(total, part, strict=True)]
+        return sums.finish(special, grid, total).squeeze(red), keep
 
 
 _COMPARE_OPS = frozenset(FLIPPED)

@@ -25,6 +25,7 @@ manipulation (no compiler fp16 support needed).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -45,9 +46,10 @@ _STORAGE = {
     torch.float32: "float", torch.float64: "double",
 }
 # Names the function uses as they are; no identifier derived from a spec may take one.
-_FIXED = frozenset({FUNCTION, "ia", "fa", "out", "found", "dirty", "flat", "tc_idx", "TC_BIG", "TC_STRIP", "uintptr_t", "intptr_t",
+_FIXED = frozenset({FUNCTION, "ia", "fa", "out", "found", "dirty", "flat", "tc_idx", "TC_BIG", "TC_STRIP", "uintptr_t",
+                    "intptr_t",
                     "INT64_C", "INFINITY", "NAN", "fmodf", "floorf", "fabsf", "fmod", "floor", "fabs", "copysign",
-                    "copysignf", "restrict"})
+                    "copysignf", "restrict", "tc_pow2", "tc_fsum_grid", "tc_fsum_finish"})
 
 _HELPERS: dict[str, str] = {
     "tc_f16": """
@@ -123,6 +125,29 @@ static inline {_T} tc_mod_{_t}({_T} a, {_T} b) {{
     const {_T} mod = fmod{_s}(a, b);
     return (mod != 0 && ((b < 0) != (mod < 0))) ? mod + b : mod;
 }}"""
+_HELPERS["tc_fsum"] = """
+// float sums (docs/semantics.md, "Sums"), as the torch backend's float_sum: the largest biased
+// exponent E among a row's finite values fixes a grid 2**g; each value cut towards zero to a multiple
+// of it is an integer t, |t| < 2**60, whose two 30-bit folds add up in int64 (exact, so in any
+// order); the total is rounded to double once.
+static inline double tc_pow2(int64_t k) {  // 2**k, exactly, for k in [-1022, 1023]
+    const uint64_t bits = (uint64_t)(k + 1023) << 52;
+    double d;
+    memcpy(&d, &bits, 8);
+    return d;
+}
+static inline int64_t tc_fsum_grid(int64_t e) {  // g: 2**-60 times the least power of two above the row
+    return e - 1082 < -1074 ? -1074 : e - 1082;
+}
+static inline double tc_fsum_finish(int64_t nonfinite, int64_t g, int64_t hi, int64_t lo) {
+    if (nonfinite) return nonfinite == 1 ? (double)INFINITY : nonfinite == 2 ? -(double)INFINITY : (double)NAN;
+    hi += lo >> 30;  // the carry; lo in [0, 2**30)
+    lo &= 0x3FFFFFFF;
+    const double rounded = (double)hi;
+    const int64_t rest = (hi - (int64_t)rounded) * INT64_C(1073741824) + lo;  // |rest| < 2**40: exact
+    const double total = rounded * 0x1p30 + (double)rest;  // the one rounding
+    return total * tc_pow2(g >> 1) * tc_pow2(g - (g >> 1));  // exact, or IEEE's overflow
+}"""
 
 
 def literal(value: Any, kind: str) -> str:
@@ -454,17 +479,69 @@ class CCodegen:
     def reduction(self, op: Op, red: str, axes: tuple[str, ...], body) -> str:
         if op.id in self.pre:  # computed before the group's loops (`invariant_ops`)
             return self.pre[op.id]
+        if red == "sum" and op.kind == "d":
+            return self.float_sum(op, axes, body)
         w = self.buf.writeline
         if op.id not in self.names:
             self.names[op.id] = self.ns.create_name(f"v{op.id}")
         acc = self.names[op.id]
         init = {"sum": literal(0, op.kind), "any": "0", "all": "1"}[red]
         w(f"{_CTYPE[op.kind]} {acc} = {init};  // {red} over [{comment(', '.join(axes))}]")
-        saved = {a: self.bind.get(a) for a in axes}
-        flat, self.flat = self.flat, None
         # any/all stop at the first element that decides them: every loop tests the accumulator, the innermost
         # once per strip of TC_STRIP elements (so that the strip itself stays a vectorizable loop)
-        going = {"sum": "", "any": f" && !{acc}", "all": f" && {acc}"}[red]
+        with self._loops(axes, {"sum": "", "any": f" && !{acc}", "all": f" && {acc}"}[red]):
+            value = body()
+            if red == "sum":  # (int64, wrapping)
+                w(f"{acc} = {self.helper('tc_add_i')}({acc}, {value});")
+            else:
+                w(f"{acc} {'|' if red == 'any' else '&'}= {value};")
+        return acc
+
+    def float_sum(self, op: Op, axes: tuple[str, ...], body) -> str:
+        """A float sum, one value in any order (`tc_fsum`): the row walked twice, for its largest
+        finite exponent and its non-finite values, then (all finite) for its folds on its grid."""
+        w = self.buf.writeline
+        if op.id not in self.names:
+            self.names[op.id] = self.ns.create_name(f"v{op.id}")
+        acc = self.names[op.id]
+        nf, e, g, s1, s2, hi, lo = (self.ns.create_name(n) for n in ("nonfinite", "e", "g", "s1", "s2", "hi", "lo"))
+        self.helper("tc_fsum")
+        w(f"double {acc};  // sum over [{comment(', '.join(axes))}]: one value in any order")
+        w("{")
+        with self.buf.indent():
+            w(f"int64_t {nf} = 0, {e} = 0;  // non-finite values (1: +inf, 2: -inf, 3: both or a NaN); the largest finite exponent")
+            w(f"int64_t {hi} = 0, {lo} = 0;  // the folds")
+            with self._loops(axes):
+                v = body()
+                bits, ev, ef = (self.ns.create_name(n) for n in ("bits", "ev", "ef"))
+                w(f"uint64_t {bits};")
+                w(f"memcpy(&{bits}, &{v}, 8);")
+                w(f"const int64_t {ev} = (int64_t)(({bits} >> 52) & 0x7FF);  // 0x7FF: NaN or an infinity")
+                w(f"{nf} |= -(int64_t)({ev} == 0x7FF) & ((1 + (int64_t)({bits} >> 63)) | 3 * (int64_t)(({bits} << 12) != 0));")
+                w(f"const int64_t {ef} = {ev} == 0x7FF ? 0 : {ev};")
+                w(f"{e} = {ef} > {e} ? {ef} : {e};")
+            w(f"const int64_t {g} = tc_fsum_grid({e});")
+            w(f"if (!{nf}) {{")
+            with self.buf.indent():
+                w(f"const double {s1} = tc_pow2((-{g}) >> 1), {s2} = tc_pow2(-{g} - ((-{g}) >> 1));  // 2**-g")
+                with self._loops(axes):
+                    v = body()
+                    t = self.ns.create_name("t")
+                    w(f"const int64_t {t} = (int64_t)({v} * {s1} * {s2});  // trunc(x / 2**g), |t| < 2**60")
+                    w(f"{hi} += {t} >> 30;")
+                    w(f"{lo} += {t} & 0x3FFFFFFF;")
+            w("}")
+            w(f"{acc} = tc_fsum_finish({nf}, {g}, {hi}, {lo});")
+        w("}")
+        return acc
+
+    @contextlib.contextmanager
+    def _loops(self, axes: tuple[str, ...], going: str = ""):
+        """Loops over `axes` around what the block writes, their positions bound (no flat index);
+        `going` (` && cond`) ends them early, the innermost tested once per strip."""
+        w = self.buf.writeline
+        saved = {a: self.bind.get(a) for a in axes}
+        flat, self.flat = self.flat, None
         for n, a in enumerate(axes):
             j = self.ns.create_name(f"j_{a}")
             if going and n == len(axes) - 1:
@@ -479,11 +556,7 @@ class CCodegen:
                 w(f"for (tc_idx {j} = 0; {j} < {self.size[a]}{going}; {j}++) {{")
                 self.buf.level += 1
             self.bind[a] = j
-        value = body()
-        if red == "sum":
-            w(f"{acc} = {self.helper('tc_add_i')}({acc}, {value});" if op.kind == "i" else f"{acc} = {acc} + {value};")
-        else:
-            w(f"{acc} {'|' if red == 'any' else '&'}= {value};")
+        yield
         for _ in axes:
             self.buf.level -= 1
             w("}")
@@ -496,7 +569,6 @@ class CCodegen:
             else:
                 self.bind[a] = prev
         self.flat = flat
-        return acc
 
 
 __all__ = ["CCodegen", "CSource", "FUNCTION", "generate", "literal"]

@@ -859,16 +859,15 @@ class TritonCodegen:
     def reduction(self, op: Op, red: str, axes: tuple[str, ...], body: Callable[[], str]) -> str:
         """A loop over this program's part of the reduced axes, `step` elements per row a step: the
         full steps unmasked along the row (128-bit loads), then the ragged last one masked. Values
-        gather in a [rows, step] accumulator, reduced across threads once, after the loop."""
+        gather in a [rows, step] accumulator, reduced across threads once, after the loop. A float
+        sum walks its rows twice (`float_sum`)."""
         if self.red is not None:
             raise Unsupported("a reduction inside a reduction")
         p = self.plan
         outer, self.buf = self.buf, self.reduce_buf
         w = self.buf.writeline
-        acc, acc2, rn, lo, hi, full, r0 = (self.ns.create_name(n) for n in (
-            f"acc{op.id}", f"acc{op.id}_2", "rn", "lo", "hi", "full", "r0"))
-        # sum: in the value's kind; any/all: the max of (value, resp. not value) seen so far
-        kind = _TL[op.kind] if red == "sum" else "tl.int32"
+        acc, acc2, rn, lo, hi, full = (self.ns.create_name(n) for n in (
+            f"acc{op.id}", f"acc{op.id}_2", "rn", "lo", "hi", "full"))
         w(f"# reduce: {red} over [{_words(axes)}]")
         w(f"{rn} = {self.numel(axes)}")
         if p.aligned:  # the same value, written so that the compiler sees 16 | rn, so rows start aligned
@@ -879,41 +878,106 @@ class TritonCodegen:
         w(f"{lo} = part * {chunk}")
         w(f"{hi} = tl.minimum({lo} + {chunk}, {rn})")
         w(f"{full} = {lo} + tl.maximum({hi} - {lo}, 0) // {p.step} * {p.step}  # the end of the full steps")
+        steps = (axes, rn, lo, hi, full)
+        if red == "sum" and op.kind == "d":
+            self.float_sum(acc, steps, body)
+            self.accs.append((acc, red, _TL["d"]))
+            self.buf = outer
+            return acc
+        # sum: in the value's kind (int64, wrapping); any/all: the max of (value, resp. not value) seen so far
+        kind = _TL[op.kind] if red == "sum" else "tl.int32"
         w(f"{acc2} = tl.zeros([{p.block}, {p.step}], dtype={kind})")
-        rows_live = f"tl.broadcast_to(live[:, None], [{p.block}, {p.step}])"
-        for first, (start, stop) in enumerate([(lo, full), (full, hi)]):
-            r = self.ns.create_name("r")
-            if first == 0:
-                w(f"for {r0} in range({lo}, {full}, {p.step}):")
-                mask = rows_live
-            else:
-                w(f"if {full} < {hi}:  # the ragged last step")
-                mask = self.ns.create_name("live2")
-            with self.buf.indent():
-                w(f"{r} = {r0 if first == 0 else full} + tl.arange(0, {p.step}).to(IDX)")
-                if first == 1:
-                    w(f"{mask} = live[:, None] & ({r} < {hi})[None, :]")
-                self.red = _Red(axes, r, mask, {}, rn)
-                try:
-                    value = body()
-                finally:
-                    self.red = None
-                if red == "sum":
-                    hit = value
-                else:
-                    hit = f"{value}.to(tl.int32)" if red == "any" else f"({value} == 0).to(tl.int32)"
-                if first == 1:
-                    hit = f"tl.where({mask}, {hit}, 0)"
-                if red == "sum":
-                    w(f"{acc2} += {hit}")
-                else:
-                    w(f"{acc2} = tl.maximum({acc2}, {hit})")
+
+        def add(value: str, ragged: str | None) -> None:
+            hit = value if red == "sum" else f"{value}.to(tl.int32)" if red == "any" else f"({value} == 0).to(tl.int32)"
+            if ragged is not None:
+                hit = f"tl.where({ragged}, {hit}, 0)"
+            w(f"{acc2} += {hit}" if red == "sum" else f"{acc2} = tl.maximum({acc2}, {hit})")
+
+        self.steps(steps, body, add)
         w(f"{acc} = {'tl.sum' if red == 'sum' else 'tl.max'}({acc2}, axis=1)")
         self.accs.append((acc, red, kind))
         self.buf = outer
         if red == "sum":
             return acc
         return self.let(op, f"{acc} {'>' if red == 'any' else '=='} 0")
+
+    def steps(self, steps: tuple, body: Callable[[], str], add: Callable[[str, str | None], None]) -> None:
+        """The loop over the reduced axes: `add(value, ragged)` writes what each step gathers
+        (`ragged`: the mask of the ragged last step, None on a full one)."""
+        axes, rn, lo, hi, full = steps
+        p, w = self.plan, self.buf.writeline
+        r0 = self.ns.create_name("r0")
+        rows_live = f"tl.broadcast_to(live[:, None], [{p.block}, {p.step}])"
+        for first in (True, False):
+            r = self.ns.create_name("r")
+            if first:
+                w(f"for {r0} in range({lo}, {full}, {p.step}):")
+                mask = rows_live
+            else:
+                w(f"if {full} < {hi}:  # the ragged last step")
+                mask = self.ns.create_name("live2")
+            with self.buf.indent():
+                w(f"{r} = {r0 if first else full} + tl.arange(0, {p.step}).to(IDX)")
+                if not first:
+                    w(f"{mask} = live[:, None] & ({r} < {hi})[None, :]")
+                self.red = _Red(axes, r, mask, {}, rn)
+                try:
+                    value = body()
+                finally:
+                    self.red = None
+                add(value, None if first else mask)
+
+    def float_sum(self, acc: str, steps: tuple, body: Callable[[], str]) -> None:
+        """A float sum, one value in any order (docs/semantics.md; the torch backend's `float_sum`):
+        pass 1 finds each row's largest finite biased exponent E and sums its non-finite values
+        (NaN, an infinity or 0 in any order); pass 2 adds trunc(x / 2**g), g = max(E - 1082, -1074),
+        as two 30-bit int64 folds (exact); the total is rounded to float64 once."""
+        p, w = self.plan, self.buf.writeline
+        shape = f"[{p.block}, {p.step}]"
+        ea, sa, ha, la = (self.ns.create_name(n) for n in ("exp_2", "special_2", "hi_2", "lo_2"))
+        e, special, g, s1, s2, fold_hi, fold_lo = (self.ns.create_name(n) for n in (
+            "exp", "special", "g", "s1", "s2", "fold_hi", "fold_lo"))
+        w(f"{ea} = tl.zeros({shape}, dtype=tl.int64)  # pass 1: the largest finite biased exponent")
+        w(f"{sa} = tl.zeros({shape}, dtype=tl.float64)  # and the non-finite values")
+
+        def scan(value: str, ragged: str | None) -> None:
+            ev = self.ns.create_name("ev")
+            w(f"{ev} = (({value}.to(tl.int64, bitcast=True) >> 52) & 0x7FF)  # 0x7FF: NaN or an infinity")
+            keep = f"({ev} != 0x7FF)" if ragged is None else f"({ragged} & ({ev} != 0x7FF))"
+            w(f"{ea} = tl.maximum({ea}, tl.where({keep}, {ev}, 0))")
+            odd = f"({ev} == 0x7FF)" if ragged is None else f"({ragged} & ({ev} == 0x7FF))"
+            w(f"{sa} += tl.where({odd}, {value}, 0.0)")
+
+        self.steps(steps, body, scan)
+        w(f"{e} = tl.max({ea}, axis=1)")
+        w(f"{special} = tl.sum({sa}, axis=1)  # NaN, an infinity, or 0")
+        w(f"{g} = tl.maximum({e} - 1082, -1074)  # the grid 2**g: 2**-60 times the least power of two above the row")
+        w(f"{s1} = (((-{g} >> 1) + 1023) << 52).to(tl.float64, bitcast=True)[:, None]  # 2**-g = s1 * s2, exact")
+        w(f"{s2} = ((-{g} - (-{g} >> 1) + 1023) << 52).to(tl.float64, bitcast=True)[:, None]")
+        w(f"{ha} = tl.zeros({shape}, dtype=tl.int64)  # pass 2: the folds of t = trunc(x / 2**g), |t| < 2**60")
+        w(f"{la} = tl.zeros({shape}, dtype=tl.int64)")
+
+        def fold(value: str, ragged: str | None) -> None:
+            t = self.ns.create_name("t")
+            finite = f"(tl.abs({value}) <= {_FLOAT_MAX['d']})"
+            keep = finite if ragged is None else f"({ragged} & {finite})"
+            w(f"{t} = (tl.where({keep}, {value}, 0.0) * {s1} * {s2}).to(tl.int64)  # truncates towards zero")
+            w(f"{ha} += {t} >> 30")
+            w(f"{la} += {t} & 0x3FFFFFFF")
+
+        self.steps(steps, body, fold)
+        w(f"{fold_hi} = tl.sum({ha}, axis=1)")
+        w(f"{fold_lo} = tl.sum({la}, axis=1)")
+        w(f"{fold_hi} += {fold_lo} >> 30  # the carry; then hi splits into its float64 rounding and an exact rest")
+        w(f"{fold_lo} = {fold_lo} & 0x3FFFFFFF")
+        rounded = self.ns.create_name("rounded")
+        w(f"{rounded} = {fold_hi}.to(tl.float64)")
+        w(f"{acc} = {rounded} * 1073741824.0 + ((({fold_hi} - {rounded}.to(tl.int64)) * 1073741824) + {fold_lo}).to(tl.float64)"
+          "  # the one rounding")
+        w(f"{acc} = {acc} * (((({g} >> 1) + 1023) << 52).to(tl.float64, bitcast=True)) * ((({g} - ({g} >> 1) + 1023) << 52)"
+          ".to(tl.float64, bitcast=True))  # times 2**g: exact, or IEEE's overflow")
+        w(f"{acc} = tl.where({special} != 0, {special}, {acc})  # (NaN != 0)")
 
 
 def split_group(kernel: Kernel, g: Group) -> list[Group]:

@@ -25,6 +25,7 @@ from tritoncheck.plan.lower import Bound, RuleCheck
 from tritoncheck.checks.registry import violation
 from tritoncheck.report import SampleRange, Violation
 from tritoncheck.kernel.ir import BIG, KIND_DTYPE, Kernel, Op, walk
+from tritoncheck.kernel.sums import float_sum
 
 
 def decode(kernel: Kernel, values: Any, bound: Bound, walked: Mapping[str, int] | None = None) -> list[Violation]:
@@ -247,12 +248,14 @@ class PointOps:
                 return x.any(dim=dims) if dims else x
             if red == "all":
                 return x.all(dim=dims) if dims else x
-            out = x.sum(dim=dims) if dims else x
             # a value of size 1 along a reduced axis stands for that many equal values
             spread = math.prod(n for j, n in enumerate(sizes) if x.shape[outer + j] == 1)
+            if x.is_floating_point():  # the kernels' float sum, bit for bit (docs/semantics.md)
+                return float_sum(x, dims, spread)
+            out = x.sum(dim=dims) if dims else x
             if spread == 1:
                 return out
-            return out * (float(spread) if out.is_floating_point() else (spread + 2**63) % 2**64 - 2**63)  # int64 wraps
+            return out * ((spread + 2**63) % 2**64 - 2**63)  # int64 wraps
         finally:
             del self.free[outer:]
 

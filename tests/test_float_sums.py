@@ -1,0 +1,169 @@
+"""Float sums: one value on every backend and in any order (docs/semantics.md, "Sums").
+
+`defined_sum` is the page's definition in exact Python arithmetic (fractions), independent of
+the backends' int64 folds. Random rows of every float dtype, with exponents spread over the
+dtype's range, non-finite values, permutations and strided, transposed and expanded layouts,
+must give that value, bit for bit, on torch, C and Triton (its interpreter without a GPU).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from fractions import Fraction
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from report_compare import comparable
+
+import tritoncheck as tc
+from tritoncheck.backends import torch as torch_backend
+from tritoncheck.kernel import sums
+from tritoncheck.spec.schema import spec_from_dict
+
+BACKENDS = ("torch", "c", "triton")
+
+
+def defined_sum(values: list[float]) -> float:
+    """The sum docs/semantics.md defines, step by step, in exact arithmetic."""
+    values = [float(v) for v in values]
+    odd = [v for v in values if not math.isfinite(v)]
+    if odd:
+        return math.nan if any(math.isnan(v) for v in odd) or {math.inf, -math.inf} <= set(odd) else odd[0]
+    biased = max((struct.unpack("<q", struct.pack("<d", abs(v)))[0] >> 52 for v in values), default=0)
+    step = Fraction(2) ** max(biased - 1082, -1074)
+    total = sum(int(Fraction(v) / step) for v in values) * step  # int() cuts towards zero
+    try:
+        return float(total)  # rounded once, to nearest
+    except OverflowError:
+        return math.copysign(math.inf, total)
+
+
+# exponents (of 2) a dtype's values span, its smallest subnormal up
+RANGE = {torch.float64: (-1074, 1023), torch.float32: (-149, 127), torch.float16: (-24, 15),
+         torch.bfloat16: (-133, 127)}
+
+
+@st.composite
+def rows(draw) -> tuple[torch.dtype, list[float], list[int], str]:
+    """(dtype, stored values of a row, a permutation of it, layout)."""
+    dtype = draw(st.sampled_from(list(RANGE)), label="dtype")
+    low, high = RANGE[dtype]
+    top = draw(st.integers(low, high), label="top exponent")
+    spread = draw(st.sampled_from([0, 8, 30, 70, 300]), label="exponent spread")
+    layout = draw(st.sampled_from(["contiguous", "strided", "transposed", "expanded", "batch_expanded"]), label="layout")
+    n = 1 if layout == "expanded" else draw(st.integers(1, 40), label="n")
+    values = []
+    for _ in range(n):
+        kind = draw(st.sampled_from(["value"] * 12 + ["zero", "inf", "-inf", "nan"]))
+        if kind != "value":
+            values.append({"zero": 0.0, "inf": math.inf, "-inf": -math.inf, "nan": math.nan}[kind])
+            continue
+        mantissa = draw(st.integers(1, 2**53 - 1)) / 2**53
+        exponent = draw(st.integers(max(low, top - spread), top))
+        values.append(draw(st.sampled_from([1.0, -1.0])) * math.ldexp(mantissa, exponent + 1))
+    stored = torch.tensor(values, dtype=torch.float64).to(dtype)  # rounded into the dtype (maybe to inf)
+    if layout == "expanded":
+        return dtype, stored.tolist() * draw(st.integers(2, 40), label="length"), [], layout
+    return dtype, stored.tolist(), draw(st.permutations(range(n)), label="permutation"), layout
+
+
+def batch(dtype: torch.dtype, values: list[float], perm: list[int], layout: str) -> torch.Tensor:
+    """Two rows, the second the first permuted (or the same stored row, expanded), in `layout`."""
+    n = len(values)
+    if layout == "expanded":  # one stored value per row, expanded along L
+        return torch.tensor([[values[0]]], dtype=torch.float64).to(dtype).expand(2, n)
+    row = torch.tensor(values, dtype=torch.float64).to(dtype)
+    if layout == "batch_expanded":  # one stored row, expanded along B
+        return row[None].expand(2, n)
+    x = torch.stack([row, row[perm]])
+    if layout == "strided":
+        wide = torch.zeros(2, 2 * n, dtype=dtype)
+        wide[:, ::2] = x
+        return wide[:, ::2]
+    if layout == "transposed":
+        return x.T.contiguous().T
+    return x
+
+
+def text(value: float) -> str:
+    """A float as a rule's constant: repr, and 1e999 for inf (NaN has no literal)."""
+    return repr(value) if math.isfinite(value) else "1e999" if value > 0 else "-1e999"
+
+
+def report(x: torch.Tensor, rules: list[str], backend: str) -> list:
+    s = spec_from_dict({"name": "sums", "fields": {"x": {"dtype": str(x.dtype).removeprefix("torch."),
+                                                          "shape": ["B", "L"]}}, "rules": rules}, "sums.yaml")
+    r = tc.check({"x": x}, s, backend=backend)
+    assert r.backend == backend, r.backend
+    return [(v.rule, v.count, tuple(v.samples), v.value) for v in r.violations]
+
+
+@settings(deadline=None)
+@given(case=rows())
+def test_a_float_sum_is_the_defined_sum_on_every_backend_in_any_order(case):
+    """Each row's sum (the second row is the first permuted) and the sum over both rows equal the
+    exact reference, bit for bit, on every backend: as verdicts (`!=` the reference fails on both
+    rows) and as the values the reports show."""
+    pytest.importorskip("triton", reason="pip install triton (in the test extra)")
+    dtype, values, perm, layout = case
+    x = batch(dtype, values, perm, layout)
+    row, total = defined_sum(values), defined_sum(x.reshape(-1).tolist())
+    # `!=` a number fails exactly where the sum is that number; NaN fails `< inf` (and only NaN does)
+    rules = [f"sum(x, dim=L) != {text(row)}" if not math.isnan(row) else "sum(x, dim=L) < 1e999",
+             f"sum(x) != {text(total)}" if not math.isnan(total) else "sum(x) < 1e999"]
+    want = comparable([(rules[0], 2, (0, 1), row), (rules[1], 1, (), total)])
+    for backend in BACKENDS:
+        assert comparable(report(x, rules, backend)) == want, (backend, values, perm, layout)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_ten_tenths_sum_to_the_defined_value_on_every_backend(backend, dtype):
+    """Ten float64 0.1 sum to 1.0 everywhere (C's loop in order gave 0.9999999999999999)."""
+    x = torch.full((1, 10), 0.1, dtype=dtype)
+    want = 1.0 if dtype == torch.float64 else 1.0000000149011612
+    assert defined_sum(x[0].tolist()) == want
+    assert report(x, [f"sum(x, dim=L) != {want!r}"], backend) == [(f"sum(x, dim=L) != {want!r}", 1, (0,), want)]
+
+
+def test_an_expanded_row_counts_each_stored_value_once_per_position(backend):
+    """Stride 0 along the summed axis: the stored value's folds times the count, exact (the old
+    shortcut, value x count in float64, gave 1.0 for 10 x float32(0.1), not 1.0000000149011612)."""
+    x = torch.tensor([[0.1], [1e8]], dtype=torch.float32).expand(2, 10)
+    assert report(x, ["sum(x, dim=L) < 0"], backend) == report(x.contiguous(), ["sum(x, dim=L) < 0"], "torch")
+    got = report(x, ["sum(x, dim=L) < 0"], backend)
+    assert got[0][1:] == (2, (0, 1), 1.0000000149011612)
+
+
+def test_a_row_past_the_int64_folds_is_added_in_python_integers(monkeypatch):
+    """A row of 2**33 values or more (an expanded view) sums in Python integers; the int64 folds
+    and the Python integers give the same bits wherever both can."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(16, 7, generator=g, dtype=torch.float64) * torch.logspace(-20, 20, 7, dtype=torch.float64))
+    folds = sums.float_sum(x, (1,), 3)
+    monkeypatch.setattr(sums, "MAX_TERMS", 2)
+    assert torch.equal(sums.float_sum(x, (1,), 3), folds)
+    assert folds.tolist() == [defined_sum(r * 3) for r in x.tolist()]
+    huge = sums.float_sum(torch.tensor([[0.1, 1e300]], dtype=torch.float64), (1,), 2**50)
+    assert huge.item() == math.inf
+    big = torch.tensor([[0.1]], dtype=torch.float32)
+    assert sums.float_sum(big, (1,), 2**40).item() == defined_sum([big.item()]) * 2**40
+
+
+def test_a_float_sum_in_windows_equals_it_whole(monkeypatch):
+    """The torch backend evaluates a long body over positions (`arange`) in windows: a float sum
+    then walks the windows twice, for the row's grid first, and gives the same bits."""
+    s = spec_from_dict({"name": "w", "fields": {"x": {"dtype": "float32", "shape": ["B", "L"]}},
+                        "rules": ["sum(x * arange(L), dim=L) < 0"]}, "w.yaml")
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 37, generator=g)
+    x[:, 1], x[:, 32] = 2.0**100, -(2.0**95)  # times 1 and 32: they cancel, and the row's grid 2**41 cuts
+    # its small terms (windows without them would keep those)
+    whole = tc.check({"x": x}, s, backend="torch").violations
+    monkeypatch.setattr(torch_backend, "MAX_MASK", 8)
+    windowed = tc.check({"x": x}, s, backend="torch").violations
+    assert [v.to_dict() for v in windowed] == [v.to_dict() for v in whole]
+    assert whole[0].value == defined_sum((x[0] * torch.arange(37)).tolist())
+    assert whole[0].value == 0.0

@@ -1,0 +1,97 @@
+"""Float sums in torch: one value whatever the order (docs/semantics.md, "Sums").
+
+The largest biased exponent E among a row's finite values fixes a grid 2**g, g = max(E - 1082,
+-1074); each value cut towards zero to a multiple of 2**g is an integer t, |t| < 2**60, split
+into two 30-bit folds that add up in int64 (exact, so in any order); the total is rounded to
+float64 once. The torch backend sums with `float_sum` (and with its steps over windows of a long
+row), and so does the decoder for the values a kernel's report shows; the C and Triton code
+generators emit the same steps (`codegen/c.py`: `tc_fsum`; `codegen/triton.py`: `float_sum`), so
+every backend gives the same bits.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import torch
+
+FOLD = 30  # bits of a fold: t = hi * 2**30 + lo, lo in [0, 2**30)
+MAX_TERMS = 2**33  # a row of fewer values cannot wrap its int64 folds (past it: Python integers)
+_FMAX = torch.finfo(torch.float64).max
+
+
+def float_sum(x: torch.Tensor, red: tuple[int, ...], count: int = 1) -> torch.Tensor:
+    """The float64 sum over positions `red` of `x` (any float dtype), each stored value counted
+    `count` times (an expanded axis): the same bits as the C and Triton kernels, in any order."""
+    x = x.to(torch.float64)
+    if not red:  # one value: itself (+0.0 for -0.0)
+        return x + 0.0
+    if count == 0 or any(x.shape[d] == 0 for d in red):  # no values
+        return torch.zeros_like(x.sum(dim=red))
+    special, grid, x = scan(x, red)
+    exact = math.prod(x.shape[d] for d in red) * count >= MAX_TERMS
+    return finish(special, grid, repeat(fold_sums(x, red, grid), count, exact)).squeeze(red)
+
+
+def scan(x: torch.Tensor, red: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pass 1, per row (kept dims): the sum of its non-finite values, which IEEE adds alike in any
+    order (NaN for a NaN or both infinities, else the infinity, else 0); its grid exponent g; and
+    `x` (float64) with the non-finite values zeroed."""
+    top = x.abs().amax(dim=red, keepdim=True)  # (NaN if any)
+    special = torch.zeros_like(top)
+    if not bool((top <= _FMAX).all()):  # a NaN or an infinity somewhere
+        finite = x.abs() <= _FMAX
+        special = torch.where(finite, 0.0, x).sum(dim=red, keepdim=True)
+        x = torch.where(finite, x, 0.0)
+        top = x.abs().amax(dim=red, keepdim=True)
+    # g from the largest finite |value|: its biased exponent E, so |value| < 2**(E - 1022) = 2**(g + 60)
+    return special, ((top.view(torch.int64) >> 52) - 1082).clamp(min=-1074), x
+
+
+def _pow2(k: torch.Tensor) -> torch.Tensor:
+    """2.0**k, exactly, for int64 k in [-1022, 1023] (the exponent bits)."""
+    return ((k + 1023) << 52).view(torch.float64)
+
+
+def fold_sums(x: torch.Tensor, red: tuple[int, ...], grid: torch.Tensor) -> list[torch.Tensor]:
+    """Pass 2, on finite float64 values: t = trunc(x / 2**g) (two exact power-of-two scalings,
+    then a truncating conversion), and the row sums of its folds t >> 30 and t & (2**30 - 1)."""
+    h = -grid
+    t = (x * _pow2(h >> 1) * _pow2(h - (h >> 1))).to(torch.int64)
+    return [(t >> FOLD).sum(dim=red, keepdim=True), (t & ((1 << FOLD) - 1)).sum(dim=red, keepdim=True)]
+
+
+def repeat(parts: list[torch.Tensor], count: int, exact: bool) -> list:
+    """The folds of `count` copies of each value; for a row of MAX_TERMS values or more (only an
+    expanded view holds one), each row's total as one Python integer instead."""
+    if not exact:
+        return [q * count for q in parts] if count != 1 else parts
+    hi, lo = (q.flatten().tolist() for q in parts)
+    return [[((a << FOLD) + b) * count for a, b in zip(hi, lo, strict=True)]]
+
+
+def finish(special: torch.Tensor, grid: torch.Tensor, parts: list) -> torch.Tensor:
+    """The row's total, rounded to float64 once: lo's carry moves into hi, hi splits into its
+    float64 rounding and an int64 rest that joins lo exactly, one float64 addition rounds the
+    exact total, and two power-of-two scalings place it (exact, or IEEE's overflow)."""
+    if len(parts) == 1:  # Python integers (`repeat`)
+        exact = [_exact_float(t, g) for t, g in zip(parts[0], grid.flatten().tolist(), strict=True)]
+        out = torch.tensor(exact, dtype=torch.float64, device=grid.device).reshape(grid.shape)
+        return torch.where(special != 0, special, out)
+    hi, lo = parts
+    hi = hi + (lo >> FOLD)
+    lo = lo & ((1 << FOLD) - 1)
+    rounded = hi.to(torch.float64)
+    rest = (hi - rounded.to(torch.int64)) * 2**FOLD + lo  # |rest| < 2**40
+    total = rounded * 2.0**FOLD + rest.to(torch.float64)
+    out = total * _pow2(grid >> 1) * _pow2(grid - (grid >> 1))
+    return torch.where(special != 0, special, out)  # (NaN != 0)
+
+
+def _exact_float(t: int, g: int) -> float:
+    """t * 2**g rounded to float64 once (an overflow is an infinity, as IEEE rounds it)."""
+    try:
+        return float(Fraction(t) * Fraction(2) ** g)
+    except OverflowError:
+        return math.copysign(math.inf, t)
