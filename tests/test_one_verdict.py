@@ -321,7 +321,8 @@ def semantics_examples() -> list:
 
     text = (pathlib.Path(__file__).parents[1] / "docs" / "semantics.md").read_text(encoding="utf-8")
     out = []
-    for row in re.findall(r"^\| (int64|float16|float32|float64) \| ([^|]+) \| `([^`]+)` \| (passes|fails) \|", text, re.M):
+    table_row = r"^\| (int64|float16|float32|float64) \| ([^|]+) \| `([^`]+)` \| (passes|fails) \|"
+    for row in re.findall(table_row, text, re.M):
         dtype, values, rule, verdict = row
         vals = []
         for item in values.split(", "):

@@ -49,7 +49,8 @@ _STORAGE = {
 _FIXED = frozenset({FUNCTION, "ia", "fa", "out", "found", "dirty", "flat", "tc_idx", "TC_BIG", "TC_STRIP", "uintptr_t",
                     "intptr_t",
                     "INT64_C", "INFINITY", "NAN", "fmodf", "floorf", "fabsf", "fmod", "floor", "fabs", "copysign",
-                    "copysignf", "restrict", "tc_pow2", "tc_fsum_grid", "tc_fsum_finish"})
+                    "copysignf", "restrict", "tc_pow2", "tc_fsum_exp", "tc_fsum_odd", "tc_fsum_grid",
+                    "tc_fsum_finish"})
 
 _HELPERS: dict[str, str] = {
     "tc_f16": """
@@ -135,6 +136,18 @@ static inline double tc_pow2(int64_t k) {  // 2**k, exactly, for k in [-1022, 10
     double d;
     memcpy(&d, &bits, 8);
     return d;
+}
+static inline int64_t tc_fsum_exp(double x) {  // pass 1: x's biased exponent, 0 for NaN and an infinity
+    uint64_t bits;
+    memcpy(&bits, &x, 8);
+    const int64_t e = (int64_t)((bits >> 52) & 0x7FF);
+    return e == 0x7FF ? 0 : e;
+}
+static inline int64_t tc_fsum_odd(double x) {  // pass 1: 1 for +inf, 2 for -inf, 3 for NaN, else 0 (ORed)
+    uint64_t bits;
+    memcpy(&bits, &x, 8);
+    const int64_t odd = -(int64_t)(((bits >> 52) & 0x7FF) == 0x7FF);  // all ones for NaN and an infinity
+    return odd & ((1 + (int64_t)(bits >> 63)) | 3 * (int64_t)((bits << 12) != 0));  // (no branch: vectorizes)
 }
 static inline int64_t tc_fsum_grid(int64_t e) {  // g: 2**-60 times the least power of two above the row
     return e - 1082 < -1074 ? -1074 : e - 1082;
@@ -504,22 +517,19 @@ class CCodegen:
         if op.id not in self.names:
             self.names[op.id] = self.ns.create_name(f"v{op.id}")
         acc = self.names[op.id]
-        nf, e, g, s1, s2, hi, lo = (self.ns.create_name(n) for n in ("nonfinite", "e", "g", "s1", "s2", "hi", "lo"))
+        nf, e, g, s1, s2, hi, lo = (self.ns.create_name(n) for n in ("odd", "e", "g", "s1", "s2", "hi", "lo"))
         self.helper("tc_fsum")
         w(f"double {acc};  // sum over [{comment(', '.join(axes))}]: one value in any order")
         w("{")
         with self.buf.indent():
-            w(f"int64_t {nf} = 0, {e} = 0;  // non-finite values (1: +inf, 2: -inf, 3: both or a NaN); the largest finite exponent")
-            w(f"int64_t {hi} = 0, {lo} = 0;  // the folds")
+            w(f"int64_t {nf} = 0, {e} = 0;  // pass 1: non-finite values seen (tc_fsum_odd); the largest exponent")
+            w(f"int64_t {hi} = 0, {lo} = 0;  // pass 2: the folds")
             with self._loops(axes):
                 v = body()
-                bits, ev, ef = (self.ns.create_name(n) for n in ("bits", "ev", "ef"))
-                w(f"uint64_t {bits};")
-                w(f"memcpy(&{bits}, &{v}, 8);")
-                w(f"const int64_t {ev} = (int64_t)(({bits} >> 52) & 0x7FF);  // 0x7FF: NaN or an infinity")
-                w(f"{nf} |= -(int64_t)({ev} == 0x7FF) & ((1 + (int64_t)({bits} >> 63)) | 3 * (int64_t)(({bits} << 12) != 0));")
-                w(f"const int64_t {ef} = {ev} == 0x7FF ? 0 : {ev};")
-                w(f"{e} = {ef} > {e} ? {ef} : {e};")
+                ev = self.ns.create_name("ev")
+                w(f"{nf} |= tc_fsum_odd({v});")
+                w(f"const int64_t {ev} = tc_fsum_exp({v});")
+                w(f"{e} = {ev} > {e} ? {ev} : {e};")
             w(f"const int64_t {g} = tc_fsum_grid({e});")
             w(f"if (!{nf}) {{")
             with self.buf.indent():

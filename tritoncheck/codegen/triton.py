@@ -183,6 +183,26 @@ def _divmod(n, d, magic, shift, IDX: tl.constexpr):
         q = n // d
     return q, n - q * d
 ''',
+    "_pow2": '''
+@triton.jit
+def _pow2(k):
+    # 2.0**k, exactly, for int64 k in [-1022, 1023] (the exponent bits)
+    return ((k + 1023) << 52).to(tl.float64, bitcast=True)
+''',
+    "_fsum_finish": '''
+@triton.jit
+def _fsum_finish(special, g, hi, lo):
+    # a float sum's row total from its folds (docs/semantics.md, "Sums"; as C's tc_fsum_finish): the
+    # carry moves into hi; hi splits into its float64 rounding and an int64 rest that joins lo
+    # exactly (|rest| < 2**40); one addition rounds the exact total, two scalings by powers of two
+    # place it (exact, or IEEE's overflow); a row with a NaN or an infinity is `special`
+    hi += lo >> 30
+    lo = lo & 0x3FFFFFFF
+    rounded = hi.to(tl.float64)
+    total = rounded * 1073741824.0 + ((hi - rounded.to(tl.int64)) * 1073741824 + lo).to(tl.float64)
+    total = total * _pow2(g >> 1) * _pow2(g - (g >> 1))
+    return tl.where(special != 0, special, total)
+''',
     "_mod_f": '''
 @triton.jit
 def _mod_f(a, b):
@@ -936,8 +956,7 @@ class TritonCodegen:
         p, w = self.plan, self.buf.writeline
         shape = f"[{p.block}, {p.step}]"
         ea, sa, ha, la = (self.ns.create_name(n) for n in ("exp_2", "special_2", "hi_2", "lo_2"))
-        e, special, g, s1, s2, fold_hi, fold_lo = (self.ns.create_name(n) for n in (
-            "exp", "special", "g", "s1", "s2", "fold_hi", "fold_lo"))
+        e, special, g, s1, s2 = (self.ns.create_name(n) for n in ("exp", "special", "g", "s1", "s2"))
         w(f"{ea} = tl.zeros({shape}, dtype=tl.int64)  # pass 1: the largest finite biased exponent")
         w(f"{sa} = tl.zeros({shape}, dtype=tl.float64)  # and the non-finite values")
 
@@ -953,8 +972,8 @@ class TritonCodegen:
         w(f"{e} = tl.max({ea}, axis=1)")
         w(f"{special} = tl.sum({sa}, axis=1)  # NaN, an infinity, or 0")
         w(f"{g} = tl.maximum({e} - 1082, -1074)  # the grid 2**g: 2**-60 times the least power of two above the row")
-        w(f"{s1} = (((-{g} >> 1) + 1023) << 52).to(tl.float64, bitcast=True)[:, None]  # 2**-g = s1 * s2, exact")
-        w(f"{s2} = ((-{g} - (-{g} >> 1) + 1023) << 52).to(tl.float64, bitcast=True)[:, None]")
+        w(f"{s1} = _pow2(-{g} >> 1)[:, None]  # 2**-g = s1 * s2, each exact")
+        w(f"{s2} = _pow2(-{g} - (-{g} >> 1))[:, None]")
         w(f"{ha} = tl.zeros({shape}, dtype=tl.int64)  # pass 2: the folds of t = trunc(x / 2**g), |t| < 2**60")
         w(f"{la} = tl.zeros({shape}, dtype=tl.int64)")
 
@@ -967,17 +986,8 @@ class TritonCodegen:
             w(f"{la} += {t} & 0x3FFFFFFF")
 
         self.steps(steps, body, fold)
-        w(f"{fold_hi} = tl.sum({ha}, axis=1)")
-        w(f"{fold_lo} = tl.sum({la}, axis=1)")
-        w(f"{fold_hi} += {fold_lo} >> 30  # the carry; then hi splits into its float64 rounding and an exact rest")
-        w(f"{fold_lo} = {fold_lo} & 0x3FFFFFFF")
-        rounded = self.ns.create_name("rounded")
-        w(f"{rounded} = {fold_hi}.to(tl.float64)")
-        w(f"{acc} = {rounded} * 1073741824.0 + ((({fold_hi} - {rounded}.to(tl.int64)) * 1073741824) + {fold_lo}).to(tl.float64)"
-          "  # the one rounding")
-        w(f"{acc} = {acc} * (((({g} >> 1) + 1023) << 52).to(tl.float64, bitcast=True)) * ((({g} - ({g} >> 1) + 1023) << 52)"
-          ".to(tl.float64, bitcast=True))  # times 2**g: exact, or IEEE's overflow")
-        w(f"{acc} = tl.where({special} != 0, {special}, {acc})  # (NaN != 0)")
+        self.helpers.update(("_pow2", "_fsum_finish"))
+        w(f"{acc} = _fsum_finish({special}, {g}, tl.sum({ha}, axis=1), tl.sum({la}, axis=1))")
 
 
 def split_group(kernel: Kernel, g: Group) -> list[Group]:
