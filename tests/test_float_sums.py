@@ -8,8 +8,12 @@ must give that value, bit for bit, on torch, C and Triton (its interpreter witho
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import struct
+import subprocess
+import sys
 from fractions import Fraction
 
 import pytest
@@ -171,3 +175,41 @@ def test_a_float_sum_in_windows_equals_it_whole(monkeypatch):
     assert [v.to_dict() for v in windowed] == [v.to_dict() for v in whole]
     assert whole[0].value == defined_sum((x[0] * torch.arange(37)).tolist())
     assert whole[0].value == 0.0
+
+
+_PTX = r"""
+import json, sys, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import create_function_from_signature
+from tritoncheck.backends import triton as backend
+from tritoncheck.plan.lower import bind, compile_plan
+from tritoncheck.spec.schema import spec_from_dict
+TARGET = GPUTarget("cuda", 90, 32)  # an H100
+spec = spec_from_dict({"name": "s", "fields": {"x": {"dtype": "float32", "shape": ["B", "L"]}},
+                       "rules": ["sum(x, dim=L) < 5"]}, "s")
+plan = compile_plan(spec)
+bound = bind(plan, {"x": torch.zeros(3, 5)})
+program = backend.program_for(plan, bound)
+out = torch.zeros(backend.launch_for(program, bound).length, dtype=torch.int64)
+args, kwargs, _ = backend.launch_args(program, bound, out)
+fn, target_backend = program.fn, make_backend(TARGET)
+bound_args, specialization, options = create_function_from_signature(fn.signature, fn.params, target_backend)(
+    *args, **kwargs)
+options, signature, constexprs, attrs = fn._pack_args(target_backend, options, bound_args, specialization, options)
+compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
+print(json.dumps(compiled.asm["ptx"]))
+"""
+
+
+def test_a_float_sum_compiles_to_the_same_steps_for_a_gpu(tmp_path):
+    """The interpreter runs numpy; a GPU runs PTX. Compiled for an H100 (no GPU needed), the folds
+    shift right arithmetically (floor, as C and torch), float64 -> int64 truncates and int64 ->
+    float64 rounds to nearest, as the steps need."""
+    pytest.importorskip("triton.backends.compiler", reason="pip install triton (in the test extra)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITONCHECK_CACHE_DIR"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", _PTX], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ptx = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "shr.s64" in ptx and "cvt.rzi.s64.f64" in ptx and "cvt.rn.f64.s64" in ptx
