@@ -121,21 +121,12 @@ def compile_plan(spec: BatchSpec) -> Plan:
     spec.require_params()
     params = spec.params
     dims = spec.dim_names()
+    mistakes = Mistakes(spec.name)
     fields = []
     for name, f in spec.fields.items():
-        shape, axes = [], []
-        unit_tail = bool(f.shape) and f.shape[-1] == UNIT_TAIL
-        entries = f.shape[:-1] if unit_tail else f.shape
-        for i, entry in enumerate(entries):
-            size = _shape_entry(entry, params, dims, where=f"fields.{name}.shape")
-            shape.append(size)
-            axes.append(size if isinstance(size, str) else f"{name}.{i}")
-        if len(set(axes)) != len(axes):
-            raise SpecError(f"{spec.name}: fields.{name}.shape repeats a dim; each axis needs its own name")
-        fields.append(
-            FieldPlan(name, spec.field_dtypes(name), tuple(shape), tuple(str(e) for e in entries), tuple(axes), f.optional,
-                      unit_tail, f.severity.get("rank", "error"))
-        )
+        with mistakes:
+            fields.append(_field_plan(spec, name, f, params, dims))
+    mistakes.raise_any()  # the rules read the fields: a field that did not lower would make each rule over it a mistake
     by_name = {f.name: f for f in fields}
     scope = _Scope(by_name, params, dims, spec.name)
 
@@ -143,48 +134,14 @@ def compile_plan(spec: BatchSpec) -> Plan:
     kinds = field_kinds()
     for fp, (name, f) in zip(fields, spec.fields.items(), strict=True):
         for kind in kinds:  # each field option lowered by the kind that declares it (min, max, values, ...)
-            checks.extend(kind.lower(name, f, fp, scope))
+            with mistakes:
+                checks.extend(kind.lower(name, f, fp, scope))
 
     dim_checks: list[DimCheck] = []
     for i, r in enumerate(spec.rules):
-        where = f"rules.{i}"
-        parts = split_where(r.rule)
-        expr = scope.resolve(_expr.parse(parts[0]), where, presence=True)
-        cond = scope.resolve(_expr.parse(parts[1]), where, presence=True) if len(parts) == 2 else None
-        subject = expr.a if isinstance(expr, Binary) and expr.op in ("==", "!=", "<", "<=", ">", ">=") else expr
-        refs = expr_fields(expr) | (expr_fields(cond) if cond is not None else set())
-        when = None
-        if refs and cond is not None and _expr.is_host(cond) and any(map(presence_field, expr_dims(cond))):
-            when, cond = cond, None  # `x <= k where not present(y)`: bind decides whether it applies
-        if refs and any(map(presence_field, expr_dims(expr) | expr_dims(cond))):
-            raise scope.error(where, f"{r.rule!r}: present() may be used in rules over sizes and presence, and in "
-                                     "the `where` of a rule over data when that `where` reads no field")
-        if not refs:
-            if _expr.has_arange(expr) or (cond is not None and _expr.has_arange(cond)):
-                raise scope.error(where, f"{r.rule!r} reads no field, and arange() only has a meaning next to one; "
-                                         "write a rule over sizes with the dim itself, as in L <= 512")
-            if not expr_dims(expr) and (cond is None or not expr_dims(cond)):
-                if (cond is None or bool(evaluate_scalar(cond, {}))) and not bool(evaluate_scalar(expr, {})):
-                    raise scope.error(where, f"{r.rule!r} is false for every batch (with these parameters)")
-                continue  # always true: nothing to check
-            owner = r.field or _dim_owner(expr, fields)
-            named = set().union(*(_expr.names(_expr.parse(part)) for part in parts))
-            used = tuple((n, scope.params[n]) for n in sorted(named & set(scope.params)))
-            dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound",
-                                       r.hint, cond, r.severity, params=used))
-            continue
-        _bound_space(scope, where, r.rule, expr, cond)
-        report_field = r.field or _first_ref(expr if expr_fields(expr) else cond)
-        axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
-        if isinstance(cond, Const):  # `x > 0 where 0` applies nowhere; `where 1` everywhere
-            if not bool(cond.value):
-                continue
-            cond = None
-        if isinstance(expr, Const):  # `0 where x > 0`: holds everywhere, or fails wherever `where` holds
-            if bool(expr.value):
-                continue
-            expr, cond = Unary("not", cond), None
-        checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint, r.severity, when))
+        with mistakes:
+            _lower_rule(scope, f"rules.{i}", r, fields, checks, dim_checks)
+    mistakes.raise_any()
 
     if len(checks) > MAX_DATA_CHECKS:
         raise scope.error(None, f"{len(checks)} data checks (field bounds, value sets and rules over data); at most "
@@ -195,6 +152,87 @@ def compile_plan(spec: BatchSpec) -> Plan:
                 needs=needs)
     spec._plan = plan
     return plan
+
+
+def _field_plan(spec: BatchSpec, name: str, f: Any, params: Mapping[str, Any], dims: set[str]) -> FieldPlan:
+    shape, axes = [], []
+    unit_tail = bool(f.shape) and f.shape[-1] == UNIT_TAIL
+    entries = f.shape[:-1] if unit_tail else f.shape
+    for i, entry in enumerate(entries):
+        size = _shape_entry(entry, params, dims, where=f"fields.{name}.shape")
+        shape.append(size)
+        axes.append(size if isinstance(size, str) else f"{name}.{i}")
+    if len(set(axes)) != len(axes):
+        raise SpecError(f"{spec.name}: fields.{name}.shape repeats a dim; each axis needs its own name")
+    return FieldPlan(name, spec.field_dtypes(name), tuple(shape), tuple(str(e) for e in entries), tuple(axes), f.optional,
+                     unit_tail, f.severity.get("rank", "error"))
+
+
+class Mistakes:
+    """Every mistake of a spec found by lowering it, raised together (a file with four took four runs):
+    `with mistakes:` keeps one part's SpecError and goes on; `raise_any()` raises them as one."""
+
+    def __init__(self, spec_name: str):
+        self.spec_name, self.found = spec_name, []
+
+    def __enter__(self) -> Mistakes:
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, SpecError):
+            self.found.append(exc)
+            return True
+        return False
+
+    def raise_any(self) -> None:
+        if len(self.found) == 1:
+            raise self.found[0]
+        if self.found:
+            prefix = f"{self.spec_name}: "
+            lines = [str(m).removeprefix(prefix) for m in self.found]
+            raise SpecError(f"{self.spec_name}: {len(lines)} error(s) in spec\n" + "\n".join(f"  {m}" for m in lines))
+
+
+def _lower_rule(scope: _Scope, where: str, r: Any, fields: list[FieldPlan], checks: list[DataCheck],
+                dim_checks: list[DimCheck]) -> None:
+    """One `rules:` entry lowered to a check over dims (on the host) or over data, or to nothing (always true)."""
+    parts = split_where(r.rule)
+    expr = scope.resolve(_expr.parse(parts[0]), where, presence=True)
+    cond = scope.resolve(_expr.parse(parts[1]), where, presence=True) if len(parts) == 2 else None
+    subject = expr.a if isinstance(expr, Binary) and expr.op in ("==", "!=", "<", "<=", ">", ">=") else expr
+    refs = expr_fields(expr) | (expr_fields(cond) if cond is not None else set())
+    when = None
+    if refs and cond is not None and _expr.is_host(cond) and any(map(presence_field, expr_dims(cond))):
+        when, cond = cond, None  # `x <= k where not present(y)`: bind decides whether it applies
+    if refs and any(map(presence_field, expr_dims(expr) | expr_dims(cond))):
+        raise scope.error(where, f"{r.rule!r}: present() may be used in rules over sizes and presence, and in "
+                                 "the `where` of a rule over data when that `where` reads no field")
+    if not refs:
+        if _expr.has_arange(expr) or (cond is not None and _expr.has_arange(cond)):
+            raise scope.error(where, f"{r.rule!r} reads no field, and arange() only has a meaning next to one; "
+                                     "write a rule over sizes with the dim itself, as in L <= 512")
+        if not expr_dims(expr) and (cond is None or not expr_dims(cond)):
+            if (cond is None or bool(evaluate_scalar(cond, {}))) and not bool(evaluate_scalar(expr, {})):
+                raise scope.error(where, f"{r.rule!r} is false for every batch (with these parameters)")
+            return  # always true: nothing to check
+        owner = r.field or _dim_owner(expr, fields)
+        named = set().union(*(_expr.names(_expr.parse(part)) for part in parts))
+        used = tuple((n, scope.params[n]) for n in sorted(named & set(scope.params)))
+        dim_checks.append(DimCheck(owner, expr, subject, r.rule, r.code if r.code != "rule_failed" else "dim_bound",
+                                   r.hint, cond, r.severity, params=used))
+        return
+    _bound_space(scope, where, r.rule, expr, cond)
+    report_field = r.field or _first_ref(expr if expr_fields(expr) else cond)
+    axes = _ordered_union(scope.axes(expr), scope.axes(cond) if cond is not None else ())
+    if isinstance(cond, Const):  # `x > 0 where 0` applies nowhere; `where 1` everywhere
+        if not bool(cond.value):
+            return
+        cond = None
+    if isinstance(expr, Const):  # `0 where x > 0`: holds everywhere, or fails wherever `where` holds
+        if bool(expr.value):
+            return
+        expr, cond = Unary("not", cond), None
+    checks.append(RuleCheck(report_field, expr, cond, subject, r.rule, r.code, axes, r.hint, r.severity, when))
 
 
 MAX_DATA_CHECKS = 256  # per spec: a C kernel of 300 checks took 16 s to compile here (100: 2.4 s)
