@@ -354,8 +354,11 @@ def test_scan_of_hostile_shards_is_each_row_checked_alone(data):
         low = data.draw(st.sampled_from([-2, 1]))
         for shard in shards:
             write(shard, folder, marker)
-        # (element checks read ragged values in blocks: small ones here, so that blocks and the last one meet rows)
-        with mock.patch.object(scan_module, "ELEMENT_BLOCK", data.draw(st.sampled_from([1, 2, 3, 5, 1024]))):
+        # (element checks read ragged values in blocks: small ones here, so that blocks and the last one meet rows;
+        # and chunks by bytes of a few rows, so that row groups are cut in even parts and small ones joined)
+        block = data.draw(st.sampled_from([1, 2, 3, 5, 1024]))
+        chunk = data.draw(st.sampled_from([16 << 20, 40, 100, 300]))
+        with mock.patch.object(scan_module, "ELEMENT_BLOCK", block), mock.patch.object(scan_module, "CHUNK_BYTES", chunk):
             report = tc.scan(spec_for(depths, low), folder, backend=data.draw(st.sampled_from(["torch", "c"])))
         assert not marker.exists(), "a pickled value was loaded"
         assert report["unchecked"] == []
