@@ -7,8 +7,10 @@ pools of hostile choices: names the kernel generator uses (`out`, `i`, `tl`, `pt
 dims named like fields, -0.0, huge, fractional and non-finite bounds, rules from the whole
 expression grammar of `tritoncheck/expr.py`. Batches mix odd dtypes, strides (transposed,
 stepped, expanded, offset), sizes (0, 1, past a block) and values (NaN, +-inf, -0.0,
-denormals, integer extremes); a share of them is drawn inside the spec's bounds, so that the
-path where nothing is wrong runs too.
+denormals, integer extremes, and at and one step around each bound and rule constant: a bound
+or a rule's part written over parameters and dims, `num_labels - 1` or `L * 0.5`, evaluated with
+the drawn sizes); a share of them is drawn inside the spec's bounds, so that the path where
+nothing is wrong runs too.
 
 Tensor values come from a `torch.Generator` seeded by a drawn integer, so an example stays small
 for Hypothesis however large its tensors are. `Case.__repr__` prints the YAML text and the batch
@@ -17,9 +19,11 @@ as Python code (exact storage, sizes, strides and offset), ready to paste into a
 
 from __future__ import annotations
 
+import ast
 import math
+import operator
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -82,7 +86,9 @@ class FieldModel:
     max: Any = None
     allow: list = field(default_factory=list)
     values: list | None = None
-    edges: list = field(default_factory=list)  # numbers its values are drawn at and around: bounds, rule constants
+    # numbers its values are drawn at and around: numeric bounds, sentinels, set members; the rules'
+    # constants and bounds written as expressions (`num_labels - 1`) join them once dims are drawn (`resolved`)
+    edges: list = field(default_factory=list)
 
 
 @dataclass
@@ -147,9 +153,8 @@ def spec_models(draw) -> tuple[dict, list[FieldModel], dict[str, Any]]:
     rules = draw(st.lists(rules_for(models, dims, list(params), clean), min_size=int(clean), max_size=4))
     if rules:
         data["rules"] = rules
-    consts = [float(c) for c in re.findall(r"(?<![\w.])\d+\.?\d*(?:e[+-]?\d+)?", str(rules)) if len(c) < 30]
     for m in models:
-        m.edges = [v for v in (m.min, m.max, *m.allow, *(m.values or []), *consts)
+        m.edges = [v for v in (m.min, m.max, *m.allow, *(m.values or []))
                    if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if not clean and draw(st.integers(0, 3)) == 0:  # a base to merge: a built-in, or a file it may not read
         data["extends"] = draw(st.sampled_from(EXTENDS))
@@ -442,6 +447,76 @@ def _sizes(m: FieldModel, params: dict[str, Any], dims: dict[str, int]) -> list[
     return [dims.get(v, 1) if k == "dim" else v if k == "size" else _param_size(v, params) for k, v in m.axes if k != "raw"]
 
 
+_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+          ast.Mod: operator.mod}
+
+
+def _known(node: ast.AST, names: dict[str, int | float]) -> int | float | None:
+    """The value of `node` where it reads only numbers, `abs` and `names` (parameters and dims), in
+    Python's arithmetic (a spec's constants are Python numbers); None where it reads anything else."""
+    if isinstance(node, ast.Constant):
+        v = node.value
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _known(node.operand, names)
+        return None if v is None else -v if isinstance(node.op, ast.USub) else v
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "abs"
+            and len(node.args) == 1 and not node.keywords):
+        v = _known(node.args[0], names)
+        return None if v is None else abs(v)
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        a, b = _known(node.left, names), _known(node.right, names)
+        if a is None or b is None:
+            return None
+        try:
+            return _ARITH[type(node.op)](a, b)
+        except (ZeroDivisionError, OverflowError):  # (x // 0 is 0 on the backends: not an edge worth drawing)
+            return None
+    return None
+
+
+def _tree(text: str) -> ast.AST | None:
+    """The expression `text` parses to (as the spec parses it), or None."""
+    try:
+        return ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def known_values(text: Any, names: dict[str, int | float]) -> list[int | float]:
+    """The values of the largest parts of a bound or rule text that read no field, once `names`
+    (parameters and dims) are known: `vocab_size * 0.5` in `x < vocab_size * 0.5`, `L - 1`, `3`.
+    Index positions and `dim=` arguments are not values a field is compared with."""
+    out: list[int | float] = []
+    parts = re.split(r"\s+where\s+", text) if isinstance(text, str) else []  # (split as the spec splits a rule)
+    stack = [t for t in map(_tree, parts) if t is not None]
+    while stack:
+        node = stack.pop()
+        v = _known(node, names)
+        if v is not None:
+            out.append(v)
+        elif isinstance(node, ast.Subscript):
+            stack.append(node.value)
+        elif isinstance(node, ast.Call):
+            stack += node.args
+        else:
+            stack += ast.iter_child_nodes(node)
+    return out
+
+
+def resolved(m: FieldModel, names: dict[str, int | float], rules: list[str] = ()) -> FieldModel:
+    """`m` once the batch's dims are drawn: a min/max written as an expression (`num_labels - 1`,
+    `L // 2`) becomes its value, for values drawn inside the bounds, and joins the edges, with the
+    parts of the rules that read no field (`vocab_size * 0.5`)."""
+    bounds = {k: v for k in ("min", "max")
+              if isinstance(text := getattr(m, k), str) and (v := _known(_tree(text), names)) is not None}
+    extra = [*bounds.values(), *(v for r in rules for v in known_values(r, names))]
+    edges = list({repr(v): v for v in [*m.edges, *extra]}.values())  # (repr keeps 0 and -0.0 apart)
+    return replace(m, edges=edges, **bounds)
+
+
 def cost(sizes: list[int], reduces: bool) -> float:
     """The most elements a check can visit over axes of these sizes, in units of MAX_SPACE."""
     space = math.prod(max(s, 1) for s in sizes)
@@ -452,7 +527,8 @@ def cost(sizes: list[int], reduces: bool) -> float:
 
 @st.composite
 def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: bool,
-            positional: frozenset[str] = frozenset(), huge: bool | str = False) -> dict[str, Any]:
+            positional: frozenset[str] = frozenset(), huge: bool | str = False,
+            rules: list[str] = ()) -> dict[str, Any]:
     dims = {}
     for m in models:
         for kind, v in m.axes:
@@ -481,6 +557,8 @@ def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: boo
     while dims and cost(fixed + [n for d, n in dims.items() if n != HUGE_EMPTY and d != expanded], reduces) > MAX_SPACE:
         d = max((k for k in dims if dims[k] != HUGE_EMPTY and k != expanded), key=dims.get)
         dims[d] //= 2
+    names = {**{p: v for p, v in params.items() if type(v) in (int, float)}, **dims}
+    models = [resolved(m, names, rules) for m in models]  # expression bounds and rule parts, evaluated
     valid = draw(st.integers(0, 2)) == 0  # mostly-valid batch: values inside the declared bounds
     batch: dict[str, Any] = {}
     for m in models:
@@ -564,7 +642,9 @@ def step(x: float, dtype: torch.dtype, up: bool) -> float:
 
 def edge_values(edges: list, dtype: torch.dtype) -> list[int | float]:
     """Per number: the values of `dtype` just below and above it (equal where it holds the number),
-    and one step past each: where a bound rounded the wrong way, or not at all, shows."""
+    and one step past each: where a bound rounded the wrong way, or not at all, shows. (A float16 or
+    bfloat16 field is compared in float32, which holds every value of it: the values it can store
+    around the number's float32 rounding are these.)"""
     out: list[int | float] = []
     for e in edges:
         try:
@@ -675,7 +755,8 @@ def cases(draw, huge: bool | str = False) -> Case:
     assume(cost([s for m in models for s in _sizes(m, params, {})], reduces) <= MAX_SPACE)
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=draw(st.booleans()))
     positional = frozenset(re.findall(r"arange\((\w+)\)", str(data.get("rules", ()))))
-    return Case(text, draw(batches(models, params, reduces, positional, huge)), params)
+    rules = [r["rule"] if isinstance(r, dict) else r for r in data.get("rules", ())]
+    return Case(text, draw(batches(models, params, reduces, positional, huge, rules)), params)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fuzz_specs import Case, cases
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from fuzz_specs import Case, FieldModel, batches, cases
+from hypothesis import HealthCheck, Phase, find, given, seed, settings
 from hypothesis import strategies as st
 from report_compare import comparable
 
@@ -201,3 +201,37 @@ def test_random_specs_and_batches_give_one_report_on_every_backend(spec_dir, bac
                 counts[k] += n
     print(f"differential fuzz {'+'.join(backends)}: seed {SEED}, {counts['examples']} examples "
           f"({counts['loaded']} specs loaded and checked), {time.monotonic() - start:.0f} s", file=sys.stderr)
+
+
+def _float32_edges(c: float) -> set[float]:
+    """The float32 values just below and above `c` (equal where float32 holds it) and one step past each."""
+    r = np.float32(c)
+    down = r if float(r) <= c else np.nextafter(r, np.float32(-np.inf))
+    up = r if float(r) >= c else np.nextafter(r, np.float32(np.inf))
+    return {float(np.nextafter(down, np.float32(-np.inf))), float(down), float(up),
+            float(np.nextafter(up, np.float32(np.inf)))}
+
+
+def test_expression_bounds_and_rule_parts_are_drawn_at_their_rounding_edges():
+    """A bound or rule constant written as an expression gets batch values at and one float32 step
+    around its value with the drawn parameters and dims, as a number does: `max: n - 1` with n = 2**24 + 2
+    (float32 holds no n - 1), the rule `y < V * 0.1`, and `min: L // 2` on an int64 field (L drawn)."""
+    models = [FieldModel("x", ["float32"], [("dim", "L")], max="n - 1"), FieldModel("y", ["float32"], [("dim", "L")]),
+              FieldModel("z", ["int64"], [("dim", "L")], min="L // 2")]
+    params = {"n": 2**24 + 2, "V": 3}
+    wanted = {"x": _float32_edges(2**24 + 1), "y": _float32_edges(3 * 0.1)}
+    assert wanted["x"] == {2**24 - 1, 2**24, 2**24 + 2, 2**24 + 4}
+    drawn = batches(models, params, False, rules=["y < V * 0.1"])
+
+    def has(batch: dict[str, Any], name: str) -> bool:
+        t = batch.get(name)
+        if not isinstance(t, torch.Tensor) or t.dim() != 1:
+            return False
+        values = set(t.tolist())
+        if name == "z":
+            return {t.shape[0] // 2 - 1, t.shape[0] // 2, t.shape[0] // 2 + 1} <= values
+        return wanted[name] <= values
+
+    for name in ("x", "y", "z"):
+        find(drawn, lambda b, name=name: has(b, name),
+             settings=settings(max_examples=3000, derandomize=True, database=None, phases=[Phase.generate]))
