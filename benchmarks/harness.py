@@ -12,11 +12,20 @@ batch and a broken copy before it is timed:
 
 - `hand-assert`: a `.all()` per rule with a host read each (`assert (ids < V).all()`);
 - `hand-1sync`: the same rules, stacked, one host read at the end;
+- `hand-best`: the best hand-written torch: one `aminmax` pass per range or finiteness check
+  (aminmax propagates NaN), the other rules in as few ops, one host read;
 - `hand-compiled`: the one-sync version under `torch.compile`;
 - `tc-torch` / `tc-c` / `tc-triton`: `tc.check(batch, spec, backend=...)`: the torch reference,
-  the contract compiled to C (CPU tensors), the generated Triton kernel (GPU only);
+  the contract compiled to C (CPU tensors), the generated Triton kernel (GPU only); a compiled
+  backend is timed only where its whole report equals the torch backend's, valid and broken;
+- `tc-c-contiguous`: beside a strided batch, the C backend on a contiguous copy of it;
 - `floor-read`: one `sum` per tensor, a plain read of every byte, the cost no validator beats;
-  `floor-aminmax`: one `aminmax` per tensor, the least a range check reads.
+  `floor-aminmax`: one `aminmax` per tensor, the least a range check reads; a scenario may add
+  its own (`one-sum-16`: one `sum` of 16 ids, the fixed cost of a single torch op).
+
+A scenario may time its broken batch instead (`timed_bad`: 1% bad ids), or give every call a new
+copy of the batch (`fresh`: what a DataLoader hands out). `Options.scaling` adds a sweep of
+causal-LM batches from 4 KiB up (`scaling-*` rows: C, torch backend, floors).
 
 Method: one thread; on CPU each contender's time is this thread's CPU time (`time.thread_time`:
 the time other processes hold the core is left out), every round times every contender (so load
@@ -32,7 +41,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
+import math
 import os
 import platform
 import statistics
@@ -143,7 +154,7 @@ def markdown_table(rows: list[Result]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        if is_startup(r):
+        if is_startup(r) or is_scaling(r):
             continue
         out.append(
             "| " + " | ".join([
@@ -201,6 +212,14 @@ class Case:
     params: Mapping[str, Any]
     model_step: Callable[[Batch], Callable[[], Any]] | None = None  # batch -> one training step
     step_note: str = ""
+    best_rules: Rules | None = None  # the same contract as few, cheap torch ops as a skilled hand writes it
+    timed_bad: bool = False  # time the broken copy (a batch with bad data), not the valid batch
+    fresh: bool = False  # every call gets a new copy of the batch, as a DataLoader hands out new tensors
+    extra_floors: dict[str, Callable[[Batch], Any]] = field(default_factory=dict)  # name -> fn(batch), timed as floors
+
+    @property
+    def timed(self) -> Batch:
+        return self.bad if self.timed_bad else self.batch
 
 
 @dataclass
@@ -229,6 +248,24 @@ def _bad_copy(batch: Batch, name: str, index: tuple[int, ...], value: Any) -> Ba
     return bad
 
 
+def aminmax_within(t: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """lo <= t <= hi from one `aminmax` pass, as a skilled hand writes a range check."""
+    mn, mx = torch.aminmax(t)
+    return (mn >= lo) & (mx <= hi)
+
+
+def aminmax_finite(t: torch.Tensor) -> torch.Tensor:
+    """No NaN or Inf, from one `aminmax` pass: a NaN anywhere makes both NaN (aminmax propagates it), an
+    Inf is the max or the min. Far cheaper than `torch.isfinite(t).all()`, which writes a bool per element."""
+    mn, mx = torch.aminmax(t)
+    return torch.isfinite(mn) & torch.isfinite(mx)
+
+
+def labels_within(y: torch.Tensor, n: int, ignore: int = -100) -> torch.Tensor:
+    """Each label is `ignore` or in [0, n): the ignored ones replaced by 0, then one range pass."""
+    return aminmax_within(torch.where(y == ignore, 0, y), 0, n - 1)
+
+
 # BERT -------------------------------------------------------------------------
 
 
@@ -249,6 +286,17 @@ def _bert_rules(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
     yield (am != 0).any(dim=1).all()
 
 
+def _bert_best(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
+    ids, am, tt, y = b["input_ids"], b["attention_mask"], b["token_type_ids"], b["labels"]
+    yield ids.shape == am.shape == tt.shape and y.shape == ids.shape[:1]
+    yield ids.shape[1] <= p["max_position_embeddings"]
+    yield aminmax_within(ids, 0, p["vocab_size"] - 1)
+    yield aminmax_within(am, 0, 1)  # an integer mask in [0, 1] is 0 or 1
+    yield aminmax_within(tt, 0, p["type_vocab_size"] - 1)
+    yield aminmax_within(y, 0, p["num_labels"] - 1)
+    yield am.any(dim=1).all()
+
+
 def _bert_case(B: int, L: int, name: str) -> Case:
     import tritoncheck as tc
 
@@ -263,7 +311,7 @@ def _bert_case(B: int, L: int, name: str) -> Case:
     batch = dict(input_ids=ids, attention_mask=am, token_type_ids=tt, labels=y)
     spec = tc.load_spec("bert-sequence-classification", **BERT)
     return Case(name, spec, batch, _bad_copy(batch, "input_ids", (B - 1, 1), BERT["vocab_size"]), _bert_rules, BERT,
-                _bert_step, "BertForSequenceClassification, 2 layers, hidden 128 (bert-tiny size)")
+                _bert_step, "BertForSequenceClassification, 2 layers, hidden 128 (bert-tiny size)", _bert_best)
 
 
 def _bert(tiny: bool) -> Case:
@@ -271,8 +319,9 @@ def _bert(tiny: bool) -> Case:
 
 
 def _bert_b1(tiny: bool) -> Case:
-    """One sample of 16 tokens: host overhead decides (the size is already tiny)."""
-    return _bert_case(1, 16, "bert-1x16")
+    """One sample of 16 tokens: host overhead decides (the size is already tiny). One more floor: a
+    single `sum` of its 16 ids, the fixed cost of one torch op."""
+    return dataclasses.replace(_bert_case(1, 16, "bert-1x16"), extra_floors={"one-sum-16": lambda b: b["input_ids"].sum()})
 
 
 def _bert_step(batch: Batch) -> Callable[[], Any]:
@@ -312,6 +361,24 @@ def _layoutlmv3_rules(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
     yield (y != -100).any()
 
 
+def _layoutlmv3_best(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
+    ids, bbox, am, tt = b["input_ids"], b["bbox"], b["attention_mask"], b["token_type_ids"]
+    px, y = b["pixel_values"], b["labels"]
+    B, L = ids.shape
+    yield bbox.shape == (B, L, 4) and am.shape == tt.shape == y.shape == (B, L)
+    yield px.shape == (B, p["num_channels"], p["input_size"], p["input_size"]) and px.dtype == torch.float32
+    yield aminmax_within(ids, 0, p["vocab_size"] - 1)
+    yield aminmax_within(bbox, 0, min(1000, p["max_2d_position_embeddings"] - 1))
+    yield aminmax_within(am, 0, 1)
+    yield aminmax_within(tt, 0, p["type_vocab_size"] - 1)
+    yield aminmax_finite(px)
+    yield labels_within(y, p["num_labels"])
+    yield (bbox[..., 2:] - bbox[..., :2]).min() >= 0  # x0 <= x1 and y0 <= y1 in one pass
+    yield (ids != p["pad_token_id"]).sum(dim=1).max() <= p["max_position_embeddings"] - p["pad_token_id"] - 1
+    yield am.any(dim=1).all()
+    yield (y != -100).any()
+
+
 def _layoutlmv3_batch(B: int, L: int, S: int, g: torch.Generator) -> Batch:
     n = _lengths(B, max(4, L // 4), L, g)
     am = _pad_mask(n, L)
@@ -338,7 +405,7 @@ def _layoutlmv3(tiny: bool) -> Case:
     spec = tc.load_spec("layoutlmv3-token-classification", **params)
     return Case("layoutlmv3-8x512" if not tiny else "layoutlmv3-tiny", spec, batch,
                 _bad_copy(batch, "pixel_values", (B - 1, 2, S - 1, S - 1), float("nan")), _layoutlmv3_rules,
-                params, _layoutlmv3_step, "LayoutLMv3ForTokenClassification, 2 layers, hidden 128")
+                params, _layoutlmv3_step, "LayoutLMv3ForTokenClassification, 2 layers, hidden 128", _layoutlmv3_best)
 
 
 def _layoutlmv3_step(batch: Batch) -> Callable[[], Any]:
@@ -368,6 +435,17 @@ def _bart_rules(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
     yield (y != -100).any()
 
 
+def _bart_best(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
+    ids, am, y = b["input_ids"], b["attention_mask"], b["labels"]
+    yield ids.shape == am.shape and y.shape[0] == ids.shape[0]
+    yield ids.shape[1] <= p["max_position_embeddings"] and y.shape[1] <= p["max_position_embeddings"]
+    yield aminmax_within(ids, 0, p["vocab_size"] - 1)
+    yield aminmax_within(am, 0, 1)
+    yield labels_within(y, p["vocab_size"])
+    yield am.any(dim=1).all()
+    yield (y != -100).any()
+
+
 def _bart(tiny: bool) -> Case:
     import tritoncheck as tc
 
@@ -382,7 +460,7 @@ def _bart(tiny: bool) -> Case:
     spec = tc.load_spec("bart-seq2seq", **BART)
     return Case("bart-16x1024" if not tiny else "bart-tiny", spec, batch,
                 _bad_copy(batch, "labels", (0, 1), -1), _bart_rules, BART, _bart_step,
-                "BartForConditionalGeneration, 2+2 layers, d_model 128, target 128")
+                "BartForConditionalGeneration, 2+2 layers, d_model 128, target 128", _bart_best)
 
 
 def _bart_step(batch: Batch) -> Callable[[], Any]:
@@ -415,6 +493,22 @@ def _ctc_rules(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
     yield ((tg < C) | ~inside).all()
 
 
+def _ctc_best(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
+    lp, tg, il, tl = b["log_probs"], b["targets"], b["input_lengths"], b["target_lengths"]
+    T, N, C = lp.shape
+    S = tg.shape[1]
+    yield tg.shape[0] == N and il.shape == tl.shape == (N,)
+    yield 0 <= p["blank"] < C
+    mn, mx = torch.aminmax(lp)  # finite and <= 0 from one pass (a NaN makes both NaN)
+    yield torch.isfinite(mn) & (mx <= 0)
+    yield aminmax_within(il, 1, T)
+    yield aminmax_within(tl, 0, S)
+    yield (tl <= il).all()
+    inside = torch.arange(S, device=tg.device)[None, :] < tl[:, None]
+    t = torch.where(inside, tg, (p["blank"] + 1) % C)  # padding replaced by a valid non-blank class
+    yield aminmax_within(t, 0, C - 1) & (t != p["blank"]).all()
+
+
 def _ctc(tiny: bool) -> Case:
     import tritoncheck as tc
 
@@ -427,7 +521,7 @@ def _ctc(tiny: bool) -> Case:
     batch = dict(log_probs=lp, targets=tg, input_lengths=il, target_lengths=tl)
     spec = tc.load_spec("ctc", blank=0)
     return Case(f"ctc-T{T}-N{N}-C{C}-S{S}", spec, batch, _bad_copy(batch, "targets", (N - 1, 0), 0), _ctc_rules,
-                {"blank": 0}, _ctc_step, "F.ctc_loss forward + backward (the loss step only)")
+                {"blank": 0}, _ctc_step, "F.ctc_loss forward + backward (the loss step only)", _ctc_best)
 
 
 def _ctc_step(batch: Batch) -> Callable[[], Any]:
@@ -453,7 +547,132 @@ def _big(tiny: bool) -> Case:
     batch = _layoutlmv3_batch(B, L, S, _gen(5))
     spec = tc.load_spec("layoutlmv3-token-classification", **params)
     name = "big-tiny" if tiny else f"layoutlmv3-{B}x{L}-{batch_bytes(batch) / 1e6:.0f}MB"
-    return Case(name, spec, batch, _bad_copy(batch, "bbox", (B - 1, L - 1, 2), -5), _layoutlmv3_rules, params)
+    return Case(name, spec, batch, _bad_copy(batch, "bbox", (B - 1, L - 1, 2), -5), _layoutlmv3_rules, params,
+                best_rules=_layoutlmv3_best)
+
+
+# issue 23: fresh tensors, half precision, strides, bad data, 256 MB of tokens -------------------
+
+
+def _bert_fresh(tiny: bool) -> Case:
+    """BERT 32 x 128, a new copy of the batch for every call: what a DataLoader hands out."""
+    case = _bert_case(4, 16, "bert-tiny-fresh") if tiny else _bert_case(32, 128, "bert-32x128-fresh")
+    return dataclasses.replace(case, fresh=True, model_step=None)
+
+
+def _bert_bad_ids(tiny: bool) -> Case:
+    """BERT 4096 x 16 with 1% of the ids past the vocabulary; the broken batch is the one timed."""
+    B, L = (64, 16) if tiny else (4096, 16)
+    case = _bert_case(B, L, "bert-tiny-1pct-bad" if tiny else f"bert-{B}x{L}-1pct-bad")
+    bad = {k: v.clone() for k, v in case.batch.items()}
+    n = B * L // 100
+    where = torch.randperm(B * L, generator=_gen(7))[:n]
+    bad["input_ids"].view(-1)[where] = BERT["vocab_size"] + torch.randint(0, 1000, (n,), generator=_gen(8))
+    return dataclasses.replace(case, bad=bad, timed_bad=True, model_step=None, step_note="")
+
+
+CAUSAL_LM = dict(vocab_size=32000)
+
+
+def _causal_lm_rules(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
+    ids, am, y = b["input_ids"], b["attention_mask"], b["labels"]
+    L = ids.shape[1]
+    yield am.shape == y.shape == ids.shape
+    yield L <= p["max_position_embeddings"]
+    yield (ids >= 0).all()
+    yield (ids < p["vocab_size"]).all()
+    yield ((am == 0) | (am == 1)).all()
+    yield ((y == -100) | ((y >= 0) & (y < p["vocab_size"]))).all()
+    yield (am != 0).any(dim=1).all()
+    yield L >= 2
+    yield ((y != -100) & (torch.arange(L, device=y.device) > 0)).any()
+
+
+def _causal_lm_best(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
+    ids, am, y = b["input_ids"], b["attention_mask"], b["labels"]
+    L = ids.shape[1]
+    yield am.shape == y.shape == ids.shape and 2 <= L <= p["max_position_embeddings"]
+    yield aminmax_within(ids, 0, p["vocab_size"] - 1)
+    yield aminmax_within(am, 0, 1)
+    yield labels_within(y, p["vocab_size"])
+    yield am.any(dim=1).all()
+    yield (y[:, 1:] != -100).any()
+
+
+def causal_lm_case(B: int, L: int, name: str) -> Case:
+    """A causal-LM batch: ids, an all-ones mask, labels = ids with an ignored prompt (-100); the broken
+    copy has one label past the vocabulary."""
+    import tritoncheck as tc
+
+    g = _gen(6)
+    ids = torch.randint(0, CAUSAL_LM["vocab_size"], (B, L), generator=g)
+    y = ids.clone()
+    y[:, : L // 8] = -100
+    batch = dict(input_ids=ids, attention_mask=torch.ones(B, L, dtype=torch.int64), labels=y)
+    params = dict(CAUSAL_LM, max_position_embeddings=L)
+    spec = tc.load_spec("causal-lm", **params)
+    bad = _bad_copy(batch, "labels", (B - 1, L - 1), CAUSAL_LM["vocab_size"])
+    return Case(name, spec, batch, bad, _causal_lm_rules, params, best_rules=_causal_lm_best)
+
+
+def _causal_lm_256(tiny: bool) -> Case:
+    """2730 x 4096 tokens of int64 ids, mask and labels: 256 MiB, far out of cache."""
+    return causal_lm_case(2, 16, "causal-lm-tiny") if tiny else causal_lm_case(2730, 4096, "causal-lm-2730x4096-256MiB")
+
+
+IMAGE_SPEC = {
+    "name": "image-classification",
+    "description": "An image classifier (ViT, ResNet): finite pixels of the model's dtype, one class per image.",
+    "params": {"num_channels": 3, "image_size": None, "num_labels": None, "dtype": "float32"},
+    "fields": {
+        "pixel_values": {"dtype": ["dtype"], "shape": ["B", "num_channels", "image_size", "image_size"], "finite": True},
+        "labels": {"dtype": "int64", "shape": ["B"], "min": 0, "max": "num_labels - 1"},
+    },
+}
+
+
+def _image_rules(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
+    px, y = b["pixel_values"], b["labels"]
+    yield px.shape[1:] == (p["num_channels"], p["image_size"], p["image_size"]) and y.shape == px.shape[:1]
+    yield px.dtype == getattr(torch, p["dtype"])
+    yield torch.isfinite(px).all()
+    yield (y >= 0).all()
+    yield (y < p["num_labels"]).all()
+
+
+def _image_best(b: Batch, p: Mapping[str, Any]) -> Iterator[Any]:
+    px, y = b["pixel_values"], b["labels"]
+    yield px.shape[1:] == (p["num_channels"], p["image_size"], p["image_size"]) and y.shape == px.shape[:1]
+    yield px.dtype == getattr(torch, p["dtype"])
+    yield aminmax_finite(px)
+    yield aminmax_within(y, 0, p["num_labels"] - 1)
+
+
+def image_case(B: int, S: int, dtype: torch.dtype, channels_last: bool, name: str) -> Case:
+    """Normalised images (mean 0.5, std 0.5) and labels; the broken copy has one NaN pixel."""
+    import tritoncheck as tc
+
+    g = _gen(9)
+    px = (torch.rand(B, 3, S, S, generator=g) * 2 - 1).to(dtype)
+    if channels_last:
+        px = px.contiguous(memory_format=torch.channels_last)
+    params = dict(num_channels=3, image_size=S, num_labels=1000, dtype=str(dtype).removeprefix("torch."))
+    batch = dict(pixel_values=px, labels=torch.randint(0, 1000, (B,), generator=g))
+    spec = tc.BatchSpec.model_validate(IMAGE_SPEC).with_params(None, **params)
+    bad = {k: v.clone() for k, v in batch.items()}  # clone keeps the memory format
+    bad["pixel_values"][B - 1, 1, S // 2, S // 3] = float("nan")
+    return Case(name, spec, batch, bad, _image_rules, params, best_rules=_image_best)
+
+
+def _images_fp16(tiny: bool) -> Case:
+    B, S = (2, 8) if tiny else (64, 224)
+    return image_case(B, S, torch.float16, False, f"images-fp16-{B}x3x{S}x{S}")
+
+
+def _images_channels_last(tiny: bool) -> Case:
+    """float32 images in channels_last; the `tc-c-contiguous` contender checks the same images contiguous."""
+    B, S = (2, 8) if tiny else (64, 224)
+    return image_case(B, S, torch.float32, True, f"images-channels-last-{B}x3x{S}x{S}")
 
 
 SCENARIOS = [
@@ -463,6 +682,12 @@ SCENARIOS = [
     Scenario("bart", _bart, description="bart-seq2seq, 16 x 1024 source, 16 x 128 target"),
     Scenario("ctc", _ctc, description="ctc, T=400 N=16 C=32 S=100"),
     Scenario("big", _big, big=True, description="layoutlmv3-token-classification, 400 x 512 + 400 images: 254 MB"),
+    Scenario("bert-fresh", _bert_fresh, description="bert-sequence-classification, 32 x 128, a new copy every call"),
+    Scenario("bert-bad", _bert_bad_ids, description="bert-sequence-classification, 4096 x 16, 1% of the ids bad"),
+    Scenario("images-fp16", _images_fp16, description="image classification, 64 x 3 x 224 x 224 float16"),
+    Scenario("images-channels-last", _images_channels_last,
+             description="image classification, 64 x 3 x 224 x 224 float32 channels_last (and contiguous)"),
+    Scenario("causal-lm-256", _causal_lm_256, big=True, description="causal-lm, 2730 x 4096: 256 MiB"),
 ]
 DATALOADER_SCENARIOS = ("layoutlmv3", "bert")
 
@@ -475,6 +700,47 @@ def scenario(name: str) -> Scenario:
         if s.name == name:
             return s
     raise ValueError(f"unknown scenario {name!r}; choose from {sorted(s.name for s in SCENARIOS)}")
+
+
+# the scaling sweep: check time against batch bytes, one family (causal LM: int64 ids, mask, labels)
+SCALING_BYTES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 512 << 20]
+SCALING_CONTENDERS = ("tc-torch", "tc-c")
+
+
+def size_text(nbytes: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):g}{unit}"
+    return f"{nbytes}B"
+
+
+def scaling_case(nbytes: int) -> Case:
+    """A causal-LM batch of about `nbytes` (24 bytes a token): one row below 4096 tokens, rows of 512 above."""
+    tokens = max(2, nbytes // 24)
+    L = tokens if tokens < 4096 else 512
+    return causal_lm_case(tokens // L, L, f"scaling-{size_text(nbytes)}")
+
+
+def is_scaling(r: Result) -> bool:
+    return r.scenario.startswith("scaling-")
+
+
+def scaling_table(rows: list[Result]) -> str:
+    """The scaling sweep's rows: per batch size, the plain read, the C and the torch backend ("" if none)."""
+    by = {(r.scenario, r.contender): r for r in rows if is_scaling(r)}
+    sizes = sorted({(r.batch_bytes, r.scenario) for r in rows if is_scaling(r)})
+    if not sizes:
+        return ""
+    out = ["| batch | bytes | floor-read ms | tc-c ms | tc-torch ms | C / floor-read | torch / floor-read | C GB/s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for nbytes, s in sizes:
+        def get(c: str, column: str) -> Any:
+            return getattr(by.get((s, c)), column, None)
+
+        out.append(f"| {s} | {nbytes} | {_num(get('floor-read', 'median_ms'), 4)} | {_num(get('tc-c', 'median_ms'), 4)} "
+                   f"| {_num(get('tc-torch', 'median_ms'), 4)} | {ratio_text(get('tc-c', 'x_floor_read'))} "
+                   f"| {ratio_text(get('tc-torch', 'x_floor_read'))} | {_num(get('tc-c', 'gb_per_s'), 2)} |")
+    return "\n".join(out)
 
 
 def _train_step(model: torch.nn.Module, batch: Batch) -> Callable[[], Any]:
@@ -505,22 +771,30 @@ def batch_bytes(batch: Mapping[str, torch.Tensor]) -> int:
 
 
 class Contender:
-    """`prepare(case, batch)` returns a callable that checks `batch` and returns ok: bool."""
+    """`prepare_each(case, sample)` returns a callable that checks a batch shaped like `sample` and
+    returns ok: bool; `prepare(case, batch)` binds it to one batch."""
 
     name = "?"
 
     def skip_reason(self, device: torch.device) -> str | None:
         return None
 
-    def prepare(self, case: Case, batch: Batch) -> Callable[[], bool]:
+    def wants(self, case: Case) -> bool:
+        """Whether this contender belongs in the scenario's rows at all."""
+        return True
+
+    def prepare_each(self, case: Case, sample: Batch) -> Callable[[Batch], bool]:
         raise NotImplementedError
+
+    def prepare(self, case: Case, batch: Batch) -> Callable[[], bool]:
+        return functools.partial(self.prepare_each(case, batch), batch)
 
 
 class HandAssert(Contender):
     name = "hand-assert"
 
-    def prepare(self, case: Case, batch: Batch) -> Callable[[], bool]:
-        def fn() -> bool:
+    def prepare_each(self, case: Case, sample: Batch) -> Callable[[Batch], bool]:
+        def fn(batch: Batch) -> bool:
             for ok in case.rules(batch, case.params):  # bool() on a tensor: one host read (sync) per rule
                 if not bool(ok):
                     return False  # what `assert` does, without the exception
@@ -532,20 +806,36 @@ class HandAssert(Contender):
 class HandOneSync(Contender):
     name = "hand-1sync"
 
-    def prepare(self, case: Case, batch: Batch) -> Callable[[], bool]:
-        def fn() -> bool:
+    def rules(self, case: Case) -> Rules:
+        return case.rules
+
+    def prepare_each(self, case: Case, sample: Batch) -> Callable[[Batch], bool]:
+        rules = self.rules(case)
+
+        def fn(batch: Batch) -> bool:
             host, dev = [], []
-            for ok in case.rules(batch, case.params):
+            for ok in rules(batch, case.params):
                 (dev if isinstance(ok, torch.Tensor) else host).append(ok)
             return all(host) and bool(torch.stack(dev).all())
 
         return fn
 
 
+class HandBest(HandOneSync):
+    """The best hand-written torch: one `aminmax` pass per range or finiteness check, one host read."""
+
+    name = "hand-best"
+
+    def rules(self, case: Case) -> Rules:
+        if case.best_rules is None:
+            raise ValueError(f"{case.name} has no best hand-written rules")
+        return case.best_rules
+
+
 class HandCompiled(Contender):
     name = "hand-compiled"
 
-    def prepare(self, case: Case, batch: Batch) -> Callable[[], bool]:
+    def prepare_each(self, case: Case, sample: Batch) -> Callable[[Batch], bool]:
         def all_rules(b: Batch) -> torch.Tensor:
             host, dev = True, []
             for ok in case.rules(b, case.params):  # host bools (shapes) become constants of the graph
@@ -556,8 +846,30 @@ class HandCompiled(Contender):
             return torch.stack(dev).all() & host
 
         compiled = torch.compile(all_rules, dynamic=False)
-        compiled(batch)  # compile now, outside the timed region; raises if compile does not work here
-        return lambda: bool(compiled(batch))
+        compiled(sample)  # compile now, outside the timed region; raises if compile does not work here
+        return lambda b: bool(compiled(b))
+
+
+def _comparable(value: Any) -> Any:
+    """A report's dict with NaN equal to itself and 1, 1.0 and True kept apart."""
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_comparable(v) for v in value]
+    if isinstance(value, float):
+        return ("float", "nan" if math.isnan(value) else repr(value))
+    if isinstance(value, (bool, int)):
+        return (type(value).__name__, value)
+    return value
+
+
+def same_report_as_torch(batch: Batch, spec: Any, backend: str) -> bool:
+    """Whether `backend`'s whole report on `batch` (violations, counts, first indices, values) is the
+    torch backend's."""
+    import tritoncheck as tc
+
+    got, ref = (tc.check(batch, spec, backend=b).to_dict() | {"backend": "-"} for b in (backend, "torch"))
+    return _comparable(got) == _comparable(ref)
 
 
 class TritonCheck(Contender):
@@ -572,18 +884,48 @@ class TritonCheck(Contender):
             return "skipped: the C backend checks CPU tensors"
         return None
 
-    def prepare(self, case: Case, batch: Batch) -> Callable[[], bool]:
+    def prepare_each(self, case: Case, sample: Batch) -> Callable[[Batch], bool]:
         import tritoncheck as tc
 
-        backend = self.backend
-        ran = tc.check(batch, case.spec, backend=backend).backend  # compiles now, outside the timed region
+        backend, spec = self.backend, case.spec
+        ran = tc.check(sample, spec, backend=backend).backend  # compiles now, outside the timed region
         if ran != backend:  # a fallback (no C compiler) is not timed under this backend's name
             raise RuntimeError(f"backend={backend!r} fell back to {ran!r}")
-        return lambda: tc.check(batch, case.spec, backend=backend).ok
+        if backend != "torch" and not same_report_as_torch(sample, spec, backend):
+            raise RuntimeError(f"backend={backend!r}: its report differs from the torch backend's")
+        return lambda b: tc.check(b, spec, backend=backend).ok
+
+
+class TritonCheckContiguous(TritonCheck):
+    """The C backend on a contiguous copy of a strided batch (made once, untimed): what the strided
+    batch's own check is held to."""
+
+    def __init__(self) -> None:
+        super().__init__("c")
+        self.name = "tc-c-contiguous"
+
+    def wants(self, case: Case) -> bool:
+        return not case.fresh and not all(t.is_contiguous() for t in case.batch.values())
+
+    def prepare(self, case: Case, batch: Batch) -> Callable[[], bool]:
+        contiguous = {k: v.contiguous() for k, v in batch.items()}
+        return functools.partial(self.prepare_each(case, contiguous), contiguous)
 
 
 def default_contenders() -> list[Contender]:
-    return [HandAssert(), HandOneSync(), HandCompiled(), TritonCheck("torch"), TritonCheck("c"), TritonCheck("triton")]
+    return [HandAssert(), HandOneSync(), HandBest(), HandCompiled(), TritonCheck("torch"), TritonCheck("c"),
+            TritonCheckContiguous(), TritonCheck("triton")]
+
+
+def floor_each(case: Case) -> dict[str, Callable[[Batch], Any]]:
+    """The floors as functions of a batch: one `sum` per tensor (a plain read), one `aminmax` per tensor
+    (bools read as bytes), and the scenario's own."""
+
+    def tensors(b: Batch) -> list[torch.Tensor]:
+        return [t.view(torch.uint8) if t.dtype == torch.bool else t for t in b.values()]
+
+    return {"floor-read": lambda b: [t.sum() for t in tensors(b)],
+            "floor-aminmax": lambda b: [torch.aminmax(t) for t in tensors(b)], **case.extra_floors}
 
 
 def floor_fns(batch: Batch) -> dict[str, Callable[[], Any]]:
@@ -595,23 +937,46 @@ def floor_fns(batch: Batch) -> dict[str, Callable[[], Any]]:
 # --------------------------------------------------------------------------- timing
 
 
-def time_cpu(fns: Mapping[str, Callable[[], Any]], rounds: int, *, clock: str = "thread", budget_s: float = 20.0,
-             sample_ms: float = 2.0) -> dict[str, list[float]]:
+FRESH_CHUNK = 8  # fresh batches made (untimed) between two reads of the clock: a few, so they stay in cache
+
+
+def time_cpu(fns: Mapping[str, Callable[..., Any]], rounds: int, *, clock: str = "thread", budget_s: float = 20.0,
+             sample_ms: float = 2.0, fresh: Callable[[], Any] | None = None) -> dict[str, list[float]]:
     """Milliseconds per call of each fn, one sample per round; each round times every fn in turn.
 
     A sample is `n` back-to-back calls divided by `n`, with `n` fixed per fn so that a sample
     lasts about `sample_ms`: a 20 us check is not measured with a clock that costs about 1 us to
     read. `rounds` shrinks to fit `budget_s`, never below `MIN_ROUNDS`. clock "thread" is this
     thread's CPU time (`time.thread_time`), which leaves out the time other processes hold the
-    core; "wall" is `time.perf_counter`.
+    core; "wall" is `time.perf_counter`. With `fresh`, each fn takes a batch and every call gets a
+    new one from `fresh()`, made outside the clock, `FRESH_CHUNK` at a time.
     """
     now = {"thread": time.thread_time, "wall": time.perf_counter}[clock]
+
+    def one(fn: Callable[..., Any]) -> Any:
+        return fn() if fresh is None else fn(fresh())
+
+    def sample(fn: Callable[..., Any], n: int) -> float:
+        if fresh is None:
+            t0 = now()
+            for _ in range(n):
+                fn()
+            return now() - t0
+        spent = 0.0
+        for start in range(0, n, FRESH_CHUNK):
+            batches = [fresh() for _ in range(min(FRESH_CHUNK, n - start))]
+            t0 = now()
+            for b in batches:
+                fn(b)
+            spent += now() - t0
+        return spent
+
     calls: dict[str, int] = {}
     per_round = 0.0
     for name, fn in fns.items():
-        fn()  # warm: first-call costs (allocations, caches) are not what a steady state pays
+        one(fn)  # warm: first-call costs (allocations, caches) are not what a steady state pays
         t0 = time.perf_counter()
-        fn()
+        one(fn)
         once = max(time.perf_counter() - t0, 1e-7)
         calls[name] = max(1, min(10_000, int(sample_ms * 1e-3 / once)))
         per_round += calls[name] * once
@@ -619,11 +984,7 @@ def time_cpu(fns: Mapping[str, Callable[[], Any]], rounds: int, *, clock: str = 
     out: dict[str, list[float]] = {n: [] for n in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            n = calls[name]
-            t0 = now()
-            for _ in range(n):
-                fn()
-            out[name].append((now() - t0) * 1e3 / n)
+            out[name].append(sample(fn, calls[name]) * 1e3 / calls[name])
     return out
 
 
@@ -926,6 +1287,7 @@ class Options:
     dataloader: list[str] = field(default_factory=list)  # scenarios to measure in forked DataLoader workers
     cold_compile: list[str] = field(default_factory=list)  # built-in spec names to compile cold
     stamp: str | None = None  # the run's timestamp (default: now); a run made of several calls passes one
+    scaling: list[int] = field(default_factory=list)  # batch bytes of the scaling sweep (SCALING_BYTES in a full run)
 
 
 def run_benchmarks(opts: Options, log: Callable[[str], None] = lambda s: None) -> list[Result]:
@@ -958,19 +1320,29 @@ def run_benchmarks(opts: Options, log: Callable[[str], None] = lambda s: None) -
     rows: list[Result] = []
     for sname in opts.scenarios:
         rows += _scenario_rows(scenario(sname).build(opts.tiny), opts, device, contenders, row, log)
+    sweep = [c for c in default_contenders() if c.name in SCALING_CONTENDERS]
+    for nbytes in opts.scaling:
+        rows += _scenario_rows(scaling_case(nbytes), opts, device, sweep, row, log, extras=False)
     rows += startup_rows(opts, row, log)
     return rows
 
 
 def _scenario_rows(case: Case, opts: Options, device: torch.device, contenders: list[Contender],
-                   row: Callable[..., Result], log: Callable[[str], None]) -> list[Result]:
+                   row: Callable[..., Result], log: Callable[[str], None], extras: bool = True) -> list[Result]:
+    """The scenario's rows: every contender and floor timed on it; with `extras`, also the collate and
+    (with `opts.step`) a training step on the same batch."""
     batch = {k: v.to(device) for k, v in case.batch.items()}
     bad = {k: v.to(device) for k, v in case.bad.items()}
     nbytes = batch_bytes(batch)
     log(f"{case.name}: {nbytes / 1e6:.1f} MB")
-    fns: dict[str, Callable[[], bool]] = {}
+    timed_batch = bad if case.timed_bad else batch
+    fresh = case.fresh and device.type == "cpu"
+    fns: dict[str, Callable[[], bool]] = {}  # each bound to the timed batch
+    each: dict[str, Callable[[Batch], bool]] = {}  # fresh scenarios: each taking the batch of the call
     skipped: dict[str, str] = {}
     for c in contenders:
+        if not c.wants(case):
+            continue
         reason = c.skip_reason(device)
         if reason is None:
             try:
@@ -978,34 +1350,48 @@ def _scenario_rows(case: Case, opts: Options, device: torch.device, contenders: 
                 verdicts = (fn(), bad_fn())
                 if verdicts != (True, False):
                     reason = f"disagrees: valid -> {verdicts[0]}, broken -> {verdicts[1]}"
+                elif fresh:
+                    each[c.name] = c.prepare_each(case, batch)
             except Exception as exc:  # noqa: BLE001 - a contender that cannot run here is recorded, not fatal
                 reason = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
         if reason is None:
-            fns[c.name] = fn
+            fns[c.name] = bad_fn if case.timed_bad else fn
         else:
             skipped[c.name] = reason
             log(f"  {c.name}: {reason}")
 
-    timed_fns = {**floor_fns(batch), **fns}
+    floors = {**floor_fns(timed_batch),
+              **{n: functools.partial(f, timed_batch) for n, f in case.extra_floors.items()}}
+    timed_fns = {**floors, **fns}
     walls: dict[str, float] = {}
+    notes = []
+    if case.timed_bad:
+        notes.append("timed on the broken batch")
+    if case.fresh:
+        notes.append("a new copy of the batch for every call (made untimed)" if fresh else
+                     "the same batch every call (fresh copies only on CPU)")
     if device.type == "cuda":
         timed = {n: time_gpu(f) for n, f in timed_fns.items()}
         walls = {n: wall_per_call(f) for n, f in timed_fns.items()}
         rounds = None
     else:
-        raw = time_cpu(timed_fns, opts.rounds, clock=opts.clock, budget_s=opts.budget_s)
+        if fresh:
+            raw = time_cpu({**floor_each(case), **each}, opts.rounds, clock=opts.clock, budget_s=opts.budget_s,
+                           fresh=lambda: {k: v.clone() for k, v in timed_batch.items()})
+        else:
+            raw = time_cpu(timed_fns, opts.rounds, clock=opts.clock, budget_s=opts.budget_s)
         timed = {n: _quantiles(v) for n, v in raw.items()}
         rounds = len(raw["floor-read"])
 
     collate_ms = step_ms = None
     step_note = ""
-    if device.type == "cpu":
+    if device.type == "cpu" and extras:
         from torch.utils.data import default_collate
 
         samples = samples_of(case)
         collate_ms = _quantiles(time_cpu({"c": lambda: default_collate(samples)}, 20, clock=opts.clock,
                                          budget_s=10)["c"])[0]
-    if opts.step and case.model_step is not None:
+    if opts.step and extras and case.model_step is not None:
         try:
             step = case.model_step(batch)
             if device.type == "cuda":
@@ -1022,14 +1408,15 @@ def _scenario_rows(case: Case, opts: Options, device: torch.device, contenders: 
     rows = []
     for name, (med, p20, p80) in timed.items():
         launches = syncs = None
-        if name not in FLOORS:
+        if name in fns:
             launches, syncs = count_ops(fns[name], device)
         rows.append(row(case.name, name, nbytes, rounds=rounds, median_ms=med, p20_ms=p20, p80_ms=p80,
                         gb_per_s=nbytes / (med * 1e-3) / 1e9, x_hand_assert=hand / med if hand else None,
                         x_floor_read=med / floor_read, x_floor_aminmax=med / floor_aminmax,
                         launches=launches, syncs=syncs, share_of_step=med / step_ms if step_ms else None,
                         share_of_collate=med / collate_ms if collate_ms else None,
-                        note=f"wall {walls[name]:.4f} ms a call, synchronised, back to back" if walls else ""))
+                        note="; ".join([*notes, *([f"wall {walls[name]:.4f} ms a call, synchronised, back to back"]
+                                                  if walls else [])])))
         log(f"  {name:14s} {med:9.4f} ms" + (f", wall {walls[name]:.4f} ms" if walls else ""))
     for name, reason in skipped.items():
         rows.append(row(case.name, name, nbytes, note=reason))
@@ -1041,5 +1428,5 @@ def _scenario_rows(case: Case, opts: Options, device: torch.device, contenders: 
     return rows
 
 
-__all__ = ["COLUMNS", "SCENARIOS", "Options", "Result", "append_csv", "latest_run", "markdown_table", "ratio_text",
-           "read_csv", "run_benchmarks", "startup_table"]
+__all__ = ["COLUMNS", "SCALING_BYTES", "SCENARIOS", "Options", "Result", "append_csv", "is_scaling", "latest_run",
+           "markdown_table", "ratio_text", "read_csv", "run_benchmarks", "scaling_table", "startup_table"]

@@ -74,6 +74,57 @@ TARGETS = [
 ]
 
 
+@dataclass
+class Goal:
+    """A goal of issue 23: one row's median time against another row's of the same scenario, one run."""
+
+    text: str
+    scenario: str
+    contender: str
+    reference: str  # the row it is compared with
+    op: str  # "<=": contender / reference at most `bound` (as slow as); ">=": reference / contender at least (as fast)
+    bound: float
+
+    def ratio(self, rows: list[bench.Result]) -> float | None:
+        ms = {r.contender: r.median_ms for r in rows if r.scenario == self.scenario and r.median_ms}
+        if self.contender not in ms or self.reference not in ms:
+            return None
+        this, ref = ms[self.contender], ms[self.reference]
+        return this / ref if self.op == "<=" else ref / this
+
+    def met(self, value: float) -> bool:
+        return value <= self.bound if self.op == "<=" else value >= self.bound
+
+
+GOALS = [
+    Goal("fixed cost: BERT 1x16, C check / one `sum` of a 16-element tensor: <= 2x", "bert-1x16", "tc-c", "one-sum-16",
+         "<=", 2),
+    Goal("BERT 32x128, a new batch every call: C >= 3x faster than hand-written asserts", "bert-32x128-fresh", "tc-c",
+         "hand-assert", ">=", 3),
+    Goal("causal LM 2730x4096 (ids, mask, labels; 256 MiB): C / plain-read floor <= 1.1x", "causal-lm-2730x4096-256MiB",
+         "tc-c", "floor-read", "<=", 1.1),
+    Goal("float16 images 64x3x224x224: C >= 1.5x faster than the torch backend", "images-fp16-64x3x224x224", "tc-c",
+         "tc-torch", ">=", 1.5),
+    Goal("BERT 4096x16 with 1% bad ids: C >= 2x faster than the torch backend", "bert-4096x16-1pct-bad", "tc-c",
+         "tc-torch", ">=", 2),
+    Goal("channels_last float32 images 64x3x224x224: C / the same images contiguous <= 1.25x",
+         "images-channels-last-64x3x224x224", "tc-c", "tc-c-contiguous", "<=", 1.25),
+]
+
+
+def goals_table(rows: list[bench.Result]) -> str:
+    """Issue 23's goals judged from one run (each a ratio of two medians of the same scenario)."""
+    out = ["| goal (issue 23) | measured | rows | met |", "|---|---:|---|---|"]
+    for g in GOALS:
+        v = g.ratio(rows)
+        if v is None:
+            out.append(f"| {g.text} | not measured | | |")
+            continue
+        how = f"{g.contender} / {g.reference}" if g.op == "<=" else f"{g.reference} / {g.contender}"
+        out.append(f"| {g.text} | {bench.ratio_text(v)} | {g.scenario}: {how} | {'yes' if g.met(v) else '**no**'} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -85,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-step", action="store_true", help="skip the model training steps")
     p.add_argument("--no-startup", action="store_true", help="skip the DataLoader and cold-compile measurements")
     p.add_argument("--scenario", action="append", dest="scenarios", choices=[s.name for s in bench.SCENARIOS])
+    p.add_argument("--scaling-max-mib", type=float, default=512,
+                   help="the largest batch of the scaling sweep, MiB (default %(default)s; 0: no sweep)")
     p.add_argument("--results-dir", type=Path, default=RESULTS,
                    help="where results.csv is appended and latest-<device>.md written (default: %(default)s)")
     args = p.parse_args(argv)
@@ -97,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no {args.device} run in {csv_path}", file=sys.stderr)
             return 1
         write_readme(bench.read_csv(csv_path))
+        write_plots(csv_path)
     else:
         if cuda and not torch.cuda.is_available():
             print("run.py: --device cuda asked for, but torch sees no CUDA device", file=sys.stderr)
@@ -113,10 +167,15 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.scenarios or [s.name for s in bench.SCENARIOS]:
             one = dataclasses.replace(opts, scenarios=[name], dataloader=[], cold_compile=[])
             bench.append_csv(csv_path, bench.run_benchmarks(one, log=lambda s: print(s, file=sys.stderr, flush=True)))
+        sweep = [n for n in bench.SCALING_BYTES if n <= args.scaling_max_mib * (1 << 20)]
+        for n in sweep:  # the scaling sweep: one size at a time, appended at once
+            one = dataclasses.replace(opts, scenarios=[], dataloader=[], cold_compile=[], scaling=[n])
+            bench.append_csv(csv_path, bench.run_benchmarks(one, log=lambda s: print(s, file=sys.stderr, flush=True)))
         if opts.dataloader or opts.cold_compile:
             bench.append_csv(csv_path, bench.run_benchmarks(opts, log=lambda s: print(s, file=sys.stderr, flush=True)))
         print(f"load average: {load_before} before, {bench.load_average()} after", file=sys.stderr)
         rows = bench.latest_run(bench.read_csv(csv_path))  # as --readme will read them
+        write_plots(csv_path)
     page = results_page(rows)
     (args.results_dir / f"latest-{slug}.md").write_text(page)
     print(page)
@@ -165,24 +224,44 @@ def results_page(rows: list[bench.Result]) -> str:
              ("Generated by `python benchmarks/run.py` (or `--readme`) from `results.csv`; every figure is from "
               "this one run. Columns: `benchmarks/README.md`."), "",
              "## Checks, one thread", "", bench.markdown_table(rows)]
-    if any(r.contender == "tc-c" and r.median_ms for r in rows):  # issue 11's targets are the C backend's
-        parts[6:6] = ["## Targets", "", targets_table(rows), ""]
+    if any(r.contender == "tc-c" and r.median_ms for r in rows):  # issue 11's and 23's targets are the C backend's
+        parts[6:6] = ["## Targets", "", targets_table(rows), "", goals_table(rows), ""]
+    scaling = bench.scaling_table(rows)
+    if scaling:
+        parts += ["", "## Check time against batch bytes", "",
+                  (f"One family (causal LM: int64 ids, mask and labels, rows of up to 512 tokens), the C and the torch "
+                   f"backend and the plain read, in the same run; plotted in [{plot_name(rows)}]({plot_name(rows)})."),
+                  "", scaling]
     startup = bench.startup_table(rows)
     if startup:
         parts += ["", "## DataLoader first batch and cold compile", "", startup]
     return "\n".join(parts) + "\n"
 
 
+def plot_name(rows: list[bench.Result]) -> str:
+    """The scaling plot's file name in results/ (plot.py writes it): one per device."""
+    return "scaling-" + re.sub(r"[^A-Za-z0-9]+", "-", rows[0].device).strip("-").lower() + ".png"
+
+
+def write_plots(csv_path: Path) -> None:
+    """Regenerate results/*.png from the CSV with plot.py, or say why not (matplotlib is optional)."""
+    import plot  # benchmarks/plot.py, beside this script
+
+    if plot.main(csv_path) != 0:
+        print("run.py: no plot written (pip install -e '.[bench]' for matplotlib)", file=sys.stderr)
+
+
 def _wall(r: bench.Result | None) -> str:
     """A GPU row's wall time per call, as its note records it ("wall X ms a call, ...")."""
-    m = re.match(r"wall ([0-9.]+) ms", r.note) if r is not None else None
+    m = re.search(r"\bwall ([0-9.]+) ms", r.note) if r is not None else None
     return m.group(1) if m else ""
 
 
 def compare_table(rows: list[bench.Result], main: str) -> str:
     """Per scenario, hand-written asserts against tritoncheck's `main` contender ("tc-c" or "tc-triton")."""
     by = {(r.scenario, r.contender): r for r in rows}
-    scenarios = list(dict.fromkeys(r.scenario for r in rows if r.contender == main and r.median_ms))
+    scenarios = list(dict.fromkeys(r.scenario for r in rows
+                                   if r.contender == main and r.median_ms and not bench.is_scaling(r)))
     label = {"tc-c": "C", "tc-triton": "Triton"}[main]
 
     def ms(s: str, c: str) -> str:
@@ -192,19 +271,25 @@ def compare_table(rows: list[bench.Result], main: str) -> str:
     def x(s: str, c: str, column: str) -> str:
         return bench.ratio_text(getattr(by.get((s, c)), column, None))
 
+    def vs_best(s: str) -> str:
+        best, this = by.get((s, "hand-best")), by.get((s, main))
+        ok = best is not None and this is not None and best.median_ms and this.median_ms
+        return bench.ratio_text(best.median_ms / this.median_ms) if ok else ""
+
     def share(s: str) -> str:
         v = getattr(by.get((s, main)), "share_of_step", None)
         return "" if v is None else f"{100 * v:.2g}%"
 
     gpu = main == "tc-triton"
     wall_head, wall_rule = (" | Triton wall per check, ms | asserts wall, ms", "---:|---:|") if gpu else ("", "")
-    out = [(f"| batch | asserts per rule, ms | tritoncheck {label}, ms | {label} vs asserts | {label} / plain read "
+    out = [(f"| batch | asserts per rule, ms | tritoncheck {label}, ms | {label} vs asserts "
+            f"| {label} vs best hand-written torch | {label} / plain read "
             f"| {label}, of a training step{wall_head} | torch backend vs asserts | `torch.compile`d asserts vs asserts |"),
-           "|---|---:|---:|---:|---:|---:|" + wall_rule + "---:|---:|"]
+           "|---|---:|---:|---:|---:|---:|---:|" + wall_rule + "---:|---:|"]
     for s in scenarios:
         walls = f" | {_wall(by.get((s, main)))} | {_wall(by.get((s, 'hand-assert')))}" if gpu else ""
         out.append(f"| {s} | {ms(s, 'hand-assert')} | {ms(s, main)} | **{x(s, main, 'x_hand_assert')}** "
-                   f"| {x(s, main, 'x_floor_read')} | {share(s)}{walls} | {x(s, 'tc-torch', 'x_hand_assert')} "
+                   f"| {vs_best(s)} | {x(s, main, 'x_floor_read')} | {share(s)}{walls} | {x(s, 'tc-torch', 'x_hand_assert')} "
                    f"| {x(s, 'hand-compiled', 'x_hand_assert')} |")
     return "\n".join(out)
 
@@ -275,7 +360,13 @@ def readme_block(all_rows: list[bench.Result]) -> str:
     out = []
     cpu, gpu = newest_run(all_rows, cuda=False), newest_run(all_rows, cuda=True)
     if cpu:
-        out += [header(cpu), "", compare_table(cpu, "tc-c"), "", targets_table(cpu)]
+        out += [header(cpu), "", compare_table(cpu, "tc-c"), "", targets_table(cpu), "", goals_table(cpu)]
+        if any(bench.is_scaling(r) for r in cpu):
+            png = f"benchmarks/results/{plot_name(cpu)}"
+            sizes = sorted({(r.batch_bytes, r.scenario.removeprefix("scaling-")) for r in cpu if bench.is_scaling(r)})
+            out += ["", (f"Check time against batch bytes, {sizes[0][1]} to {sizes[-1][1]} of causal-LM batches (C, the "
+                         f"torch backend and the plain read, same run): [{png}]({png}); the table is in "
+                         "[benchmarks/results/latest-cpu.md](benchmarks/results/latest-cpu.md).")]
     if gpu:
         out += ["", (f"On a GPU ({gpu[0].device}), the same batches on the device: times from "
                      "`triton.testing.do_bench` (device time between CUDA events, L2 flushed before each call), "

@@ -32,6 +32,11 @@ BROKEN = {
     "bart": ("labels", "below_min"),
     "ctc": ("targets", None),  # the blank inside a target: a rule, whatever code the spec gives it
     "big": ("bbox", "below_min"),
+    "bert-fresh": ("input_ids", "above_max"),
+    "bert-bad": ("input_ids", "above_max"),  # 1% of the ids, and this broken batch is the one timed
+    "images-fp16": ("pixel_values", "non_finite"),
+    "images-channels-last": ("pixel_values", "non_finite"),
+    "causal-lm-256": ("labels", "above_max"),
 }
 CPU_CONTENDERS = [c.name for c in bench.default_contenders() if c.skip_reason(torch.device("cpu")) is None]
 
@@ -55,9 +60,12 @@ def test_broken_batch_breaks_the_intended_rule(case):
 def test_every_contender_agrees_on_the_verdict(case, contender, device):
     """On the device a GPU run times them on (the C backend takes CPU tensors only)."""
     _, c = case
+    if not contender.wants(c):  # tc-c-contiguous: only beside a strided batch
+        assert contender.name == "tc-c-contiguous" and all(t.is_contiguous() for t in c.batch.values())
+        return
     if contender.name == "tc-triton" and device == "cpu":
         pytest.importorskip("triton", reason="pip install triton (in the test extra)")  # not timed without a GPU, but its verdict is checked in the interpreter
-    on = "cpu" if contender.name == "tc-c" else device
+    on = "cpu" if contender.name.startswith("tc-c") else device
     batch, bad = ({k: v.to(on) for k, v in b.items()} for b in (c.batch, c.bad))
     try:
         fn, bad_fn = contender.prepare(c, batch), contender.prepare(c, bad)
@@ -72,12 +80,40 @@ def test_every_contender_agrees_on_the_verdict(case, contender, device):
 
 
 def test_hand_rules_mirror_every_spec_rule_on_valid_batches(case):
-    """Each hand-written rule holds on the valid batch, so the hand contenders are not vacuous."""
+    """Each hand-written rule holds on the valid batch, so the hand contenders are not vacuous; the
+    best hand-written rules (aminmax) hold and break alike."""
     _, c = case
     oks = list(c.rules(c.batch, c.params))
-    assert len(oks) >= 6
+    assert len(oks) >= 4
     assert all(bool(ok) for ok in oks)
     assert not all(bool(ok) for ok in c.rules(c.bad, c.params))
+    assert c.best_rules is not None
+    assert all(bool(ok) for ok in c.best_rules(c.batch, c.params))
+    assert not all(bool(ok) for ok in c.best_rules(c.bad, c.params))
+
+
+def test_the_c_backends_report_is_the_torch_backends_on_every_batch(case):
+    """What every C row is timed on: the same report as the torch backend's, valid and broken (the
+    harness refuses to time a C contender whose report differs)."""
+    _, c = case
+    for batch in (c.batch, c.bad):
+        assert tc.check(batch, c.spec, backend="c").backend == "c"
+        assert bench.same_report_as_torch(batch, c.spec, "c")
+    if not all(t.is_contiguous() for t in c.batch.values()):
+        contiguous = {k: v.contiguous() for k, v in c.bad.items()}
+        assert tc.check(contiguous, c.spec, backend="c").to_dict() == tc.check(c.bad, c.spec, backend="c").to_dict()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_best_finiteness_is_aminmax_and_catches_nan_and_both_infinities(dtype):
+    """aminmax propagates NaN (both results are NaN), so its min and max being finite is finiteness."""
+    x = torch.rand(3, 1000, dtype=torch.float32).to(dtype)
+    assert bool(bench.aminmax_finite(x))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        y = x.clone()
+        y[2, 517] = bad
+        assert not bool(bench.aminmax_finite(y))
+        assert not bool(bench.aminmax_finite(y.t()))  # strided too
 
 
 def test_b1_scenario_is_one_sample_of_16_tokens():
@@ -100,7 +136,9 @@ def test_every_tiny_scenario_with_every_cpu_contender_writes_the_csv_schema(tmp_
     names = {bench.scenario(s).build(True).name for s in opts.scenarios}
     for scenario in names:
         have_c = "fell back" not in by[scenario, "tc-c"].note  # without a C compiler the row says so, untimed
-        timed = [*bench.FLOORS, *(c for c in CPU_CONTENDERS if have_c or c != "tc-c")]
+        cpu = [c for c in CPU_CONTENDERS if (have_c or not c.startswith("tc-c")) and (scenario, c) in by]
+        timed = [*bench.FLOORS, *cpu]
+        assert {"hand-assert", "hand-best", "tc-torch"} <= set(cpu)
         for name in [*timed, "collate"]:
             r = by[scenario, name]
             assert r.median_ms > 0, (scenario, name, r.note)
@@ -113,13 +151,65 @@ def test_every_tiny_scenario_with_every_cpu_contender_writes_the_csv_schema(tmp_
         assert by[scenario, "floor-read"].x_floor_read == pytest.approx(1)
         assert by[scenario, "floor-aminmax"].x_floor_aminmax == pytest.approx(1)
         assert by[scenario, "hand-assert"].syncs > by[scenario, "hand-1sync"].syncs == 1
-        assert not have_c or by[scenario, "tc-c"].syncs == 0  # one call into the compiled kernel: no host read of a tensor
+        if not scenario.endswith("-bad"):  # a broken batch's report may read what it found
+            assert not have_c or by[scenario, "tc-c"].syncs == 0  # one call into the compiled kernel: no host read of a tensor
         if not torch.cuda.is_available():
             assert by[scenario, "tc-triton"].median_ms is None
             assert by[scenario, "tc-triton"].note.startswith("skipped: no GPU")
+    assert ("images-channels-last-2x3x8x8", "tc-c-contiguous") in by and ("bert-tiny", "tc-c-contiguous") not in by
+    assert by["bert-1x16", "one-sum-16"].median_ms > 0  # issue 23's fixed-cost floor
+    assert "a new copy of the batch for every call" in by["bert-tiny-fresh", "tc-c"].note
+    assert "timed on the broken batch" in by["bert-tiny-1pct-bad", "tc-c"].note
     table = bench.markdown_table(rows).splitlines()
     assert len(table) == 2 + len(rows)
     assert all(line.count("|") == table[0].count("|") for line in table)
+
+
+def test_the_bad_ids_batch_has_one_percent_bad_and_c_reports_them_as_torch_does():
+    c = bench.scenario("bert-bad").build(True)
+    ids = c.bad["input_ids"]
+    assert c.timed_bad and (ids >= bench.BERT["vocab_size"]).sum() == ids.numel() // 100 >= 10
+    report = tc.check(c.bad, c.spec, backend="c")
+    assert [(v.field, v.code, v.count) for v in report.violations] == [("input_ids", "above_max", ids.numel() // 100)]
+
+
+def test_fresh_timing_gives_every_call_a_new_batch_made_off_the_clock():
+    seen = []
+
+    def busy() -> list[int]:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.002:  # 2 ms of CPU to make each batch
+            pass
+        return [0]
+
+    out = bench.time_cpu({"f": seen.append}, rounds=1, budget_s=0, fresh=busy)
+    assert len(out["f"]) == bench.MIN_ROUNDS and max(out["f"]) < 1.0  # the 2 ms a batch is not counted
+    assert len({id(b) for b in seen}) == len(seen) > bench.MIN_ROUNDS
+
+
+def test_the_scaling_sweep_times_c_torch_and_the_floor_on_growing_batches():
+    opts = bench.Options(scenarios=[], rounds=1, budget_s=0.2, scaling=[4 << 10, 64 << 10])
+    rows = bench.run_benchmarks(opts)
+    by = {(r.scenario, r.contender): r for r in rows}
+    assert {r.scenario for r in rows} == {"scaling-4KiB", "scaling-64KiB"}
+    assert by["scaling-4KiB", "floor-read"].batch_bytes < by["scaling-64KiB", "floor-read"].batch_bytes <= 64 << 10
+    for size in ("4KiB", "64KiB"):
+        for name in ("floor-read", "tc-torch", "tc-c"):  # tc-c is timed only when its report equals torch's
+            assert by[f"scaling-{size}", name].median_ms > 0, by[f"scaling-{size}", name].note
+    assert bench.markdown_table(rows).count("\n") == 1  # the sweep has its own table
+    table = bench.scaling_table(rows).splitlines()
+    assert len(table) == 4 and table[2].startswith("| scaling-4KiB |")
+
+
+def test_goals_are_ratios_of_two_rows_of_one_scenario():
+    run = _run_module()
+    rows = [_row("t", "cpu", "thread", "s", c, ms) for c, ms in [("tc-c", 2.0), ("ref", 1.0), ("tc-torch", 5.0)]]
+    slower = run.Goal("as slow as", "s", "tc-c", "ref", "<=", 2)
+    faster = run.Goal("faster", "s", "tc-c", "tc-torch", ">=", 3)
+    assert slower.ratio(rows) == 2.0 and slower.met(2.0)
+    assert faster.ratio(rows) == 2.5 and not faster.met(2.5)
+    assert run.Goal("gone", "other", "tc-c", "ref", "<=", 2).ratio(rows) is None
+    assert {g.scenario for g in run.GOALS} >= {"bert-1x16", "bert-32x128-fresh", "bert-4096x16-1pct-bad"}
 
 
 def test_a_round_times_many_calls_and_the_thread_clock_leaves_out_sleep():
@@ -170,6 +260,9 @@ def test_readme_table_is_the_newest_recorded_run():
     block = readme.split(run.BEGIN)[1].split(run.END)[0].strip()
     assert block == run.readme_block(recorded)
     assert "not measured" not in run.targets_table(rows)  # every target names a scenario the run has
+    assert "not measured" not in run.goals_table(rows)  # issue 23's goals too
+    png = re.search(r"\[(benchmarks/results/scaling-[\w-]+\.png)\]", block)
+    assert png and (ROOT / png.group(1)).is_file()  # the scaling plot of the same run
 
 
 def test_command_writes_csv(tmp_path, capsys):
