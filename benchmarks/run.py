@@ -6,11 +6,13 @@
                                              # README.md's benchmark table from the newest run in the CSV
     python benchmarks/run.py --device cuda   # on a GPU: + the Triton backend, do_bench timings
 
-A full run is every scenario (the 254 MB batch included), a small model's training step per
-batch, the first batch in each of 2 forked DataLoader workers, and a cold compile of every
+A full run is every scenario (the 254 MB and 256 MiB batches included), a small model's training
+step per batch, the scaling sweep (causal-LM batches of 4 KiB to 512 MiB: C, torch backend,
+floors), the first batch in each of 2 forked DataLoader workers, and a cold compile of every
 built-in contract; one thread, thread CPU time, median of >= 5 interleaved rounds. Every figure
-in the results page and in README.md comes from one run's rows, and each target of issue 11 is
-judged from them. The harness is harness.py here (`tritoncheck bench` is its quick set).
+in the results page, the plots and README.md comes from one run's rows, and each target of
+issue 11 and goal of issue 23 is judged from them. The harness is harness.py here (`tritoncheck
+bench` is its quick set).
 """
 
 from __future__ import annotations
