@@ -46,12 +46,14 @@ def main(csv_path: Path | None = None) -> int:
     csv_path = csv_path or RESULTS / "results.csv"
     with open(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
-    latest: dict[str, str] = {}
+    latest: dict[bool, str] = {}  # the newest GPU run and the newest CPU run, as run.py's pages take them
     for r in rows:
         if r["clock"] != "cpu":  # a run's timed rows, not its compile rows
-            latest[r["device"]] = max(latest.get(r["device"], ""), r["timestamp"])
-    for device, stamp in latest.items():
-        run = [r for r in rows if r["device"] == device and r["timestamp"] == stamp and r["median_ms"]]
+            gpu = r["clock"] == "cuda"
+            latest[gpu] = max(latest.get(gpu, ""), r["timestamp"])
+    for stamp in latest.values():
+        run = [r for r in rows if r["timestamp"] == stamp and r["median_ms"]]
+        device = run[0]["device"]
         clock = next((f"{r['clock']} clock" for r in run if r["contender"] in ORDER), "")
         title = f"{device} - {stamp} {clock}".strip()
         print(bars(plt, run, title, csv_path.parent / f"{slug(device)}.png"))
