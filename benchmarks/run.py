@@ -231,7 +231,7 @@ def results_page(rows: list[bench.Result]) -> str:
     scaling = bench.scaling_table(rows)
     if scaling:
         parts += ["", "## Check time against batch bytes", "",
-                  (f"One family (causal LM: int64 ids, mask and labels, rows of up to 512 tokens), the C and the torch "
+                  (f"One family (causal LM: int64 ids, mask and labels; one row below 4096 tokens, rows of 512 above), the C and the torch "
                    f"backend and the plain read, in the same run; plotted in [{plot_name(rows)}]({plot_name(rows)})."),
                   "", scaling]
     startup = bench.startup_table(rows)
