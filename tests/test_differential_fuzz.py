@@ -18,9 +18,9 @@ added to the failure) and no example database, is one command:
 (`-n 0`: in one process, so that `-s` shows the seed and the counts.)
 
 `TRITONCHECK_FUZZ_MINUTES=N` makes each of the two parametrizations go on for N minutes (or until
-the examples are run), in searches of ROUND examples each seeded from the run's seed; a failure
-names the seed and example count that replay it: `TRITONCHECK_FUZZ_SEED=<int>
-TRITONCHECK_FUZZ_EXAMPLES=<n>` (without MINUTES) replays one search.
+TRITONCHECK_FUZZ_EXAMPLES examples are run, where it is given), in searches of ROUND examples each
+seeded from the run's seed; a failure names the seed and example count that replay it:
+`TRITONCHECK_FUZZ_SEED=<int> TRITONCHECK_FUZZ_EXAMPLES=<n>` (without MINUTES) replays one search.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ from report_compare import comparable
 
 import tritoncheck as tc
 
-EXAMPLES = int(os.environ.get("TRITONCHECK_FUZZ_EXAMPLES", "150"))
 MINUTES = float(os.environ.get("TRITONCHECK_FUZZ_MINUTES", "0"))  # go on for this long (each parametrization)
+# (a timed run is bounded by its minutes alone unless TRITONCHECK_FUZZ_EXAMPLES is given too)
+EXAMPLES = int(os.environ.get("TRITONCHECK_FUZZ_EXAMPLES", "150" if not MINUTES else str(10**9)))
 ROUND = 200  # examples per seed of a timed run
 # a batch is also checked materialized up to this many logical elements: an expanded 70,000 x 1025
 # x 2 field materialized took the torch backend 130 s and 2.3 GB (the view itself: 0.6 s, 45 MiB)
