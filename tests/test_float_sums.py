@@ -145,6 +145,18 @@ def test_an_expanded_row_sums_as_it_materialized(backend):
     assert got == [("sum(x, dim=L) != 1.0", 1, (0,), 1.0)]  # (a rule fails where it is false)
 
 
+def test_a_long_row_sums_in_chunks_to_the_same_bits(backend):
+    """Rows longer than sums.CHUNK: the torch backend adds their folds chunk by chunk on the CPU
+    (Triton walks many steps, C one loop); every backend still gives the defined sum."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3 * sums.CHUNK // 2, generator=g) * torch.exp2(torch.randint(-40, 40, (2, 3 * sums.CHUNK // 2),
+                                                                                     generator=g).float())
+    want = [defined_sum(r) for r in x.tolist()]
+    got = report(x, ["sum(x, dim=L) < -1e999"], backend)
+    assert got == [("sum(x, dim=L) < -1e999", 2, (0, 1), want[0])]
+    assert report(x[1:], ["sum(x, dim=L) < -1e999"], backend)[0][3] == want[1]
+
+
 def test_a_row_past_the_int64_folds_is_added_in_python_integers(monkeypatch):
     """A row of 2**33 values or more (an expanded view) sums in Python integers; the int64 folds
     and the Python integers give the same bits wherever both can."""

@@ -24,11 +24,10 @@ _FMAX = torch.finfo(torch.float64).max
 def float_sum(x: torch.Tensor, red: tuple[int, ...], count: int = 1) -> torch.Tensor:
     """The float64 sum over positions `red` of `x` (any float dtype), each stored value counted
     `count` times (an expanded axis): the same bits as the C and Triton kernels, in any order."""
-    x = x.to(torch.float64)
     if not red:  # one value: itself (+0.0 for -0.0)
-        return x + 0.0
+        return x.to(torch.float64) + 0.0
     if count == 0 or any(x.shape[d] == 0 for d in red):  # no values
-        return torch.zeros_like(x.sum(dim=red))
+        return torch.zeros_like(x.sum(dim=red, dtype=torch.float64))
     special, grid, x = scan(x, red)
     exact = math.prod(x.shape[d] for d in red) * count >= MAX_TERMS
     return finish(special, grid, repeat(fold_sums(x, red, grid), count, exact)).squeeze(red)
@@ -37,16 +36,19 @@ def float_sum(x: torch.Tensor, red: tuple[int, ...], count: int = 1) -> torch.Te
 def scan(x: torch.Tensor, red: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pass 1, per row (kept dims): the sum of its non-finite values, which IEEE adds alike in any
     order (NaN for a NaN or both infinities, else the infinity, else 0); its grid exponent g; and
-    `x` (float64) with the non-finite values zeroed."""
-    top = x.abs().amax(dim=red, keepdim=True)  # (NaN if any)
-    special = torch.zeros_like(top)
-    if not bool((top <= _FMAX).all()):  # a NaN or an infinity somewhere
-        finite = x.abs() <= _FMAX
-        special = torch.where(finite, 0.0, x).sum(dim=red, keepdim=True)
+    `x` with the non-finite values zeroed (float16 and bfloat16 as float32, exactly)."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.to(torch.float32)
+    top = torch.maximum(x.amax(dim=red, keepdim=True), -x.amin(dim=red, keepdim=True))  # (NaN if any)
+    special = torch.zeros(top.shape, dtype=torch.float64, device=top.device)
+    largest = torch.finfo(x.dtype).max
+    if not bool((top <= largest).all()):  # a NaN or an infinity somewhere
+        finite = x.abs() <= largest
+        special = torch.where(finite, 0.0, x).sum(dim=red, keepdim=True, dtype=torch.float64)
         x = torch.where(finite, x, 0.0)
         top = x.abs().amax(dim=red, keepdim=True)
     # g from the largest finite |value|: its biased exponent E, so |value| < 2**(E - 1022) = 2**(g + 60)
-    return special, ((top.view(torch.int64) >> 52) - 1082).clamp(min=-1074), x
+    return special, ((top.to(torch.float64).view(torch.int64) >> 52) - 1082).clamp(min=-1074), x
 
 
 def _pow2(k: torch.Tensor) -> torch.Tensor:
@@ -54,12 +56,32 @@ def _pow2(k: torch.Tensor) -> torch.Tensor:
     return ((k + 1023) << 52).view(torch.float64)
 
 
+CHUNK = 2**15  # values a CPU pass 2 takes at once: its int64 temporaries stay in cache
+
+
 def fold_sums(x: torch.Tensor, red: tuple[int, ...], grid: torch.Tensor) -> list[torch.Tensor]:
-    """Pass 2, on finite float64 values: t = trunc(x / 2**g) (two exact power-of-two scalings,
-    then a truncating conversion), and the row sums of its folds t >> 30 and t & (2**30 - 1)."""
+    """Pass 2, on finite float32 or float64 values: t = trunc(x / 2**g), |t| < 2**60, by exact
+    power-of-two scaling (in x's dtype where 2**-g is a normal number of it, else in float64 in two
+    steps) and a truncating conversion; the row sums of its folds hi = t >> 30 and t - hi * 2**30.
+    On the CPU, a long row goes in chunks along its longest reduced axis (integers add exactly)."""
+    d = max(red, key=lambda i: x.shape[i])
+    step = max(1, CHUNK * x.shape[d] // max(1, x.numel()))
+    if x.device.type == "cpu" and step < x.shape[d]:
+        parts = [_fold_sums(part, red, grid) for part in x.split(step, dim=d)]
+        return [sum(p[0] for p in parts), sum(p[1] for p in parts)]
+    return _fold_sums(x, red, grid)
+
+
+def _fold_sums(x: torch.Tensor, red: tuple[int, ...], grid: torch.Tensor) -> list[torch.Tensor]:
     h = -grid
-    t = (x * _pow2(h >> 1) * _pow2(h - (h >> 1))).to(torch.int64)
-    return [(t >> FOLD).sum(dim=red, keepdim=True), (t & ((1 << FOLD) - 1)).sum(dim=red, keepdim=True)]
+    low, high = (-126, 127) if x.dtype == torch.float32 else (-1022, 1023)
+    if bool(((h >= low) & (h <= high)).all()):  # (a product below x's normal range is under 1: t = 0)
+        t = (x * _pow2(h).to(x.dtype)).to(torch.int64)
+    else:
+        t = (x.to(torch.float64) * _pow2(h >> 1) * _pow2(h - (h >> 1))).to(torch.int64)
+    hi = (t >> FOLD).sum(dim=red, keepdim=True)
+    # the sum of t wraps in int64, but the sum of lo = t - hi * 2**30 is in [0, 2**63): exact, wrapped back
+    return [hi, t.sum(dim=red, keepdim=True) - (hi << FOLD)]
 
 
 def repeat(parts: list[torch.Tensor], count: int, exact: bool) -> list:
