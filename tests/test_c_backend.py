@@ -536,3 +536,52 @@ def test_any_and_all_that_stop_at_the_first_deciding_element_agree_with_torch(L)
     assert "none_set" in codes and ("some_big" in codes) == any(row % 2 for row in range(len(where)))
     source = c_backend.program_for(compile_plan(spec), bind(compile_plan(spec), {"m": m})).source.text
     assert source.count("TC_STRIP ?") >= 2 * 3  # each reduction walks its row in strips, testing its accumulator
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_bounds_and_finiteness_on_the_bits_agree_with_torch(dtype):
+    """Bounds, value sets, sentinels, finiteness and comparisons with constants on a float16/bfloat16 field are
+    tested on its bits (an interval of `tc_key16`), never widened: on all 65536 bit patterns (NaNs, infinities,
+    -0.0, subnormals) every count, first index and value equals the torch backend's."""
+    rules = ["(h != 0.5) & (h != 0.1)", "(h > -2.5) | (h <= -3)", "1000 >= h", "h >= -0.0", "h < 70000.0", "(h > 1e-40) | (h < -1e30)",
+             "h <= 65504", "(h == 0.3) | (h != 0.25)"]
+    spec = small_spec({"h": {"dtype": ["float16", "bfloat16"], "shape": ["B"], "min": -10, "max": 10, "finite": True,
+                             "allow": [-100]},
+                       "m": {"dtype": ["float16", "bfloat16"], "shape": ["B"], "values": [0, 1]}},
+                      [{"rule": r, "code": f"r{i}"} for i, r in enumerate(rules)])
+    h = torch.arange(-(2**15), 2**15, dtype=torch.int16).view(dtype)
+    batch = {"h": h, "m": h.flip(0)}
+    codes = {v["code"] for v in assert_same(spec, batch)}
+    assert {"below_min", "above_max", "non_finite", "not_in_set"} | {f"r{i}" for i in range(len(rules))} == codes
+    plan = compile_plan(spec)
+    source = c_backend.program_for(plan, bind(plan, batch)).source.text
+    body = source[source.index(c.FUNCTION + "("):]
+    assert "tc_key16(" in body and "isfinite(" not in body and not re.search(r"\bv\d+ (?:[<>]=?|!=|== [^0]) ", body)
+
+
+def test_channels_last_fields_are_walked_in_memory_order_with_torchs_first_index():
+    """Element-wise checks over fields stored as one dense block in another axis order (channels_last, a
+    transposed copy) walk them as stored: one flat loop, and a locate pass nested in memory order that keeps
+    the least row-major index, so the first index is torch's although memory meets another failure first. Fields
+    of different orders in one group are walked row-major, as before."""
+    spec = small_spec({"px": {"dtype": "float32", "shape": ["B", "C", "H", "W"], "finite": True, "min": -5, "max": 5},
+                       "q": {"dtype": "float32", "shape": ["B", "C", "H", "W"], "max": 5}},
+                      [{"rule": "px <= q + 20", "code": "apart"}])
+    g = torch.Generator().manual_seed(4)
+    px = torch.rand(2, 3, 5, 7, generator=g)
+    q = torch.rand(2, 3, 5, 7, generator=g)
+    px[0, 2, 0, 0] = math.nan  # first in memory (channels_last: offset 2)
+    px[0, 0, 1, 0] = math.inf  # first row-major
+    px[1, 1, 4, 6] = -9
+    px[0, 1, 3, 3] = 99
+    q[1, 2, 0, 1] = 7
+    cl = {k: v.contiguous(memory_format=torch.channels_last) for k, v in (("px", px), ("q", q))}
+    plan = compile_plan(spec)
+    for batch in (cl, {"px": cl["px"], "q": q}, {"px": px.transpose(2, 3).contiguous().transpose(2, 3), "q": q}):
+        assert_same(spec, batch)
+        found = tc.check(batch, spec, backend="c").violations
+        assert {(v.code, tuple(v.index)) for v in found} >= {("non_finite", (0, 0, 1, 0)), ("below_min", (1, 1, 4, 6))}
+    source = c_backend.program_for(plan, bind(plan, cl)).source.text
+    assert "flat < first_" in source and "px[i]" in source.replace("p_px[i]", "px[i]")  # the flat walk, as stored
+    mixed = c_backend.program_for(plan, bind(plan, {"px": cl["px"], "q": q})).source.text
+    assert "flat < first_" not in mixed

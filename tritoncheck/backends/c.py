@@ -175,13 +175,15 @@ def _program_by_layout(plan: Plan, bound: Bound) -> Program:
     # per field: dtype, contiguity, device, and past 2**31 - 1 elements (loop indices must be
     # int64) whether it is an expanded view (2); a device or a huge expanded view is refused below,
     # on the first call of its signature
-    sig = tuple([(t.dtype, t.is_contiguous(), t.is_cpu, t.numel() > INT32_LIMIT and 1 + (0 in t.stride())) for t in ts])
+    # and, for a non-contiguous field stored as one dense block, its axes in memory order (`ir.memory_order`)
+    sig = tuple([(t.dtype, t.is_contiguous(), t.is_cpu, t.numel() > INT32_LIMIT and 1 + (0 in t.stride()),
+                  ir.memory_order(t)) for t in ts])
     # a dim past 2**31 - 1 needs int64 loop bounds even where every field it sizes is empty
     wide = any(size > INT32_LIMIT for size, _ in bound.dims.values())
     key = (ids, sig, wide)
     program = entry.programs.get(key)
     if program is None:
-        for f, (_, _, cpu, _) in zip(fields, sig, strict=True):
+        for f, (_, _, cpu, _, _) in zip(fields, sig, strict=True):
             if not cpu:  # the kernel reads host memory: never hand it a device pointer
                 raise ValueError(f"backend='c' needs CPU tensors; {f} is on {bound.tensors[f].device}")
         with entry.lock:  # lowering, generation and compilation happen once per key, even with threads
@@ -192,8 +194,9 @@ def _program_by_layout(plan: Plan, bound: Bound) -> Program:
 
 
 def _compile(plan: Plan, checks: tuple[DataCheck, ...], sig: dict[str, tuple], wide: bool) -> Program:
-    fields = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous) for f, (dtype, contiguous, _, _) in sig.items()}
-    big = wide or any(b for _, _, _, b in sig.values())
+    fields = {f: ir.FieldSig(f, dtype, plan.field(f).axes, contiguous, order)
+              for f, (dtype, contiguous, _, _, order) in sig.items()}
+    big = wide or any(b for _, _, _, b, _ in sig.values())
     kernel = ir.lower(plan, checks, fields)
     source = c.generate(kernel, index_bits=64 if big else 32)
     # the function object keeps its library mapped while this program lives (`lib[name]`, unlike

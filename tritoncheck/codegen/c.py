@@ -26,6 +26,7 @@ manipulation (no compiler fp16 support needed).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from typing import Any
 
@@ -35,7 +36,7 @@ from tritoncheck.dtypes import dtype_name
 from tritoncheck.expr import to_text
 from tritoncheck.plan.lower import describe
 from tritoncheck.codegen.source import RESERVED, IndentedBuffer, NameSpace, comment
-from tritoncheck.kernel.ir import BIG, Group, Kernel, Op, invariant_ops, walk
+from tritoncheck.kernel.ir import BIG, Group, Kernel, Op, Val, invariant_ops, walk
 
 FUNCTION = "tc_check"
 STRIP = 64  # an any/all over a row tests whether it is decided once per this many elements
@@ -81,6 +82,13 @@ static inline float tc_bf16(uint16_t h) {
     float out;
     memcpy(&out, &bits, 4);
     return out;
+}""",
+    "tc_key16": """
+// float16/bfloat16 bits -> an int16 ordered as the values are (-0 just below +0; NaNs past +-inf), kept in
+// 16-bit lanes: a negative value's magnitude bits flipped
+static inline int16_t tc_key16(uint16_t h) {
+    const int16_t k = (int16_t)h;
+    return (int16_t)(k ^ ((k >> 15) & 0x7FFF));
 }""",
     "tc_add_i": "static inline int64_t tc_add_i(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }",
     "tc_sub_i": "static inline int64_t tc_sub_i(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }",
@@ -182,6 +190,34 @@ def literal(value: Any, kind: str) -> str:
     return f"{v.hex()}{suffix}" if math.copysign(1.0, v) > 0 else f"(-{(-v).hex()}{suffix})"  # keeps -0.0
 
 
+_ON_FLOATS = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+              "isfinite": torch.isfinite, "not_": lambda x: x == 0, "truth": lambda x: x != 0}
+
+
+@functools.lru_cache(maxsize=1024)
+def key_interval(dtype: torch.dtype, name: str, pattern: tuple) -> tuple[int, int, bool] | None:
+    """(lo, hi, inside): op `name` over a float16/bfloat16 value (None in `pattern`) and float32 constants (the
+    rest) is true exactly where `lo <= tc_key16(bits) <= hi` (inside) or outside that, or None where no
+    interval says it. Found by evaluating the op as the kernel does (the value widened to float32) on all
+    65536 bit patterns, so the interval test is exact by construction."""
+    if name not in _ON_FLOATS or any(v is not None and not isinstance(v, float) for v in pattern):
+        return None
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32)
+    values = bits.to(torch.int16).view(dtype).float()
+    args = [values if v is None else torch.tensor(v, dtype=torch.float32) for v in pattern]
+    holds = _ON_FLOATS[name](*args)
+    keys = torch.where(bits < 0, bits ^ 0x7FFF, bits)  # tc_key16
+    for inside in (True, False):
+        chosen = keys[holds if inside else ~holds]
+        if chosen.numel() == 0:
+            return 1, 0, inside
+        lo, hi = int(chosen.min()), int(chosen.max())
+        # an interval when every key in [lo, hi] is chosen, and none outside
+        if chosen.numel() == hi - lo + 1 and not ((keys >= lo) & (keys <= hi) & (holds != inside)).any():
+            return lo, hi, inside
+    return None
+
+
 class CSource:
     """Generated C source and the kernel it implements."""
 
@@ -205,6 +241,9 @@ class CCodegen:
         self.names: dict[int, str] = {}
         self.bind: dict[str, str] = {}  # axis -> loop variable in scope
         self.flat: str | None = None  # the flat index, in an element-wise pass over contiguous fields
+        self.row_major = True  # whether the loops being emitted walk the group's axes row-major
+        self.halves: dict[int, tuple[str, torch.dtype]] = {}  # a float16/bfloat16 load's op id -> (its bits, dtype)
+        self.consts: dict[int, Any] = {}  # a const op's id -> its value
         self.pre: dict[int, Any] = {}  # the current group's invariant values (`invariant_ops`), by op id
         self.rest: tuple[Op, ...] = ()  # the current group's other ops, walked at each position
         self.ptr = {f.name: self.ns.create_name(f"p_{f.name}") for f in kernel.fields}
@@ -293,7 +332,7 @@ class CCodegen:
         w(f"// group {g_i}: over [{comment(', '.join(g.axes))}]: {what}")
         w("{")
         with self.buf.indent():
-            flat_ok = g.elementwise and g.axes and all(k.field(f).contiguous for f in g.fields)
+            flat_ok, loops = self.walk_order(g)
             once = invariant_ops(k, g)
             self.pre = {}
             if any(op.name == "reduction" for op in once):
@@ -312,7 +351,7 @@ class CCodegen:
                 self.flat = None
                 w("}")
             else:
-                self.nest(g, locate=False)
+                self.nest(g, loops, locate=False)
             w("if (dirty) {")
             with self.buf.indent():
                 w("// locate pass: count per check (per sample) and keep the first offending flat index")
@@ -321,26 +360,41 @@ class CCodegen:
                 for c, _ in g.checks:
                     w(f"int64_t {self.firsts[c]} = -1;")
                 w("int64_t flat = 0;")
-                self.nest(g, locate=True)
+                self.nest(g, loops, locate=True)
                 for c, _ in g.checks:
                     w(f"if ({self.firsts[c]} >= 0) out[{k.layout.first(c)}] = TC_BIG - {self.firsts[c]};")
             w("}")
         w("}")
 
-    def nest(self, g: Group, locate: bool) -> None:
-        """Loops over the group's axes, row-major, around the group body."""
+    def walk_order(self, g: Group) -> tuple[bool, tuple[str, ...]]:
+        """(flat, loops): whether the fast pass may walk the group's fields with one flat index over their memory,
+        and the order of its loops. An element-wise group over contiguous fields, or over fields stored alike as
+        one dense block in another order (channels_last: `FieldSig.order`), walks them as stored; the locate
+        pass then nests its loops in that memory order too, and computes each failure's row-major index."""
+        if not (g.elementwise and g.axes):
+            return False, g.axes
+        fields = [self.k.field(f) for f in g.fields]
+        if all(f.contiguous for f in fields):
+            return True, g.axes
+        orders = {f.order for f in fields}
+        if len(orders) == 1 and None not in orders:  # (an element-wise group's fields span exactly its axes)
+            return True, tuple(g.axes[i] for i in orders.pop())
+        return False, g.axes
+
+    def nest(self, g: Group, loops: tuple[str, ...], locate: bool) -> None:
+        """Loops over the group's axes in the order `loops` (row-major unless the fields are stored in another)
+        around the group body."""
         w = self.buf.writeline
-        loops = []
-        for a in g.axes:
+        self.row_major = loops == g.axes
+        for a in loops:
             i = self.ns.create_name(f"i_{a}")
-            loops.append(i)
             w(f"for (tc_idx {i} = 0; {i} < {self.size[a]}; {i}++) {{  // {comment(a)}")
             self.buf.level += 1
             self.bind[a] = i
         self.body(g, locate)
-        if locate:
+        if locate and self.row_major:
             w("flat++;")
-        for a in reversed(g.axes):
+        for a in reversed(loops):
             self.buf.level -= 1
             w("}")
             del self.bind[a]
@@ -361,8 +415,19 @@ class CCodegen:
                     w(f"out[{base} + {row} * (int64_t){self.size[b]} + {self.bind[b]}] += 1;")
                 else:
                     w(f"out[{self.k.layout.count(c)}] += 1;")
-                w(f"if ({self.firsts[c]} < 0) {self.firsts[c]} = flat;")
+                if self.row_major:
+                    w(f"if ({self.firsts[c]} < 0) {self.firsts[c]} = flat;")
+                else:  # walked in memory order: the row-major index of this failure, the least one kept
+                    w(f"flat = {self.row_major_index(g)};")
+                    w(f"if ({self.firsts[c]} < 0 || flat < {self.firsts[c]}) {self.firsts[c]} = flat;")
             w("}")
+
+    def row_major_index(self, g: Group) -> str:
+        """The current position's flat index, row-major over the group's axes."""
+        index = f"(int64_t){self.bind[g.axes[0]]}"
+        for a in g.axes[1:]:
+            index = f"({index} * (int64_t){self.size[a]} + (int64_t){self.bind[a]})"
+        return index
 
     # -- the ops handler ------------------------------------------------------------------------
     def let(self, op: Op, expr: str) -> str:
@@ -391,10 +456,13 @@ class CCodegen:
                     terms.append(f"((int64_t){self.size[axis]} - INT64_C({-sel})) * {stride}")
             offset = " + ".join(terms) or "0"
         x = f"{self.ptr[field]}[{offset}]"
-        if f.dtype == torch.float16:
-            x = f"{self.helper('tc_f16')}({x})"
-        elif f.dtype == torch.bfloat16:
-            x = f"{self.helper('tc_bf16')}({x})"
+        if f.dtype in (torch.float16, torch.bfloat16):
+            # the bits, which a comparison with a constant or a finiteness test reads directly (`on_bits`); the
+            # widened float only where another op uses it (else the compiler drops it)
+            bits = self.ns.create_name(f"h{op.id}")
+            self.buf.writeline(f"const uint16_t {bits} = {x};")
+            self.halves[op.id] = (bits, f.dtype)
+            x = f"{self.helper('tc_f16' if f.dtype == torch.float16 else 'tc_bf16')}({bits})"
         elif op.kind == "i" and f.dtype != torch.int64:
             x = f"(int64_t){x}"  # bool storage is read as its byte, as torch's summary views it
         return self.let(op, x)
@@ -409,7 +477,31 @@ class CCodegen:
             self.bind[axis] = pos
 
     def const(self, op: Op, value: Any) -> str:
+        self.consts[op.id] = value
         return literal(value, op.kind)
+
+    def on_bits(self, op: Op) -> str | None:
+        """`op` (a comparison of a float16/bfloat16 field with a constant, or a finiteness or truth test of one)
+        as an interval test on the field's ordered bits (`tc_key16`), or None where it is not one. Integer
+        compares of 16-bit lanes vectorize twice as wide as the widened floats, and need no widening.
+        `key_interval` derives the interval from the op's result on every one of the 65536 bit patterns, so
+        the test gives what the widened comparison gives, NaN included."""
+        if not all(isinstance(a, Val) for a in op.args):
+            return None
+        half = [a for a in op.args if a.id in self.halves]
+        if len(half) != 1 or any(a.id not in self.halves and a.id not in self.consts for a in op.args):
+            return None
+        bits, dtype = self.halves[half[0].id]
+        pattern = tuple(None if a.id in self.halves else self.consts[a.id] for a in op.args)
+        found = key_interval(dtype, op.name, pattern)
+        if found is None:
+            return None
+        lo, hi, inside = found
+        if lo > hi:  # no pattern passes (or, outside, every one does)
+            return self.let(op, "0" if inside else "1")
+        key = f"{self.helper('tc_key16')}({bits})"
+        test = f"((uint16_t)({key} - ({lo})) {'<=' if inside else '>'} {hi - lo})"
+        return self.let(op, test)
 
     def index(self, op: Op, axis: str) -> str:
         return self.let(op, f"(int64_t){self.bind[axis]}")
@@ -439,13 +531,13 @@ class CCodegen:
         return self._int_or(op, "tc_abs_i", (x,), f"fabs{'f' if op.kind == 'f' else ''}({x})")
 
     def not_(self, op: Op, x: str) -> str:
-        return self.let(op, f"({x} == 0)")
+        return self.on_bits(op) or self.let(op, f"({x} == 0)")
 
     def truth(self, op: Op, x: str) -> str:
-        return self.let(op, f"({x} != 0)")
+        return self.on_bits(op) or self.let(op, f"({x} != 0)")
 
     def isfinite(self, op: Op, x: str) -> str:
-        return self.let(op, f"(isfinite({x}) != 0)")
+        return self.on_bits(op) or self.let(op, f"(isfinite({x}) != 0)")
 
     def add(self, op: Op, a: str, b: str) -> str:
         return self._int_or(op, "tc_add_i", (a, b), f"{a} + {b}")
@@ -463,7 +555,7 @@ class CCodegen:
         return self.let(op, f"{self.helper(f'tc_mod_{op.kind}')}({a}, {b})")
 
     def _compare(self, op: Op, sym: str, a: str, b: str) -> str:
-        return self.let(op, f"({a} {sym} {b})")
+        return self.on_bits(op) or self.let(op, f"({a} {sym} {b})")
 
     def eq(self, op: Op, a: str, b: str) -> str:
         return self._compare(op, "==", a, b)

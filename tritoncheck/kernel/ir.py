@@ -130,12 +130,17 @@ class HostScalar:
 
 @dataclass(frozen=True, slots=True)
 class FieldSig:
-    """A field as the kernel reads it: storage dtype, axes, and whether it is contiguous."""
+    """A field as the kernel reads it: storage dtype, axes, and whether it is contiguous.
+
+    `order` is set for a non-contiguous field whose elements still fill one block of memory in some
+    order of its axes (channels_last, a transposed copy; `memory_order`): its axis positions from the
+    largest stride to the smallest, so a kernel can walk it as stored."""
 
     name: str
     dtype: torch.dtype
     axes: tuple[str, ...]
     contiguous: bool
+    order: tuple[int, ...] | None = None
 
     @property
     def kind(self) -> str:
@@ -303,6 +308,22 @@ def walk(ops: tuple[Op, ...], handler: Any, env: dict[int, Any]) -> None:
             env[op.id] = method(op, red, axes, body)
         else:
             env[op.id] = method(op, *(env[a.id] if isinstance(a, Val) else a for a in op.args))
+
+
+def memory_order(t: torch.Tensor) -> tuple[int, ...] | None:
+    """For a non-contiguous tensor whose elements fill one block of memory (dense, no overlap, no gap; torch
+    strides are never negative, so element 0 is the block's start): its axes from the largest stride to the
+    smallest. None for a contiguous tensor or any other layout (an expanded view, a slice with gaps)."""
+    if t.is_contiguous():
+        return None
+    stride, shape = t.stride(), t.shape
+    order = tuple(sorted(range(t.dim()), key=lambda d: (-stride[d], d)))
+    step = 1
+    for d in reversed(order):
+        if shape[d] != 1 and stride[d] != step:
+            return None
+        step *= shape[d]
+    return order
 
 
 def missing_ops(handler: Any) -> list[str]:
@@ -755,4 +776,4 @@ def _fixed_size(plan: Plan, axis: str) -> int | None:
 
 
 __all__ = ["BIG", "OPS", "FieldSig", "Group", "HostScalar", "Kernel", "Layout", "Op", "Subject", "Unsupported",
-           "Val", "invariant_ops", "loop_sizes", "lower", "missing_ops", "positional_axes", "walk"]
+           "Val", "invariant_ops", "loop_sizes", "lower", "memory_order", "missing_ops", "positional_axes", "walk"]
