@@ -585,3 +585,39 @@ def test_channels_last_fields_are_walked_in_memory_order_with_torchs_first_index
     assert "flat < first_" in source and "px[i]" in source.replace("p_px[i]", "px[i]")  # the flat walk, as stored
     mixed = c_backend.program_for(plan, bind(plan, {"px": cl["px"], "q": q})).source.text
     assert "flat < first_" not in mixed
+
+
+def test_batches_of_one_signature_share_prepared_arguments_and_refill_only_the_pointers(monkeypatch):
+    """A warm call does no Python work per size, stride or host scalar: `Program.prepare` runs once per batch
+    signature, and each call writes only the data pointers into a pooled argument array. Threads checking
+    batches of one signature at once each get their own batch's report."""
+    import threading
+
+    spec = small_spec({"x": {"dtype": "int64", "shape": ["B", "L"], "min": 0, "max": "L"},
+                       "y": {"dtype": "float32", "shape": ["B"], "finite": True}},
+                      [{"rule": "x[:, -1] <= y * 100", "code": "last"}])
+    prepared = []
+    original = c_backend.Program.prepare
+    monkeypatch.setattr(c_backend.Program, "prepare", lambda self, bound: prepared.append(1) or original(self, bound))
+    batches = []
+    for k in range(8):
+        x = torch.randint(0, 6, (4, 6))
+        x[k % 4, k % 6] = -1 - k if k % 2 else 0
+        batches.append({"x": x.t().contiguous().t() if k == 7 else x, "y": torch.rand(4) * (k % 3)})
+    for batch in batches:
+        assert_same(spec, batch)
+    assert len(prepared) == 2  # one per signature: contiguous x, and the transposed one
+    want = [tc.check(b, spec, backend="torch").violations for b in batches]
+    got: dict[int, list] = {}
+
+    def run(i: int) -> None:
+        for _ in range(50):
+            got.setdefault(i, []).append(tc.check(batches[i], spec, backend="c").violations)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(batches))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, reports in got.items():
+        assert all([v.to_dict() for v in r] == [v.to_dict() for v in want[i]] for r in reports), i

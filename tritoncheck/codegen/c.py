@@ -10,9 +10,11 @@ zeroed result buffer of `Layout`. It returns nonzero when some check failed.
 
 Each group runs twice at most. The *fast pass* loops over the group's axes and only ORs the
 groups' failure predicates together: no stores, no branches, so the compiler vectorizes it (an
-element-wise group over contiguous fields walks one flat index). Only when that finds something
-does the *locate pass* walk the group again, row-major, counting per check (per sample for checks
-over the batch axis) and keeping the first offending flat index. A valid batch costs its reads.
+element-wise group over contiguous fields, or over fields stored alike in another axis order,
+walks one flat index over their memory). Only when that finds something does the *locate pass*
+walk the group again (row-major, or in the fields' memory order), counting per check (per sample
+for checks over the batch axis) and keeping the least offending row-major index. A valid batch
+costs its reads.
 
 Safety: identifiers come from a `NameSpace`, numbers are formatted here (ints as `INT64_C`,
 floats as exact hex literals, inf and NaN as macros), and spec text enters only through
@@ -20,7 +22,8 @@ floats as exact hex literals, inf and NaN as macros), and spec text enters only 
 splice can end a comment early). C semantics are pinned to torch's: float32 math in `float`
 (compile with -ffp-contract=off, never -ffast-math), int64 arithmetic wrapping through
 `uint64_t`, torch's floor division and remainder, and float16/bfloat16 widened by bit
-manipulation (no compiler fp16 support needed).
+manipulation (no compiler fp16 support needed), or, compared with a constant or tested for
+finiteness, tested on their bits (`key_interval`). any/all reductions stop once decided.
 """
 
 from __future__ import annotations

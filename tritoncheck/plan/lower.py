@@ -521,13 +521,19 @@ def _signature(plan: Plan, batch: Any) -> tuple | None:
         value = batch.get(fp.name)
         if value is None:
             key.append(None)
-        elif (type(value) is torch.Tensor and value.layout == torch.strided and not value.is_nested
-              and not value.is_neg() and not value.is_conj()):  # a lazy bit: `_bind` resolves it
-            # the layout too (contiguous, else the strides): a compiled program depends on it
-            key.append((value.dtype, value.shape, value.device, value.is_contiguous() or value.stride()))
-        else:
-            return None  # numpy arrays, subclasses (FakeTensor), nested or sparse tensors, non-tensors
+            continue
+        if type(value) is not torch.Tensor or value.layout is not _STRIDED or value.is_nested or value.is_neg():
+            return None  # numpy arrays, subclasses (FakeTensor), nested or sparse tensors, non-tensors; a lazy bit
+        dtype = value.dtype
+        if dtype.is_complex and value.is_conj():  # (only a complex tensor carries the conjugation bit)
+            return None  # `_bind` resolves a lazy bit
+        # the layout too (contiguous, else the strides): a compiled program depends on it; a CPU tensor's device
+        # as True (cheaper to read), any other as its device
+        key.append((dtype, value.shape, value.is_cpu or value.device, value.is_contiguous() or value.stride()))
     return tuple(key)
+
+
+_STRIDED = torch.strided
 
 
 def _bind(plan: Plan, batch: Any) -> Bound:
