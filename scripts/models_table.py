@@ -106,11 +106,6 @@ Batches where a contract and the model still disagree, not claimed by the table 
   though on a short row it runs: positions are the mask's running sum, which walks off the table
   only on long rows, and the running sum is not replayed as a rule yet. With `position_ids` it is a
   warning.
-- A field with its last axis dropped (`attention_mask` or `position_ids` as `[B]`) that the model
-  runs on for every variant (GPT-2 views a mask as `[B, 1]`; DeBERTa ignores `token_type_ids`) is an
-  error (`rank`): the contract grammar has no warning for a rank (`1?` covers only an axis of size
-  1). `spec_for` probes it and says so in the field's origin; the rank becomes a warning once a
-  field's `severity` may name `rank`.
 - A mask longer or shorter than its input that the model reads only through its sum (SEW,
   Wav2Vec2) runs, but is a `dim_mismatch` error: a dim of its own with a warning rule would need
   `tritoncheck.strategies` to draw dims equal to one another.
@@ -182,8 +177,8 @@ def render_sweep() -> list[str]:
         "the forward ran on that raise on a variant",
         f"- probes the model runs cleanly that get an error (false alarms): **{s['false_alarms']} of {s['clean']} "
         f"({_percent(s['false_alarms'], s['clean'])})**; of these, {dropped} are a field with its last axis dropped "
-        "that the model runs on for every variant (it broadcasts or ignores it: almost surely a data bug, but the "
-        "contract grammar has no warning for a rank yet), leaving "
+        "that the model runs on (where spec_for's probes see the forward run on every variant, such a rank is a "
+        "warning, `severity: {rank: warning}`), leaving "
         f"{s['false_alarms'] - dropped} ({_percent(s['false_alarms'] - dropped, s['clean'])}) others",
         "- the figures count the probes of traced pairs only: a pair derived by fallback has no batch it ran "
         "cleanly on to mutate\n",

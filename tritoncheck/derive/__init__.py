@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from tritoncheck.dtypes import dtype_name
-from tritoncheck.spec.schema import BatchSpec, FieldSpec, ParamValue, SpecError, split_where
+from tritoncheck.spec.schema import BatchSpec, ParamValue, SpecError, split_where
 from tritoncheck.derive import cache
 from tritoncheck.derive import example
 from tritoncheck.derive import hints
@@ -624,19 +624,16 @@ class _Tracing:
     def _ranks(self, batch: dict[str, torch.Tensor], origins: dict[str, list[str]]) -> None:
         """Each field of several axes, probed with its last axis dropped: where the forward runs on that (and on the
         variants `probes.shape_runs` tries), it broadcasts it (GPT-2 views a [B] mask as [B, 1]; DeBERTa ignores
-        token types): a wrong rank is almost surely a data bug, but not a crash. The origin says so; the rank is a
-        warning where the spec grammar lets a field's rank be one (`severity: {rank: warning}`)."""
+        token types): a wrong rank is almost surely a data bug, but not a crash. The origin says so, and the rank is a
+        warning (`severity: {rank: warning}`)."""
         fields = self.data["fields"]
-        soft = _rank_severity_allowed()
         for name, t in batch.items():
             if t.dim() < 2 or not probes.shape_runs(self.call, batch, name, lambda x: x[..., 0].contiguous()):
                 continue
             shape = list(t.shape[:-1])
-            if soft:
-                fields[name].setdefault("severity", {})["rank"] = "warning"
+            fields[name].setdefault("severity", {})["rank"] = "warning"
             origins.setdefault(f"fields.{name}", []).append(
-                f"rank: the forward also runs with the last axis dropped ({shape}, every variant probed): "
-                + ("a warning" if soft else "an error still (the spec grammar has no warning for a rank)"))
+                f"rank: the forward also runs with the last axis dropped ({shape}, every variant probed): a warning")
 
     def _accept_the_rest(self, fields: dict[str, dict], origins: dict[str, list[str]]) -> None:
         """Every tensor parameter of forward is a field: one no probe could feed gets every dtype and a rank
@@ -664,15 +661,6 @@ def _choices(fields: dict[str, dict]) -> dict[str, dict]:
         shape = f["shape"]
         out[name] = {**f, "shape": ["B", "C", *shape[1:]]} if len(shape) >= 2 and shape[1] == "L" else f
     return out
-
-
-def _rank_severity_allowed() -> bool:
-    """Whether a field's `severity:` may name `rank` (a contract-grammar change asked for in issue 19)."""
-    try:
-        FieldSpec.model_validate({"dtype": ["int64"], "shape": ["B"], "severity": {"rank": "warning"}})
-    except Exception:  # pydantic's ValidationError: the grammar does not have it
-        return False
-    return True
 
 
 def _resized(batch: dict[str, torch.Tensor], fields: dict[str, dict], dim: str, n: int) -> dict[str, torch.Tensor]:
