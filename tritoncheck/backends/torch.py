@@ -413,7 +413,8 @@ class Context:
         for start, stop in windows:  # pass 2: each row's folds, on the row's grid
             with self.windowed(axis, start, stop):
                 x, red, keep, spread = self._sum_input(expr)
-            part = sums.repeat(sums.fold_sums(sums.scan(x, red)[2], red, grid), spread, exact)
+            finite = sums.scan(x, red)[2]  # (its NaN and infinities zeroed)
+            part = sums.repeat(sums.fold_sums(finite, red, grid), spread, exact)
             total = part if total is None else [a + b for a, b in zip(total, part, strict=True)]
         return sums.finish(special, grid, total).squeeze(red), keep
 

@@ -51,9 +51,8 @@ _STORAGE = {
 }
 # Names the function uses as they are; no identifier derived from a spec may take one.
 _FIXED = frozenset({FUNCTION, "ia", "fa", "out", "found", "dirty", "flat", "tc_idx", "TC_BIG", "TC_STRIP", "uintptr_t",
-                    "intptr_t",
-                    "INT64_C", "INFINITY", "NAN", "fmodf", "floorf", "fabsf", "fmod", "floor", "fabs", "copysign",
-                    "copysignf", "restrict", "tc_pow2", "tc_fsum_exp", "tc_fsum_odd", "tc_fsum_grid",
+                    "intptr_t", "INT64_C", "INFINITY", "NAN", "fmodf", "floorf", "fabsf", "fmod", "floor", "fabs",
+                    "copysign", "copysignf", "restrict", "tc_pow2", "tc_fsum_exp", "tc_fsum_odd", "tc_fsum_grid",
                     "tc_fsum_finish"})
 
 _HELPERS: dict[str, str] = {
@@ -138,7 +137,7 @@ static inline {_T} tc_mod_{_t}({_T} a, {_T} b) {{
     return (mod != 0 && ((b < 0) != (mod < 0))) ? mod + b : mod;
 }}"""
 _HELPERS["tc_fsum"] = """
-// float sums (docs/semantics.md, "Sums"), as the torch backend's float_sum: the largest biased
+// float sums (docs/semantics.md, "Sums"), as tritoncheck/kernel/sums.py computes them: the largest biased
 // exponent E among a row's finite values fixes a grid 2**g; each value cut towards zero to a multiple
 // of it is an integer t, |t| < 2**60, whose two 30-bit folds add up in int64 (exact, so in any
 // order); the total is rounded to double once.
