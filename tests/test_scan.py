@@ -487,3 +487,26 @@ def test_the_scan_runs_torch_ops_on_one_thread_and_restores_the_count(tmp_path, 
     finally:
         torch.set_num_threads(before)
     assert seen and set(seen) == {1} and report["bad_samples"] == 1
+
+
+@pytest.mark.parametrize("layout", ["rows first", "rows second", "strided"])
+def test_each_bad_sample_of_a_batch_is_reported_as_checked_alone(layout):
+    """The bad samples of a batch are checked one by one (a view of each where the batch dim comes first and the
+    tensors are contiguous, else copies): every layout gives each sample's own report."""
+    import tritoncheck as tc
+    from tritoncheck.scanning.engine import scan_batch
+
+    fields = {"x": {"dtype": "int", "shape": ["B"], "max": 5},
+              "y": {"dtype": "float", "shape": ["T", "B"] if layout == "rows second" else ["B", "T"], "min": 0}}
+    spec = tc.BatchSpec.model_validate({"name": "s", "fields": fields})
+    x, y = torch.tensor([1, 9, 2, 7, 3]), torch.tensor([[0.5, 1.0], [0.0, 2.0], [-1.0, 0.0], [3.0, -2.5], [1.0, 1.0]])
+    if layout == "rows second":
+        y = y.t().contiguous()
+    if layout == "strided":
+        x, y = torch.stack([x, x], dim=1)[:, 0], torch.stack([y, y], dim=2)[..., 0]
+        assert not x.is_contiguous() and not y.is_contiguous()
+    found, size, _ = scan_batch({"x": x, "y": y}, spec, "c")
+    rows = [{"x": x[i:i + 1], "y": y[:, i:i + 1] if layout == "rows second" else y[i:i + 1]} for i in range(5)]
+    alone = [(i, v.field, v.code, v.value) for i in range(5) for v in tc.check(rows[i], spec, backend="c").violations]
+    assert size == 5 and [(i, v.field, v.code, v.value) for i, v in found] == alone
+    assert [i for i, *_ in alone] == [1, 2, 3, 3]

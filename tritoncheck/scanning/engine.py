@@ -344,8 +344,9 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
         # each sample's verdict is its own: the samples the batch's violations name are the bad ones, and the rest
         # need no second check; each bad one is checked alone, so that its reported value is its own
         each: list[tuple[int | None, Any]] = []
+        row = take if take is not None else _rows(batch, plan)
         for pos in sorted({int(s) for v in report.violations for s in v.samples}):
-            one = take([pos]) if take is not None else _take(batch, plan, [pos])
+            one = row([pos])
             own = check(one, spec, backend=backend).violations
             if not own and take is None:  # (not for a check of one sample's values; split_bad settles it if it does)
                 break
@@ -406,6 +407,30 @@ def _per_sample(plan: Any) -> bool:
         if b not in c.axes or per_sample is None or not per_sample(c, own, b):
             return False
     return True
+
+
+def _rows(batch: Mapping, plan: Any) -> Callable[[list[int]], dict[str, Any]]:
+    """`_take` for the bad samples of a batch, one at a time: each field's tensor found once, and a sample a view of
+    it where every field holds the batch dim first and contiguously (as a row of a dataset chunk does)."""
+    from tritoncheck.plan.lower import as_tensor
+
+    known = {f.name: f for f in plan.fields}
+    along: dict[str, Any] = {}
+    views = True
+    for name, value in batch.items():
+        fp = known.get(name)
+        tensor = as_tensor(value)[0] if fp is not None and value is not None else None
+        if tensor is not None and tensor.ndim - len(fp.axes) in (0, fp.unit_tail) and plan.batch_dim in fp.axes:
+            along[name] = tensor
+            views = views and fp.axes.index(plan.batch_dim) == 0 and tensor.is_contiguous()
+
+    def one(positions: list[int]) -> dict[str, Any]:
+        if len(positions) != 1 or not views:
+            return _take(batch, plan, positions)
+        (pos,) = positions
+        return {name: along[name][pos:pos + 1] if name in along else value for name, value in batch.items()}
+
+    return one
 
 
 def _take(batch: Mapping, plan: Any, positions: list[int]) -> dict[str, Any]:
