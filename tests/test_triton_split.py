@@ -2,8 +2,9 @@
 
 A row of a reduction longer than `codegen.MAX_STEPS` loop steps is shared by 2**split programs.
 These tests set MAX_STEPS to 1, so a few thousand elements split as a 1 GB batch would: a part
-that decides a row alone (`any` found a true value, `all` a false one) writes nothing; rows no
-part decides are combined through scratch slots by the last program to arrive.
+that decides a row alone (`any` found a true value, `all` a false one) writes only its done count;
+rows no part decides are combined through scratch slots by the last program to arrive, and the
+last program of a row to finish zeroes its scratch.
 """
 
 from __future__ import annotations
@@ -60,16 +61,19 @@ def test_a_whole_batch_any_split_across_programs(device):
     assert not same({"y": y}, spec, device)[0].violations
 
 
-def test_parts_that_decide_alone_write_nothing(device):
+def test_parts_that_decide_alone_write_only_their_done_count(device):
+    """A split row's parts write no partials when each decides alone; each counts itself done and the
+    last zeroes the counts, so the buffer ends as it began. The `Layout`'s slots are never touched."""
     spec = _spec(["any(y != -100)"], LABELS)
     plan = compile_plan(spec)
     batch = {"y": torch.ones(5, 1000, dtype=torch.int64, device=device)}
     first = tb.launch(plan, bind(plan, batch))
     slot = first.slot
     assert first.result() == [] and tb.geometry(first.program, {"B": 5, "L": 1000})[0].split >= 2
-    slot.device.fill_(-7)  # poison the buffer: a launch that writes nothing leaves the poison
+    scratch = tb.geometry(first.program, {"B": 5, "L": 1000})[0].scratch
+    slot.device[:scratch].fill_(-7)  # poison all but the scratch: a launch that writes nothing there leaves the poison
     pending = tb.launch(plan, bind(plan, batch))
-    assert pending.slot is slot and set(slot.device.tolist()) == {-7}
+    assert pending.slot is slot and set(slot.device[:scratch].tolist()) == {-7} and set(slot.device[scratch:].tolist()) == {0}
     slot.device.zero_()
     assert pending.result() == []
 

@@ -195,14 +195,16 @@ def prepare(batch: Any, spec: BatchSpec, backend: Backend):
     plan = compile_plan(spec)
     bound = bind(plan, batch)
     chosen = backend
+    on_cuda = any(t.is_cuda for t in bound.tensors.values())
     if backend == "auto":
-        on_cuda = any(t.is_cuda for t in bound.tensors.values())
         if on_cuda:
             chosen = "triton" if _triton_available() else "torch"
         else:
             chosen = "c" if _c_available() else "torch"
     elif backend == "c" and not _c_available():
         chosen = "torch"
+    if on_cuda and chosen != "triton":  # (the Triton backend asks at launch, where it knows the device)
+        _torch_backend.refuse_capture()
     return plan, bound, chosen
 
 

@@ -541,3 +541,17 @@ def _at(t: torch.Tensor, index: tuple[int, ...]) -> torch.Tensor:
 
 def _python(value: Any) -> Any:
     return value.item() if isinstance(value, torch.Tensor) else value
+
+
+def refuse_capture() -> None:
+    """Raise a clear error inside CUDA graph capture (for a check of CUDA tensors, on any backend).
+
+    A check reads its verdict on the host after the kernel: a graph replay would run the kernel
+    but never that read, and the capture itself fails on the first sync or allocation.
+    """
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            "tritoncheck cannot check a batch inside CUDA graph capture: the verdict is read on the host, which a "
+            "replay of the graph would skip. Validate the batch before the captured region (before torch.cuda.graph "
+            "or make_graphed_callables); under torch.compile, tc.validate is a custom op marked cudagraph_unsafe, which "
+            "mode='reduce-overhead' keeps out of its CUDA graphs.")

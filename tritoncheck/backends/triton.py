@@ -126,7 +126,7 @@ def geometry(program: Program, dims: dict[str, int]) -> list[GroupLaunch]:
     never split: the order of its additions must not depend on a race).
     """
     kernel, out = program.kernel, []
-    scratch = kernel.layout.length(dims.get(kernel.batch_dim, 0))
+    scratch = codegen.layout_length(kernel, dims.get(kernel.batch_dim, 0))
     for p in program.groups:
         numel = math.prod(axis_size(kernel, a, dims) for a in p.axes)
         if not p.reduce:
@@ -136,7 +136,7 @@ def geometry(program: Program, dims: dict[str, int]) -> list[GroupLaunch]:
         split = 0
         while p.splittable and sum(-(-s // 2**split) for s in steps) > codegen.MAX_STEPS and max(steps) > 2**split:
             split += 1
-        slots = numel * (2 + len(p.reductions)) if split else 0
+        slots = numel * (3 + len(p.reductions)) if split else 0  # seen, claimed, totals, done (`codegen.clean`)
         per = [-(-s // 2**split) for s in steps]
         parts = max((-(-s // n) for s, n in zip(steps, per, strict=True) if n), default=1)
         out.append(GroupLaunch((-(-numel // p.block)) << split, sum(per), p.block * p.step,
@@ -154,7 +154,7 @@ class Launch:
     fields: tuple[str, ...]  # the tensors passed first, in order
     rest: tuple[Any, ...]  # strides, sizes, host scalars and the groups' arguments, in order
     grid: tuple[int]
-    length: int  # result buffer slots: the `Layout`, then the scratch of split reductions
+    length: int  # result buffer slots: the `Layout`, recorded values and their locks, the scratch of split reductions
     wide: bool  # indices need int64
     walked: dict[str, int]  # the dim sizes the kernel walks (`ir.loop_sizes`), for `decode`
 
@@ -204,7 +204,7 @@ def launch_for(program: Program, bound: Bound) -> Launch:
             if p.aligned:
                 aligns.append(all(r % 16 == 0 for r in reduced))
     rest += aligns
-    length = kernel.layout.length(walked.get(kernel.batch_dim, 0)) + sum(gl.scratch_slots for gl in launches)
+    length = codegen.layout_length(kernel, walked.get(kernel.batch_dim, 0)) + sum(gl.scratch_slots for gl in launches)
     counts.append(length)
     for f in kernel.fields:
         t = tensors[f.name]
@@ -237,6 +237,11 @@ class Pending:
     """A launched check whose verdict has not been read yet. `backend` names what checks it:
     "triton", or "torch" where the kernel could not take the batch."""
 
+    def recorded(self, values: torch.Tensor) -> dict[int, int]:
+        """Check -> the bits of the value the kernel saw at its first offending index, for the checks it records."""
+        kernel, batch = self.program.kernel, self.spec.walked.get(self.program.kernel.batch_dim, 0)
+        return {k: int(values[codegen.value_slot(kernel, batch, k)]) for k in self.program.recorded}
+
     def __init__(self, bound: Bound, spec: Launch | None = None, slot: Any = None, event: Any = None,
                  result: list[Violation] | None = None):
         self.bound, self.spec, self.slot, self.event = bound, spec, slot, event
@@ -251,7 +256,8 @@ class Pending:
             dirty = bool(self.slot.host.any())
             values = self.slot.host.clone() if dirty else None  # (the slot is zeroed on release)
             _pool.release(self.slot, dirty=dirty)
-            self._result = decode(self.program.kernel, values, self.bound, self.spec.walked) if dirty else []
+            self._result = decode(self.program.kernel, values, self.bound, self.spec.walked, self.recorded(values)) \
+                if dirty else []
         return self._result
 
 
@@ -278,7 +284,8 @@ def launch(plan: Plan, bound: Bound) -> Pending:
     """Launch the plan's kernel on the bound batch; return at once (no host sync on CUDA).
 
     What a batch signature launches is memoised on bind's signature entry (`bound.memo`), so a
-    warm call packs pointers, launches, and starts one copy back.
+    warm call packs pointers, launches, and starts one copy back: no allocation (the result
+    buffer, its pinned host copy and its event come from the pool) and no wait.
     """
     if not bound.runnable:
         return Pending(bound, result=[])
@@ -294,59 +301,71 @@ def launch(plan: Plan, bound: Bound) -> Pending:
         return Pending(bound, result=_torch_backend.run(plan, bound))
     # the batch's device is the current one for the launch, the buffer and the copy; the stream is its current one
     with torch.cuda.device(device) if cuda else _interpreter_lock:
+        if cuda:
+            _torch_backend.refuse_capture()  # before anything is queued on the stream
         slot = _pool.acquire(spec, device)
-        event = None
         if spec.grid[0] > 0:
             args, kwargs = spec.args(bound.tensors, slot.device)
             spec.program.fn[spec.grid](*args, **kwargs)
         if cuda:
             slot.host.copy_(slot.device, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-    return Pending(bound, spec, slot, event)
+            slot.event.record()
+    return Pending(bound, spec, slot, slot.event if cuda else None)
 
 
 class _Slot:
-    __slots__ = ("device", "host", "key")
+    """A result buffer on the device, its pinned host copy and the event that marks the copy done
+    (None on the CPU, where `host` is the buffer itself). `reset`: an event after the buffer was
+    zeroed on a stream, which the next user's stream waits for (a device-side wait, not the host's)."""
 
-    def __init__(self, device: torch.Tensor, host: torch.Tensor, key: tuple):
-        self.device, self.host, self.key = device, host, key
+    __slots__ = ("device", "event", "host", "key", "reset")
+
+    def __init__(self, device: torch.Tensor, host: torch.Tensor, key: tuple, event: Any):
+        self.device, self.host, self.key, self.event, self.reset = device, host, key, event, None
 
 
 class _Pool:
-    """Persistent zeroed result buffers, one per concurrent use, so launches never share one."""
+    """Persistent zeroed result buffers, one per concurrent use, so launches never share one.
+
+    A buffer goes back zeroed: a valid batch leaves it so (the kernel zeroes the scratch of split
+    rows), and after a failing batch it is zeroed on the stream (`zero_`: a memset queued behind
+    the read, never a blocking copy from the host).
+    """
 
     def __init__(self) -> None:
         self.free: dict[tuple, list[_Slot]] = {}
-        self.zeros: dict[int, torch.Tensor] = {}
         self.lock = threading.Lock()
 
     def acquire(self, spec: Launch, device: torch.device) -> _Slot:
         key = (spec.length, device)
         with self.lock:
             free = self.free.get(key)
-            if free:
-                return free.pop()
-        buf = torch.zeros(spec.length, dtype=torch.int64, device=device)
-        host = torch.empty(spec.length, dtype=torch.int64, pin_memory=True) if device.type == "cuda" else buf
-        return _Slot(buf, host, key)
+            slot = free.pop() if free else None
+        if slot is None:
+            return self.allocate(spec.length, device, key)
+        if slot.reset is not None:  # zeroed on another stream, perhaps: this stream waits for it (the host does not)
+            torch.cuda.current_stream().wait_event(slot.reset)
+            slot.reset = None
+        return slot
+
+    def allocate(self, length: int, device: torch.device, key: tuple) -> _Slot:
+        """A new slot: the only allocation of the launch path (the first batch of a size, or a pool miss)."""
+        buf = torch.zeros(length, dtype=torch.int64, device=device)
+        if device.type != "cuda":
+            return _Slot(buf, buf, key, None)
+        return _Slot(buf, torch.empty(length, dtype=torch.int64, pin_memory=True), key, torch.cuda.Event())
 
     def release(self, slot: _Slot, dirty: bool) -> None:
-        if dirty:
-            # failure path only: reset with a host-to-device copy from a zero tensor, not a kernel
-            if slot.device.is_cuda:
-                slot.device.copy_(self._zeros(slot.device.numel()))
+        if dirty:  # failure path only
+            if slot.event is not None:
+                with torch.cuda.device(slot.device.device):
+                    slot.device.zero_()
+                    slot.reset = torch.cuda.Event()
+                    slot.reset.record()
             else:
                 slot.device.zero_()
         with self.lock:
             self.free.setdefault(slot.key, []).append(slot)
-
-    def _zeros(self, n: int) -> torch.Tensor:
-        with self.lock:
-            z = self.zeros.get(n)
-            if z is None:
-                z = self.zeros[n] = torch.zeros(n, dtype=torch.int64, pin_memory=True)
-            return z
 
 
 _pool = _Pool()

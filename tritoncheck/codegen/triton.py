@@ -221,7 +221,8 @@ def _mod_d(a, b):
 
 # Names the kernel uses as they are; no identifier derived from a spec may take one.
 _FIXED = frozenset({KERNEL_NAME, "pid", "tile", "offs", "live", "out_ptr", "n_bad", "first", "IDX", "FULL", "split",
-                    "scratch", "row_block", "part", "parts", "settled", "mine", "seen", "last", "open_rows", "ALIGN", *_HELPERS})
+                    "scratch", "row_block", "part", "parts", "settled", "mine", "seen", "last", "open_rows", "ALIGN", "value",
+                    *_HELPERS})
 
 WARPS = 4  # Triton's default num_warps: 128 threads per program
 MAX_STEPS = 64  # loop steps (tiles) one program of a reduction walks at most: longer rows are split
@@ -268,11 +269,23 @@ class Program:
     fn: Any = None  # the JIT function, once `load`ed
     path: str | None = None
     positional: frozenset[str] = frozenset()  # `ir.positional_axes`: the axes never walked at size 1
+    recorded: frozenset[int] = frozenset()  # checks whose shown value the kernel records (`value_slot`)
 
 
 def generate(kernel: Kernel) -> Program:
     """The Triton module for `kernel` (raises `Unsupported` for a reduction inside a reduction)."""
     return TritonCodegen(kernel).run()
+
+
+def value_slot(kernel: Kernel, batch: int, k: int) -> int:
+    """The result buffer's slot of check k's recorded value (int64 bits of what it shows at its first
+    index): after the `Layout` come one value slot per check, then one lock slot per check."""
+    return kernel.layout.length(batch) + k
+
+
+def layout_length(kernel: Kernel, batch: int) -> int:
+    """Slots before the scratch of split reductions: the `Layout`, the values and their locks."""
+    return kernel.layout.length(batch) + 2 * len(kernel.checks)
 
 
 def literal(value: Any, kind: str, shape: str = "()") -> str:
@@ -362,6 +375,11 @@ class TritonCodegen:
         self.plan = GroupPlan((), False, 1)
         self.red: _Red | None = None  # set while a reduction body is written
         self.accs: list[tuple[str, str, str]] = []  # per reduction of the group: (acc, red, kind)
+        self.recorded: set[int] = set()  # checks whose value the kernel records
+        self.seen: dict[int, str] = {}  # per check of the group: the int64 bits of its value at each position
+        self.seen_buf = IndentedBuffer()  # computing them, on the violation path
+        self.inline = False  # while set, loads and positions are written where they are needed, not hoisted
+        self.inline_loads: dict[tuple, str] = {}  # (field, index, prev, kind) -> its variable, while inline
 
     # -- the module -------------------------------------------------------------------------------
     def run(self) -> Program:
@@ -422,7 +440,7 @@ class TritonCodegen:
             if name in self.streamed and "tl.load(" in line:
                 streamed[i] = self.streamed.pop(name)  # the first definition: the unmasked one
         return Program(k, source, tuple(plans), tuple(args), tuple(divisors), streamed,
-                       positional=positional_axes(k))
+                       positional=positional_axes(k), recorded=frozenset(self.recorded))
 
     def header(self, plans: list[GroupPlan]) -> list[str]:
         """The kernel in words, as `#` lines: every piece of spec text goes through `comment`."""
@@ -450,9 +468,10 @@ class TritonCodegen:
         lines.append(f"bytes read, at least (each field once): {' + '.join(total) or '0'}; "
                      "a field used by several groups is read by each")
         rows = sum(r >= 0 for r in k.layout.batch_rows)
-        lines.append(f"writes: nothing on a valid batch (but partial reductions of rows split across programs "
-                     f"that no program settles alone); on violations int64 counts into 2*{len(k.checks)} + "
-                     f"{comment(k.batch_dim)}*{rows} slots")
+        lines.append(f"writes: nothing on a valid batch (but, where rows are split across programs, partials and a "
+                     f"done count per row, zeroed by the row's last program); on violations int64 counts and first "
+                     f"indices into 2*{len(k.checks)} + {comment(k.batch_dim)}*{rows} slots, then the value seen there "
+                     f"per check ({len(k.checks)} slots, written under {len(k.checks)} lock slots)")
         return [f"# {line}" if line else "#" for line in lines]
 
     def shape_words(self, axes: tuple[str, ...], sep: str = ", ") -> str:
@@ -547,6 +566,7 @@ class TritonCodegen:
         head, self.buf = self.buf, checks
         walk(g.ops, self, env)
         self.buf = head
+        self.record(g, env)
         if self.positions.lines:
             w("# positions along the group's axes")
             self.buf.splice(self.positions)
@@ -572,6 +592,8 @@ class TritonCodegen:
             bads.append(bad)
             w(f"{bad} = tl.where({settled}, {env[v.id]}, False)  # {comment(describe(k.checks[c]))}")
         self.store(g, bads)
+        if p.reduce and p.splittable:
+            self.clean(g)
         # the function: its arguments, then the values cast once
         fn = IndentedBuffer()
         what = "; ".join(comment(describe(k.checks[c])) for c, _ in g.checks)
@@ -596,6 +618,50 @@ class TritonCodegen:
                     f"    {fn_name}({passed}, tile, False, IDX)"]
         return p, fn, call
 
+    def record(self, g: Group, env: dict[int, Any]) -> None:
+        """Per check of the group, the int64 bits of the value its violation shows (`self.seen`),
+        written for the violation path (`seen_buf`), so that a report shows what the kernel saw even
+        if the batch changes before the host decodes it (deferred mode). A range, value-set,
+        finiteness or monotonic check shows its field's element, already loaded; a rule its subject,
+        computed here from its IR where it holds no reduction (one with a reduction is left to the
+        decoder, which reads the batch when the verdict is read)."""
+        self.seen, self.seen_buf, self.inline_loads = {}, IndentedBuffer(level=2), {}
+        for c, _ in g.checks:
+            check = self.k.checks[c]
+            if c in self.k.subjects:
+                subject = self.k.subjects[c]
+                if any(op.name in ("reduction", "load_prev") for op in subject.ops):
+                    continue
+                outer = (self.buf, self.positions, self.inline)
+                self.buf = self.positions = self.seen_buf
+                self.inline = True
+                sub_env: dict[int, Any] = {}
+                try:
+                    walk(subject.ops, self, sub_env)
+                finally:
+                    self.buf, self.positions, self.inline = outer
+                value, kind = sub_env[subject.value.id], subject.value.kind
+            else:
+                f = self.k.field(check.field)
+                whole = (f.name, (None,) * len(f.axes))
+                load = next((op for op in g.ops if op.name == "load" and op.args == whole), None)
+                if load is None:  # an integer field's finiteness: never violated, nothing loaded
+                    continue
+                value, kind = env[load.id], load.kind
+                if f.dtype == torch.bool:  # torch reads any nonzero byte as 1
+                    value, kind = f"({value} != 0)", "b"
+            bits = {"b": f"{value}.to(tl.int64)", "i": value, "d": f"{value}.to(tl.int64, bitcast=True)",
+                    "f": f"{value}.to(tl.int32, bitcast=True).to(tl.int64)"}[kind]
+            self.seen[c] = name = self.ns.create_name(f"seen_{c}")
+            self.seen_buf.writeline(f"{name} = {bits}  # the value shown for check {c}, as int64 bits")
+            self.recorded.add(c)
+
+    def value_base(self) -> str:
+        """Where the recorded values start in the result buffer: after the `Layout` (`value_slot`)."""
+        k = self.k
+        rows = sum(r >= 0 for r in k.layout.batch_rows)
+        return f"({2 * len(k.checks)} + {rows} * {self.size(k.batch_dim)})" if rows else str(2 * len(k.checks))
+
     def combine(self) -> str:
         """Settle rows whose reductions were split across programs; returns the mask of rows this
         program settles.
@@ -609,7 +675,7 @@ class TritonCodegen:
         program adds its partials to the row's totals in the scratch slots (atomics), then counts
         itself in; the one that counts 2**split reads the totals. If several programs settle the
         same row alone, `store` lets only the first write it (a claim, on the violation path).
-        The host resets the buffer whenever it reads a non-zero slot, scratch included.
+        Every program of a row then counts itself done, and the last zeroes the row's slots (`clean`).
         """
         w = self.buf.writeline
         rows = self.numel(self.g.axes)
@@ -624,7 +690,7 @@ class TritonCodegen:
             w("open_rows = live & (settled == 0)")
             w("if tl.max(open_rows.to(tl.int32), axis=0) > 0:")
             with self.buf.indent():
-                w(f"# scratch: [seen: rows][claimed: rows][total of each reduction: rows]")
+                w("# scratch: [seen: rows][claimed: rows][total of each reduction: rows][done: rows]")
                 for j, (acc, red, _) in enumerate(self.accs):
                     fn = "atomic_add" if red == "sum" else "atomic_max"
                     w(f"tl.{fn}(out_ptr + scratch + {2 + j} * {rows} + offs, {acc}.to(tl.int64), mask=open_rows)")
@@ -636,6 +702,24 @@ class TritonCodegen:
                       f"mask=last).to({kind}), {acc})")
                 w("settled = settled | last")
         return "settled"
+
+    def clean(self, g: Group) -> None:
+        """Leave the scratch of split rows as it was found, all zero, valid batch or not: each program
+        of a row counts itself done after its last scratch write, and the last of them zeroes the
+        row's slots. (Without this a part that saw only padding left its partials behind, and the
+        host had to reset the buffer after every long-context batch.) The one write a valid batch
+        makes: one atomic per row and program, only where rows are split."""
+        w = self.buf.writeline
+        rows = self.numel(g.axes)
+        done = f"out_ptr + scratch + {2 + len(self.accs)} * {rows} + offs"
+        w("if split > 0:  # clean: the row's last program to finish zeroes its scratch slots")
+        with self.buf.indent():
+            w("tl.debug_barrier()  # every scratch write of this program is made before it counts itself done")
+            w(f"last = live & (tl.atomic_add({done}, 1, mask=live) == parts - 1)")
+            w("if tl.max(last.to(tl.int32), axis=0) > 0:")
+            with self.buf.indent():
+                for j in range(3 + len(self.accs)):
+                    w(f"tl.atomic_xchg(out_ptr + scratch + {j} * {rows} + offs, 0, mask=last)")
 
     def store(self, g: Group, bads: list[str]) -> None:
         """The violation path. The valid path keeps one int32 word of check bits per element
@@ -651,6 +735,7 @@ class TritonCodegen:
                                         for bit, bad in enumerate(bads[start:start + FLAG_BITS])))
         w("# store: one reduction on a valid batch; only a program that found a violation writes")
         w(f"if tl.max({' | '.join(words)}, axis=0) > 0:")
+        self.buf.splice(self.seen_buf)
         with self.buf.indent():
             if self.plan.reduce and self.plan.splittable:
                 w("if split > 0:  # a row settled by several programs is written by the first to claim it")
@@ -676,7 +761,19 @@ class TritonCodegen:
                     else:
                         w(f"tl.atomic_add(out_ptr + {k.layout.count(c)}, n_bad.to(tl.int64))")
                     w(f"first = tl.min(tl.where({hit}, offs.to(tl.int64), {BIG}), axis=0)")
-                    w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
+                    if c not in self.seen:
+                        w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
+                        continue
+                    # the first index and the value seen there change together, under a lock (a spin on
+                    # the check's lock slot, as Triton's layer-norm tutorial does; violation path only)
+                    lock = f"out_ptr + {self.value_base()} + {len(k.checks) + c}"
+                    w(f"value = tl.sum(tl.where({hit} & (offs.to(tl.int64) == first), {self.seen[c]}, 0), axis=0)")
+                    w(f"while tl.atomic_cas({lock}, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64)) == 1:")
+                    w("    pass")
+                    w(f"if tl.atomic_add(out_ptr + {k.layout.first(c)}, 0) < {BIG} - first:  # {BIG} = 2**62: keep the first")
+                    w(f"    tl.atomic_xchg(out_ptr + {k.layout.first(c)}, {BIG} - first)")
+                    w(f"    tl.atomic_xchg(out_ptr + {self.value_base()} + {c}, value)")
+                    w(f"tl.atomic_xchg({lock}, 0)")
 
     def unravel(self, buf: IndentedBuffer, flat: str, axes: tuple[str, ...], into: dict[str, str]) -> None:
         """Row-major flat index -> one index vector per axis (a single axis is the flat index itself)."""
@@ -778,6 +875,11 @@ class TritonCodegen:
             value = raw
         else:
             value = f"{raw}.to({_TL[op.kind]})"
+        if self.inline:  # a value recorded on the violation path: loaded there, masked, once per group
+            key = (fname, index, prev, op.kind)
+            if key not in self.inline_loads:
+                self.inline_loads[key] = self.let(op, value, comment(fname))
+            return self.inline_loads[key]
         # a load at the group's top level depends only on the position: hoisted into the loads section
         name = self.let(op, value, comment(fname), self.loads if self.red is None else None)
         if self.red is None and not self.plan.reduce:  # the same load in a FULL tile: no mask
@@ -1097,5 +1199,5 @@ def load(program: Program) -> Program:
     return program
 
 
-__all__ = ["KERNEL_NAME", "MAX_STEPS", "GroupPlan", "Program", "TritonCodegen", "cache_dir", "generate", "literal",
-           "load", "per_thread"]
+__all__ = ["KERNEL_NAME", "MAX_STEPS", "GroupPlan", "Program", "TritonCodegen", "cache_dir", "generate", "layout_length",
+           "literal", "load", "per_thread", "value_slot"]

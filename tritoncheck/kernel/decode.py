@@ -28,8 +28,13 @@ from tritoncheck.kernel.ir import BIG, KIND_DTYPE, Kernel, Op, walk
 from tritoncheck.kernel.sums import float_sum
 
 
-def decode(kernel: Kernel, values: Any, bound: Bound, walked: Mapping[str, int] | None = None) -> list[Violation]:
+def decode(kernel: Kernel, values: Any, bound: Bound, walked: Mapping[str, int] | None = None,
+           recorded: Mapping[int, int] | None = None) -> list[Violation]:
     """Violations from a filled result buffer, in the order of the kernel's checks.
+
+    `recorded` gives, per check whose backend records it, the int64 bits of the value the kernel
+    saw at the first offending index (`recorded_value`): shown as it is, never read from the batch,
+    which may have changed since (deferred mode). Other checks' values are read from the batch.
 
     `walked` gives the sizes the kernel walked (`ir.loop_sizes`) where it walked an expanded dim
     at size 1: each entry found there stands for the dim's full size, so counts scale by it, the
@@ -68,8 +73,24 @@ def decode(kernel: Kernel, values: Any, bound: Bound, walked: Mapping[str, int] 
             index.append(flat % size if size else 0)
             flat = flat // size if size else 0
         index = tuple(reversed(index))
-        out.append(violation(check, bound, count, samples, index, point_value(kernel, k, index, bound)))
+        seen = recorded_value(kernel, k, bound, recorded[k]) if recorded and k in recorded else \
+            point_value(kernel, k, index, bound)
+        out.append(violation(check, bound, count, samples, index, seen))
     return out
+
+
+def recorded_value(kernel: Kernel, k: int, bound: Bound, bits: int) -> Any:
+    """The Python value of check k whose int64 `bits` a kernel recorded, typed as `point_value` types it:
+    a rule's subject in its kind, a field's element in its compute dtype (a float32's bits in the low half)."""
+    check = kernel.checks[k]
+    dtype = KIND_DTYPE[kernel.subjects[k].value.kind] if isinstance(check, RuleCheck) else \
+        compute_dtype(bound.tensors[check.field].dtype)
+    t = torch.tensor(bits, dtype=torch.int64)
+    if dtype == torch.float32:
+        return t.to(torch.int32).view(torch.float32).item()
+    if dtype == torch.float64:
+        return t.view(torch.float64).item()
+    return t.to(dtype).item()
 
 
 def axis_size(kernel: Kernel, axis: str, dims: Mapping[str, int]) -> int:
@@ -278,4 +299,4 @@ def _mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(b == 0, a, r)
 
 
-__all__ = ["PointOps", "decode", "point_value"]
+__all__ = ["PointOps", "decode", "point_value", "recorded_value"]
