@@ -154,7 +154,7 @@ class Launch:
     fields: tuple[str, ...]  # the tensors passed first, in order
     rest: tuple[Any, ...]  # strides, sizes, host scalars and the groups' arguments, in order
     grid: tuple[int]
-    length: int  # result buffer slots: the `Layout`, recorded values and their locks, the scratch of split reductions
+    length: int  # result buffer slots: the `Layout`, the recorded values (`codegen.value_slot`), the scratch of split reductions
     wide: bool  # indices need int64
     walked: dict[str, int]  # the dim sizes the kernel walks (`ir.loop_sizes`), for `decode`
 
@@ -240,7 +240,8 @@ class Pending:
     def recorded(self, values: torch.Tensor) -> dict[int, int]:
         """Check -> the bits of the value the kernel saw at its first offending index, for the checks it records."""
         kernel, batch = self.program.kernel, self.spec.walked.get(self.program.kernel.batch_dim, 0)
-        return {k: int(values[codegen.value_slot(kernel, batch, k)]) for k in self.program.recorded}
+        found = {k: codegen.recorded_bits(kernel, batch, values, k) for k in self.program.recorded}
+        return {k: bits for k, bits in found.items() if bits is not None}
 
     def __init__(self, bound: Bound, spec: Launch | None = None, slot: Any = None, event: Any = None,
                  result: list[Violation] | None = None):

@@ -46,6 +46,7 @@ under TRITONCHECK_CACHE_DIR (default ~/.cache/tritoncheck).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.util
 import math
@@ -221,7 +222,8 @@ def _mod_d(a, b):
 
 # Names the kernel uses as they are; no identifier derived from a spec may take one.
 _FIXED = frozenset({KERNEL_NAME, "pid", "tile", "offs", "live", "out_ptr", "n_bad", "first", "IDX", "FULL", "split",
-                    "scratch", "row_block", "part", "parts", "settled", "mine", "seen", "last", "open_rows", "ALIGN", "value",
+                    "scratch", "row_block", "part", "parts", "settled", "mine", "seen", "last", "open_rows", "ALIGN", "value", "key",
+                    "offs_all", "live_all",
                     *_HELPERS})
 
 WARPS = 4  # Triton's default num_warps: 128 threads per program
@@ -277,14 +279,30 @@ def generate(kernel: Kernel) -> Program:
     return TritonCodegen(kernel).run()
 
 
+INDEX_KEY = 2**31 - 1  # (INDEX_KEY - first index) << 32 keys a recorded value's halves: max keeps the first's
+
+
 def value_slot(kernel: Kernel, batch: int, k: int) -> int:
-    """The result buffer's slot of check k's recorded value (int64 bits of what it shows at its first
-    index): after the `Layout` come one value slot per check, then one lock slot per check."""
+    """The result buffer's slot of the low half of check k's recorded value (the 64 bits of what it
+    shows at its first index). After the `Layout` come one such slot per check, then one for each
+    high half: each holds ((INDEX_KEY - index) << 32) | 32 bits of the value at that index, written
+    with atomic max, so both halves come from the first index with no lock (indices < 2**31 - 1)."""
     return kernel.layout.length(batch) + k
 
 
+def recorded_bits(kernel: Kernel, batch: int, values: Any, k: int) -> int | None:
+    """The 64 bits of the value check k's kernel recorded at its first index, or None (not recorded)."""
+    low = int(values[value_slot(kernel, batch, k)])
+    high = int(values[value_slot(kernel, batch, k) + len(kernel.checks)])
+    first = BIG - int(values[kernel.layout.first(k)])
+    if not low or low >> 32 != INDEX_KEY - first or high >> 32 != INDEX_KEY - first:
+        return None
+    bits = (high & 0xFFFFFFFF) << 32 | (low & 0xFFFFFFFF)
+    return bits - 2**64 if bits >= 2**63 else bits
+
+
 def layout_length(kernel: Kernel, batch: int) -> int:
-    """Slots before the scratch of split reductions: the `Layout`, the values and their locks."""
+    """Slots before the scratch of split reductions: the `Layout`, then the recorded values' halves."""
     return kernel.layout.length(batch) + 2 * len(kernel.checks)
 
 
@@ -376,8 +394,6 @@ class TritonCodegen:
         self.red: _Red | None = None  # set while a reduction body is written
         self.accs: list[tuple[str, str, str]] = []  # per reduction of the group: (acc, red, kind)
         self.recorded: set[int] = set()  # checks whose value the kernel records
-        self.seen: dict[int, str] = {}  # per check of the group: the int64 bits of its value at each position
-        self.seen_buf = IndentedBuffer()  # computing them, on the violation path
         self.inline = False  # while set, loads and positions are written where they are needed, not hoisted
         self.inline_loads: dict[tuple, str] = {}  # (field, index, prev, kind) -> its variable, while inline
 
@@ -471,7 +487,7 @@ class TritonCodegen:
         lines.append(f"writes: nothing on a valid batch (but, where rows are split across programs, partials and a "
                      f"done count per row, zeroed by the row's last program); on violations int64 counts and first "
                      f"indices into 2*{len(k.checks)} + {comment(k.batch_dim)}*{rows} slots, then the value seen there "
-                     f"per check ({len(k.checks)} slots, written under {len(k.checks)} lock slots)")
+                     f"per check, in two halves keyed by its index (2*{len(k.checks)} slots)")
         return [f"# {line}" if line else "#" for line in lines]
 
     def shape_words(self, axes: tuple[str, ...], sep: str = ", ") -> str:
@@ -566,7 +582,6 @@ class TritonCodegen:
         head, self.buf = self.buf, checks
         walk(g.ops, self, env)
         self.buf = head
-        self.record(g, env)
         if self.positions.lines:
             w("# positions along the group's axes")
             self.buf.splice(self.positions)
@@ -618,43 +633,57 @@ class TritonCodegen:
                     f"    {fn_name}({passed}, tile, False, IDX)"]
         return p, fn, call
 
-    def record(self, g: Group, env: dict[int, Any]) -> None:
-        """Per check of the group, the int64 bits of the value its violation shows (`self.seen`),
-        written for the violation path (`seen_buf`), so that a report shows what the kernel saw even
-        if the batch changes before the host decodes it (deferred mode). A range, value-set,
-        finiteness or monotonic check shows its field's element, already loaded; a rule its subject,
-        computed here from its IR where it holds no reduction (one with a reduction is left to the
-        decoder, which reads the batch when the verdict is read)."""
-        self.seen, self.seen_buf, self.inline_loads = {}, IndentedBuffer(level=2), {}
-        for c, _ in g.checks:
-            check = self.k.checks[c]
-            if c in self.k.subjects:
-                subject = self.k.subjects[c]
-                if any(op.name in ("reduction", "load_prev") for op in subject.ops):
-                    continue
-                outer = (self.buf, self.positions, self.inline)
-                self.buf = self.positions = self.seen_buf
-                self.inline = True
-                sub_env: dict[int, Any] = {}
-                try:
-                    walk(subject.ops, self, sub_env)
-                finally:
-                    self.buf, self.positions, self.inline = outer
-                value, kind = sub_env[subject.value.id], subject.value.kind
+    def recordable(self, g: Group, c: int) -> Op | None:
+        """Whether the kernel records check c's shown value: a range, value-set, finiteness or
+        monotonic check's field element (returns that field's load), or a rule's subject where it
+        holds no reduction (returns None then, but c is in `kernel.subjects`). A subject with a
+        reduction is left to the decoder, which computes it from the batch when the verdict is read."""
+        if c in self.k.subjects:
+            return None
+        f = self.k.field(self.k.checks[c].field)
+        whole = (f.name, (None,) * len(f.axes))
+        return next((op for op in g.ops if op.name == "load" and op.args == whole), None)
+
+    def record(self, g: Group, c: int) -> str | None:
+        """The int64 bits of the value check c shows at its first offending index (`first`, in the
+        violation branch), or None where the kernel does not record it (`recordable`). So a report
+        shows what the kernel saw even if the batch changes before the host reads it (deferred mode).
+
+        The value is computed again for that one position: `offs` and `live` are rebound to it and
+        the group's ops for the value are walked with blocks of one element (`inline`: loaded there,
+        volatile, so the compiler cannot merge the load with the valid path's). A block of the
+        tile's values, selected at `first`, kept the tile's registers live into the branch: +30
+        registers and a third less in flight for fp16 ctc (the static report showed it)."""
+        load = self.recordable(g, c)
+        subject = self.k.subjects.get(c)
+        if subject is not None and any(op.name in ("reduction", "load_prev") for op in subject.ops):
+            return None
+        if subject is None and load is None:  # an integer field's finiteness: never violated, nothing loaded
+            return None
+        w = self.buf.writeline
+        w("offs = first.to(IDX) + tl.zeros([1], dtype=IDX)  # the first offending position alone")
+        w("live = offs == offs")
+        outer = (self.plan, self.positions, self.inline, self.idx, self.inline_loads)
+        self.plan, self.positions = dataclasses.replace(self.plan, block=1), self.buf
+        self.inline, self.idx, self.inline_loads = True, {}, {}
+        try:
+            if subject is not None:
+                env: dict[int, Any] = {}
+                walk(subject.ops, self, env)
+                value, kind = env[subject.value.id], subject.value.kind
             else:
-                f = self.k.field(check.field)
-                whole = (f.name, (None,) * len(f.axes))
-                load = next((op for op in g.ops if op.name == "load" and op.args == whole), None)
-                if load is None:  # an integer field's finiteness: never violated, nothing loaded
-                    continue
-                value, kind = env[load.id], load.kind
+                f = self.k.field(self.k.checks[c].field)
+                value, kind = self.load(load, *load.args), load.kind
                 if f.dtype == torch.bool:  # torch reads any nonzero byte as 1
                     value, kind = f"({value} != 0)", "b"
-            bits = {"b": f"{value}.to(tl.int64)", "i": value, "d": f"{value}.to(tl.int64, bitcast=True)",
-                    "f": f"{value}.to(tl.int32, bitcast=True).to(tl.int64)"}[kind]
-            self.seen[c] = name = self.ns.create_name(f"seen_{c}")
-            self.seen_buf.writeline(f"{name} = {bits}  # the value shown for check {c}, as int64 bits")
-            self.recorded.add(c)
+        finally:
+            self.plan, self.positions, self.inline, self.idx, self.inline_loads = outer
+        bits = {"b": f"{value}.to(tl.int64)", "i": value, "d": f"{value}.to(tl.int64, bitcast=True)",
+                "f": f"{value}.to(tl.int32, bitcast=True).to(tl.int64)"}[kind]
+        w(f"value = tl.sum({bits}, axis=0)  # as int64 bits")
+        w("offs, live = offs_all, live_all")
+        self.recorded.add(c)
+        return "value"
 
     def value_base(self) -> str:
         """Where the recorded values start in the result buffer: after the `Layout` (`value_slot`)."""
@@ -735,8 +764,8 @@ class TritonCodegen:
                                         for bit, bad in enumerate(bads[start:start + FLAG_BITS])))
         w("# store: one reduction on a valid batch; only a program that found a violation writes")
         w(f"if tl.max({' | '.join(words)}, axis=0) > 0:")
-        self.buf.splice(self.seen_buf)
         with self.buf.indent():
+            w("offs_all, live_all = offs, live  # (`record` rebinds them to one position at a time)")
             if self.plan.reduce and self.plan.splittable:
                 w("if split > 0:  # a row settled by several programs is written by the first to claim it")
                 with self.buf.indent():
@@ -761,19 +790,14 @@ class TritonCodegen:
                     else:
                         w(f"tl.atomic_add(out_ptr + {k.layout.count(c)}, n_bad.to(tl.int64))")
                     w(f"first = tl.min(tl.where({hit}, offs.to(tl.int64), {BIG}), axis=0)")
-                    if c not in self.seen:
-                        w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
+                    w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
+                    if self.record(g, c) is None:
                         continue
-                    # the first index and the value seen there change together, under a lock (a spin on
-                    # the check's lock slot, as Triton's layer-norm tutorial does; violation path only)
-                    lock = f"out_ptr + {self.value_base()} + {len(k.checks) + c}"
-                    w(f"value = tl.sum(tl.where({hit} & (offs.to(tl.int64) == first), {self.seen[c]}, 0), axis=0)")
-                    w(f"while tl.atomic_cas({lock}, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64)) == 1:")
-                    w("    pass")
-                    w(f"if tl.atomic_add(out_ptr + {k.layout.first(c)}, 0) < {BIG} - first:  # {BIG} = 2**62: keep the first")
-                    w(f"    tl.atomic_xchg(out_ptr + {k.layout.first(c)}, {BIG} - first)")
-                    w(f"    tl.atomic_xchg(out_ptr + {self.value_base()} + {c}, value)")
-                    w(f"tl.atomic_xchg({lock}, 0)")
+                    # each half of the value's bits keyed by its index (`value_slot`): max keeps the first's
+                    w(f"if IDX == tl.int32:  # (indices < 2**31 - 1; with int64 ones the decoder reads the batch)")
+                    w(f"    key = ({INDEX_KEY} - first) << 32")
+                    w(f"    tl.atomic_max(out_ptr + {self.value_base()} + {c}, key | (value & 4294967295))")
+                    w(f"    tl.atomic_max(out_ptr + {self.value_base()} + {len(k.checks) + c}, key | ((value >> 32) & 4294967295))")
 
     def unravel(self, buf: IndentedBuffer, flat: str, axes: tuple[str, ...], into: dict[str, str]) -> None:
         """Row-major flat index -> one index vector per axis (a single axis is the flat index itself)."""
@@ -866,7 +890,8 @@ class TritonCodegen:
         f = self.k.field(fname)
         offset, streamed = self.offset(f, index, prev)
         mask = "live" if self.red is None else self.red.mask
-        raw = f"tl.load({self.arg(self.ptr[fname])} + {offset}, mask={mask}, other=0)"
+        volatile = ", volatile=True" if self.inline else ""  # (see `record`)
+        raw = f"tl.load({self.arg(self.ptr[fname])} + {offset}, mask={mask}, other=0{volatile})"
         if f.dtype == torch.bfloat16:
             # bfloat16 is the top half of a float32: widen by bits, exact for denormals everywhere
             # (Triton's CPU interpreter flushes them to zero in .to(tl.float32))
@@ -1199,5 +1224,5 @@ def load(program: Program) -> Program:
     return program
 
 
-__all__ = ["KERNEL_NAME", "MAX_STEPS", "GroupPlan", "Program", "TritonCodegen", "cache_dir", "generate", "layout_length",
-           "literal", "load", "per_thread", "value_slot"]
+__all__ = ["INDEX_KEY", "KERNEL_NAME", "MAX_STEPS", "GroupPlan", "Program", "TritonCodegen", "cache_dir", "generate", "layout_length",
+           "literal", "load", "per_thread", "recorded_bits", "value_slot"]
