@@ -36,17 +36,21 @@ class Log:
         self.allocations = self.waits = self.stream_waits = self.device_reads = 0
         self.blocking_copies: list[tuple] = []
         self.capturing = False
+        self.busy = False  # while set, the GPU has not reached what is recorded: events stay unfinished
 
 
 class FakeEvent:
     """A CUDA event whose work is done once recorded (the interpreter ran the kernel already), unless
-    the test holds it back; `synchronize` on an unfinished event is a host wait."""
+    recorded while the GPU is `busy` (it is then held until the test clears `held`); `synchronize` on
+    an unfinished event is a host wait."""
 
     def __init__(self, log: Log, held: list):
         self.log, self.held, self.recorded = log, held, False
 
     def record(self, stream=None):
         self.recorded = True
+        if self.log.busy:
+            self.held.append(self)
 
     def query(self) -> bool:
         return self.recorded and self not in self.held
@@ -69,6 +73,7 @@ class FakeStream:
 @pytest.fixture
 def fake_cuda(monkeypatch):
     log, held = Log(), []
+    log.held = held  # the events the GPU has not reached yet
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "Event", lambda *a, **k: FakeEvent(log, held))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream(log))
@@ -108,7 +113,6 @@ def fake_cuda(monkeypatch):
             return _real(self, *a, **k)
 
         monkeypatch.setattr(torch.Tensor, name, read)
-    log.held = held
     return log
 
 
@@ -154,12 +158,12 @@ def test_a_warm_valid_check_allocates_nothing_and_waits_once(spec, fake_cuda, mo
     on_cuda(spec, batch(), monkeypatch)
     report = tc.check(batch(), spec, backend="triton")  # cold on "cuda": the pool allocates a slot
     assert report.ok and report.backend == "triton" and fake_cuda.allocations == 1
-    fake_cuda.held.append(None)  # (events recorded from here on are complete: the read-back's wait is not blocking)
-    before = vars(fake_cuda).copy()
+    fake_cuda.busy = True
     for _ in range(3):
         assert tc.check(batch(), spec, backend="triton").ok
-    assert fake_cuda.allocations == before["allocations"]  # warm: no allocation
-    assert fake_cuda.blocking_copies == [] and fake_cuda.device_reads == 0 and fake_cuda.waits == 0
+    assert fake_cuda.allocations == 1  # warm: no allocation
+    assert fake_cuda.waits == 3  # one per check: its verdict's read-back, nothing else
+    assert fake_cuda.blocking_copies == [] and fake_cuda.device_reads == 0
 
 
 def test_deferred_valid_steps_never_wait_nor_allocate(spec, fake_cuda, monkeypatch):
@@ -167,19 +171,13 @@ def test_deferred_valid_steps_never_wait_nor_allocate(spec, fake_cuda, monkeypat
     tc.validate(batch(), spec, backend="triton", deferred=True)
     tc.wait()
     allocations = fake_cuda.allocations
-    real_launch = tb.launch
-
-    def unfinished(plan, bound):  # the GPU has not reached this launch when the next step comes
-        pending = real_launch(plan, bound)
-        fake_cuda.held.append(pending.event)
-        return pending
-
-    monkeypatch.setattr(tb, "launch", unfinished)
+    fake_cuda.busy = True  # the GPU has not reached a launch when the next step comes
     for _ in range(4):
         tc.validate(batch(), spec, backend="triton", deferred=True)
     assert len(deferred._queue) == 4  # nothing read: every launch is still running
     assert fake_cuda.waits == 0 and fake_cuda.blocking_copies == [] and fake_cuda.device_reads == 0
     assert fake_cuda.allocations == allocations + 3  # four launches in flight need four buffers (one was pooled)
+    fake_cuda.busy = False
     fake_cuda.held.clear()  # the GPU catches up
     tc.validate(batch(), spec, backend="triton", deferred=True)  # reads the four, waits for none
     assert fake_cuda.waits == 0 and len(deferred._queue) == 1
@@ -194,15 +192,11 @@ def test_a_bad_batch_is_reset_on_the_stream_and_reported_as_launched(spec, fake_
     bad = batch(42)
     real_launch = tb.launch
     launched = []
-
-    def unfinished(plan, bound):
-        launched.append(real_launch(plan, bound))
-        fake_cuda.held.append(launched[-1].event)
-        return launched[-1]
-
-    monkeypatch.setattr(tb, "launch", unfinished)
+    monkeypatch.setattr(tb, "launch", lambda plan, bound: launched.append(real_launch(plan, bound)) or launched[-1])
+    fake_cuda.busy = True
     tc.validate(bad, spec, backend="triton", deferred=True)
-    bad["ids"][2, 3] = 5  # the next step reuses the tensor: 5 is valid
+    bad["ids"][2, 3] = 5  # the next step reuses the tensor before the GPU got to it: 5 is valid
+    fake_cuda.busy = False
     fake_cuda.held.clear()
     with pytest.raises(tc.BatchValidationError) as info:
         tc.validate(batch(), spec, backend="triton", deferred=True)

@@ -2,9 +2,9 @@
 
 A row of a reduction longer than `codegen.MAX_STEPS` loop steps is shared by 2**split programs.
 These tests set MAX_STEPS to 1, so a few thousand elements split as a 1 GB batch would: a part
-that decides a row alone (`any` found a true value, `all` a false one) writes only its done count;
-rows no part decides are combined through scratch slots by the last program to arrive, and the
-last program of a row to finish zeroes its scratch.
+that decides a row alone (`any` found a true value, `all` a false one) writes nothing; rows no
+part decides are combined through scratch slots by the last program to arrive, and the host
+zeroes the scratch on the stream after the kernel.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def test_a_whole_batch_any_split_across_programs(device):
     assert not same({"y": y}, spec, device)[0].violations
 
 
-def test_parts_that_decide_alone_write_only_their_done_count(device):
-    """A split row's parts write no partials when each decides alone; each counts itself done and the
-    last zeroes the counts, so the buffer ends as it began. The `Layout`'s slots are never touched."""
+def test_parts_that_decide_alone_write_nothing(device):
+    """A split row's parts write nothing when each decides alone (the `Layout`'s and values' slots
+    keep their poison); the scratch is zeroed after the kernel, so the buffer ends clean."""
     spec = _spec(["any(y != -100)"], LABELS)
     plan = compile_plan(spec)
     batch = {"y": torch.ones(5, 1000, dtype=torch.int64, device=device)}

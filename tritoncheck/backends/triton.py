@@ -136,7 +136,7 @@ def geometry(program: Program, dims: dict[str, int]) -> list[GroupLaunch]:
         split = 0
         while p.splittable and sum(-(-s // 2**split) for s in steps) > codegen.MAX_STEPS and max(steps) > 2**split:
             split += 1
-        slots = numel * (3 + len(p.reductions)) if split else 0  # seen, claimed, totals, done (`codegen.clean`)
+        slots = numel * (2 + len(p.reductions)) if split else 0
         per = [-(-s // 2**split) for s in steps]
         parts = max((-(-s // n) for s, n in zip(steps, per, strict=True) if n), default=1)
         out.append(GroupLaunch((-(-numel // p.block)) << split, sum(per), p.block * p.step,
@@ -155,6 +155,7 @@ class Launch:
     rest: tuple[Any, ...]  # strides, sizes, host scalars and the groups' arguments, in order
     grid: tuple[int]
     length: int  # result buffer slots: the `Layout`, the recorded values (`codegen.value_slot`), the scratch of split reductions
+    head: int  # the slots before the scratch: what the host reads back (== length without split rows)
     wide: bool  # indices need int64
     walked: dict[str, int]  # the dim sizes the kernel walks (`ir.loop_sizes`), for `decode`
 
@@ -204,13 +205,14 @@ def launch_for(program: Program, bound: Bound) -> Launch:
             if p.aligned:
                 aligns.append(all(r % 16 == 0 for r in reduced))
     rest += aligns
-    length = codegen.layout_length(kernel, walked.get(kernel.batch_dim, 0)) + sum(gl.scratch_slots for gl in launches)
+    head = codegen.layout_length(kernel, walked.get(kernel.batch_dim, 0))
+    length = head + sum(gl.scratch_slots for gl in launches)
     counts.append(length)
     for f in kernel.fields:
         t = tensors[f.name]
         counts.append(sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n))
     wide = any(c >= INT32_LIMIT for c in counts)
-    return Launch(program, tuple(f.name for f in kernel.fields), tuple(rest), (end,), length, wide, walked)
+    return Launch(program, tuple(f.name for f in kernel.fields), tuple(rest), (end,), length, head, wide, walked)
 
 
 def divisor_magic(d: int) -> tuple[int, int]:
@@ -254,8 +256,9 @@ class Pending:
         if self._result is None:
             if self.event is not None:
                 self.event.synchronize()
-            dirty = bool(self.slot.host.any())
-            values = self.slot.host.clone() if dirty else None  # (the slot is zeroed on release)
+            host = self.slot.host if self.spec.head == self.spec.length else self.slot.host[:self.spec.head]
+            dirty = bool(host.any())
+            values = host.clone() if dirty else None  # (the slot is zeroed on release)
             _pool.release(self.slot, dirty=dirty)
             self._result = decode(self.program.kernel, values, self.bound, self.spec.walked, self.recorded(values)) \
                 if dirty else []
@@ -308,8 +311,13 @@ def launch(plan: Plan, bound: Bound) -> Pending:
         if spec.grid[0] > 0:
             args, kwargs = spec.args(bound.tensors, slot.device)
             spec.program.fn[spec.grid](*args, **kwargs)
+        if spec.head < spec.length:  # rows split across programs met in the scratch: zeroed on the stream, a memset
+            slot.device[spec.head:].zero_()
         if cuda:
-            slot.host.copy_(slot.device, non_blocking=True)
+            if spec.head < spec.length:
+                slot.host[:spec.head].copy_(slot.device[:spec.head], non_blocking=True)
+            else:
+                slot.host.copy_(slot.device, non_blocking=True)
             slot.event.record()
     return Pending(bound, spec, slot, slot.event if cuda else None)
 
@@ -328,9 +336,9 @@ class _Slot:
 class _Pool:
     """Persistent zeroed result buffers, one per concurrent use, so launches never share one.
 
-    A buffer goes back zeroed: a valid batch leaves it so (the kernel zeroes the scratch of split
-    rows), and after a failing batch it is zeroed on the stream (`zero_`: a memset queued behind
-    the read, never a blocking copy from the host).
+    A buffer goes back zeroed: a valid batch leaves it so (the scratch where split rows meet is
+    zeroed on the stream right after the kernel), and after a failing batch it is zeroed on the
+    stream (`zero_`: a memset queued behind the read, never a blocking copy from the host).
     """
 
     def __init__(self) -> None:

@@ -223,7 +223,6 @@ def _mod_d(a, b):
 # Names the kernel uses as they are; no identifier derived from a spec may take one.
 _FIXED = frozenset({KERNEL_NAME, "pid", "tile", "offs", "live", "out_ptr", "n_bad", "first", "IDX", "FULL", "split",
                     "scratch", "row_block", "part", "parts", "settled", "mine", "seen", "last", "open_rows", "ALIGN", "value", "key",
-                    "offs_all", "live_all",
                     *_HELPERS})
 
 WARPS = 4  # Triton's default num_warps: 128 threads per program
@@ -396,6 +395,7 @@ class TritonCodegen:
         self.recorded: set[int] = set()  # checks whose value the kernel records
         self.inline = False  # while set, loads and positions are written where they are needed, not hoisted
         self.inline_loads: dict[tuple, str] = {}  # (field, index, prev, kind) -> its variable, while inline
+        self.offs, self.live = "offs", "live"  # the positions loads and positions follow, and their mask
 
     # -- the module -------------------------------------------------------------------------------
     def run(self) -> Program:
@@ -485,7 +485,7 @@ class TritonCodegen:
                      "a field used by several groups is read by each")
         rows = sum(r >= 0 for r in k.layout.batch_rows)
         lines.append(f"writes: nothing on a valid batch (but, where rows are split across programs, partials and a "
-                     f"done count per row, zeroed by the row's last program); on violations int64 counts and first "
+                     f"count per row into scratch slots the host zeroes on the stream); on violations int64 counts and first "
                      f"indices into 2*{len(k.checks)} + {comment(k.batch_dim)}*{rows} slots, then the value seen there "
                      f"per check, in two halves keyed by its index (2*{len(k.checks)} slots)")
         return [f"# {line}" if line else "#" for line in lines]
@@ -607,8 +607,6 @@ class TritonCodegen:
             bads.append(bad)
             w(f"{bad} = tl.where({settled}, {env[v.id]}, False)  # {comment(describe(k.checks[c]))}")
         self.store(g, bads)
-        if p.reduce and p.splittable:
-            self.clean(g)
         # the function: its arguments, then the values cast once
         fn = IndentedBuffer()
         what = "; ".join(comment(describe(k.checks[c])) for c, _ in g.checks)
@@ -649,8 +647,8 @@ class TritonCodegen:
         violation branch), or None where the kernel does not record it (`recordable`). So a report
         shows what the kernel saw even if the batch changes before the host reads it (deferred mode).
 
-        The value is computed again for that one position: `offs` and `live` are rebound to it and
-        the group's ops for the value are walked with blocks of one element (`inline`: loaded there,
+        The value is computed again for that one position: loads and positions follow it instead of
+        `offs` and `live`, and the ops for the value are walked with blocks of one element (`inline`: loaded there,
         volatile, so the compiler cannot merge the load with the valid path's). A block of the
         tile's values, selected at `first`, kept the tile's registers live into the branch: +30
         registers and a third less in flight for fp16 ctc (the static report showed it)."""
@@ -661,11 +659,12 @@ class TritonCodegen:
         if subject is None and load is None:  # an integer field's finiteness: never violated, nothing loaded
             return None
         w = self.buf.writeline
-        w("offs = first.to(IDX) + tl.zeros([1], dtype=IDX)  # the first offending position alone")
-        w("live = offs == offs")
-        outer = (self.plan, self.positions, self.inline, self.idx, self.inline_loads)
+        at, live = self.ns.create_name("at"), self.ns.create_name("at_live")
+        w(f"{at} = first.to(IDX) + tl.zeros([1], dtype=IDX)  # the first offending position alone")
+        w(f"{live} = {at} == {at}")
+        outer = (self.plan, self.positions, self.inline, self.idx, self.inline_loads, self.offs, self.live)
         self.plan, self.positions = dataclasses.replace(self.plan, block=1), self.buf
-        self.inline, self.idx, self.inline_loads = True, {}, {}
+        self.inline, self.idx, self.inline_loads, self.offs, self.live = True, {}, {}, at, live
         try:
             if subject is not None:
                 env: dict[int, Any] = {}
@@ -677,11 +676,10 @@ class TritonCodegen:
                 if f.dtype == torch.bool:  # torch reads any nonzero byte as 1
                     value, kind = f"({value} != 0)", "b"
         finally:
-            self.plan, self.positions, self.inline, self.idx, self.inline_loads = outer
+            self.plan, self.positions, self.inline, self.idx, self.inline_loads, self.offs, self.live = outer
         bits = {"b": f"{value}.to(tl.int64)", "i": value, "d": f"{value}.to(tl.int64, bitcast=True)",
                 "f": f"{value}.to(tl.int32, bitcast=True).to(tl.int64)"}[kind]
         w(f"value = tl.sum({bits}, axis=0)  # as int64 bits")
-        w("offs, live = offs_all, live_all")
         self.recorded.add(c)
         return "value"
 
@@ -704,7 +702,8 @@ class TritonCodegen:
         program adds its partials to the row's totals in the scratch slots (atomics), then counts
         itself in; the one that counts 2**split reads the totals. If several programs settle the
         same row alone, `store` lets only the first write it (a claim, on the violation path).
-        Every program of a row then counts itself done, and the last zeroes the row's slots (`clean`).
+        The host zeroes the scratch on the stream after the kernel (a memset), so a valid batch
+        leaves the buffer clean and the read-back looks only at the slots before the scratch.
         """
         w = self.buf.writeline
         rows = self.numel(self.g.axes)
@@ -719,7 +718,7 @@ class TritonCodegen:
             w("open_rows = live & (settled == 0)")
             w("if tl.max(open_rows.to(tl.int32), axis=0) > 0:")
             with self.buf.indent():
-                w("# scratch: [seen: rows][claimed: rows][total of each reduction: rows][done: rows]")
+                w(f"# scratch: [seen: rows][claimed: rows][total of each reduction: rows]")
                 for j, (acc, red, _) in enumerate(self.accs):
                     fn = "atomic_add" if red == "sum" else "atomic_max"
                     w(f"tl.{fn}(out_ptr + scratch + {2 + j} * {rows} + offs, {acc}.to(tl.int64), mask=open_rows)")
@@ -731,24 +730,6 @@ class TritonCodegen:
                       f"mask=last).to({kind}), {acc})")
                 w("settled = settled | last")
         return "settled"
-
-    def clean(self, g: Group) -> None:
-        """Leave the scratch of split rows as it was found, all zero, valid batch or not: each program
-        of a row counts itself done after its last scratch write, and the last of them zeroes the
-        row's slots. (Without this a part that saw only padding left its partials behind, and the
-        host had to reset the buffer after every long-context batch.) The one write a valid batch
-        makes: one atomic per row and program, only where rows are split."""
-        w = self.buf.writeline
-        rows = self.numel(g.axes)
-        done = f"out_ptr + scratch + {2 + len(self.accs)} * {rows} + offs"
-        w("if split > 0:  # clean: the row's last program to finish zeroes its scratch slots")
-        with self.buf.indent():
-            w("tl.debug_barrier()  # every scratch write of this program is made before it counts itself done")
-            w(f"last = live & (tl.atomic_add({done}, 1, mask=live) == parts - 1)")
-            w("if tl.max(last.to(tl.int32), axis=0) > 0:")
-            with self.buf.indent():
-                for j in range(3 + len(self.accs)):
-                    w(f"tl.atomic_xchg(out_ptr + scratch + {j} * {rows} + offs, 0, mask=last)")
 
     def store(self, g: Group, bads: list[str]) -> None:
         """The violation path. The valid path keeps one int32 word of check bits per element
@@ -765,7 +746,6 @@ class TritonCodegen:
         w("# store: one reduction on a valid batch; only a program that found a violation writes")
         w(f"if tl.max({' | '.join(words)}, axis=0) > 0:")
         with self.buf.indent():
-            w("offs_all, live_all = offs, live  # (`record` rebinds them to one position at a time)")
             if self.plan.reduce and self.plan.splittable:
                 w("if split > 0:  # a row settled by several programs is written by the first to claim it")
                 with self.buf.indent():
@@ -835,7 +815,7 @@ class TritonCodegen:
             return f"{red.jdx[axis]}[None, :]"
         if axis in self.g.axes:
             if not self.idx:
-                self.unravel(self.positions, "offs", self.g.axes, self.idx)
+                self.unravel(self.positions, self.offs, self.g.axes, self.idx)
             return self.idx[axis] if red is None else f"{self.idx[axis]}[:, None]"
         raise Unsupported(f"axis {axis} is not in the iteration space")
 
@@ -856,7 +836,7 @@ class TritonCodegen:
             scale = "" if st is None else f" * {st}"
             flat = None
             if red is None and axes == self.g.axes:
-                flat = "offs"
+                flat = self.offs
             elif red is not None and axes == red.axes:
                 flat = f"{red.r}[None, :]"
             elif red is not None and axes == self.g.axes + red.axes and not set(self.g.axes) & set(red.axes):
@@ -889,7 +869,7 @@ class TritonCodegen:
     def load(self, op: Op, fname: str, index: tuple, prev: str | None = None) -> str:
         f = self.k.field(fname)
         offset, streamed = self.offset(f, index, prev)
-        mask = "live" if self.red is None else self.red.mask
+        mask = self.live if self.red is None else self.red.mask
         volatile = ", volatile=True" if self.inline else ""  # (see `record`)
         raw = f"tl.load({self.arg(self.ptr[fname])} + {offset}, mask={mask}, other=0{volatile})"
         if f.dtype == torch.bfloat16:
