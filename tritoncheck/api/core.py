@@ -14,8 +14,10 @@ from typing import Any, Literal
 import torch
 
 from tritoncheck.backends import torch as _torch_backend
+from tritoncheck.backends import c as c_backend
 from tritoncheck.backends import codecache as build
 from tritoncheck.checks.registry import message
+from tritoncheck.kernel.ir import Unsupported
 from tritoncheck.plan.lower import RuleCheck, bind, compile_plan
 from tritoncheck.report import MAX_SAMPLES_SHOWN, BatchValidationError, FailureCases, Report, Violation, jsonable, printable
 from tritoncheck.spec.schema import BatchSpec, SpecError
@@ -50,11 +52,9 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", strict: boo
 def run_data_checks(plan: Any, bound: Any, chosen: str) -> tuple[list[Violation], str]:
     """The data checks on `chosen`, or on torch when a compiled backend cannot take them: (violations, backend that ran)."""
     if chosen == "c":
-        from tritoncheck.backends import c as c_backend
-        from tritoncheck.kernel import ir
         try:
             return c_backend.run(plan, bound), "c"
-        except (ir.Unsupported, build.CompileError) as exc:
+        except (Unsupported, build.CompileError) as exc:
             _warn_fallback("c", exc)
     elif chosen == "triton":
         from tritoncheck.backends import triton as triton_backend
