@@ -154,7 +154,7 @@ class Launch:
     fields: tuple[str, ...]  # the tensors passed first, in order
     rest: tuple[Any, ...]  # strides, sizes, host scalars and the groups' arguments, in order
     grid: tuple[int]
-    length: int  # result buffer slots: the `Layout`, the recorded values (`codegen.value_slot`), the scratch of split reductions
+    length: int  # result buffer slots: the `Layout`, the recorded values (`codegen.value_slot`), split rows' scratch
     head: int  # the slots before the scratch: what the host reads back (== length without split rows)
     wide: bool  # indices need int64
     walked: dict[str, int]  # the dim sizes the kernel walks (`ir.loop_sizes`), for `decode`
