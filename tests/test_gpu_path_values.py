@@ -16,6 +16,7 @@ import torch
 import tritoncheck as tc
 from tritoncheck.kernel.decode import decode
 from tritoncheck.plan.lower import bind, compile_plan
+from tritoncheck.spec.schema import spec_from_dict
 
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
@@ -101,3 +102,17 @@ def test_each_rule_shows_its_subject_as_launched(dtype, device):
     assert set(got) == set(want)
     for rule in RULES["rules"][:3]:
         assert got[rule] == want[rule], rule
+
+
+def test_a_check_whose_field_the_kernel_never_reads_records_nothing(backend, device):
+    """`finite: true` on an integer field is never violated, so the kernel does not read that field; the
+    recording of shown values skipped it only after looking the field up (StopIteration from the Triton
+    printer; the differential fuzz found it)."""
+    spec = spec_from_dict({"name": "t", "fields": {"first": {"dtype": "int64", "shape": ["B"], "finite": True},
+                                                   "x": {"dtype": "float32", "shape": ["B"], "min": 0}}}, "t.yaml")
+    on = device if backend == "triton" else "cpu"
+    batch = {"first": torch.tensor([1, 2], device=on), "x": torch.tensor([-1.0, 1.0], device=on)}
+    report = tc.check(batch, spec, backend=backend)
+    assert report.backend == backend
+    assert report.violations == tc.check({k: v.cpu() for k, v in batch.items()}, spec, backend="torch").violations
+    assert [(v.field, v.code, v.index, v.value) for v in report.violations] == [("x", "below_min", (0,), -1.0)]

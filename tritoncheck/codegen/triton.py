@@ -648,10 +648,11 @@ class TritonCodegen:
         subject = self.k.subjects.get(c)
         load = None
         if subject is None:
-            f = self.k.field(self.k.checks[c].field)
-            whole = (f.name, (None,) * len(f.axes))
+            name = self.k.checks[c].field
+            f = next((f for f in self.k.fields if f.name == name), None)
+            whole = None if f is None else (f.name, (None,) * len(f.axes))
             load = next((op for op in g.ops if op.name == "load" and op.args == whole), None)
-            if load is None:  # an integer field's finiteness: never violated, nothing loaded
+            if load is None:  # an integer field's finiteness: never violated, its field not even read
                 return None
         elif any(op.name in ("reduction", "load_prev") for op in subject.ops):
             return None
