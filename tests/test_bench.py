@@ -374,3 +374,15 @@ def test_the_gpu_script_parses_and_names_only_test_files_that_exist():
     named = set(re.findall(r"tests/test_\w+\.py", text))
     assert len(named) >= 5 and all((ROOT / f).exists() for f in named), named
     assert all((ROOT / f).exists() for f in re.findall(r"benchmarks/\w+\.py", text))
+
+
+def test_big_adds_every_big_scenario_and_the_default_leaves_them_out(monkeypatch):
+    from tritoncheck.cli import bench as bench_cli
+    from tritoncheck.cli import main
+
+    taken = []
+    monkeypatch.setattr(bench_cli, "run_benchmarks", lambda opts, log: taken.append(opts.scenarios) or [])
+    big = [s.name for s in bench_cli.harness().SCENARIOS if s.big]
+    assert len(big) >= 2  # the 254 MB LayoutLMv3 batch and the 256 MiB causal LM
+    assert main(["bench", "--tiny"]) == 0 and not set(big) & set(taken[-1])
+    assert main(["bench", "--tiny", "--big"]) == 0 and set(big) <= set(taken[-1])

@@ -48,8 +48,8 @@ def add_parser(sub: Any) -> None:
                        "torch.compile) and two floors (a plain read, an aminmax) on realistic batches of the "
                        "built-in families, in one run.")
     p.add_argument("--scenario", action="append", dest="scenarios",
-                   choices=[s.name for s in h.SCENARIOS], help="repeatable; default: every scenario but 'big'")
-    p.add_argument("--big", action="store_true", help="add the 254 MB scenario")
+                   choices=[s.name for s in h.SCENARIOS], help="repeatable; default: every scenario but the big ones (--big)")
+    p.add_argument("--big", action="store_true", help="add the big scenarios (hundreds of MB each)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--rounds", type=int, default=30,
                    help=f"timed rounds on CPU (default 30, at least {h.MIN_ROUNDS})")
@@ -79,8 +79,8 @@ def _run(args: argparse.Namespace) -> int:
 
     h = harness()
     scenarios = args.scenarios or [s.name for s in h.SCENARIOS if not s.big]
-    if args.big and "big" not in scenarios:
-        scenarios.append("big")
+    if args.big:
+        scenarios += [s.name for s in h.SCENARIOS if s.big and s.name not in scenarios]
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     opts = h.Options(scenarios=scenarios, device=device, rounds=args.rounds, threads=max(1, args.threads),
                      tiny=args.tiny, step=args.step, contenders=args.contenders, clock=args.clock,
