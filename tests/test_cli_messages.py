@@ -32,8 +32,8 @@ def test_misspelled_spec_keys_get_the_key_that_was_meant(tmp_path):
     assert done.stderr.splitlines() == [
         "tritoncheck: error: typo.yaml: 4 error(s) in spec",
         "  fields.input_ids.dtype: Field required",
-        f"  fields.input_ids.dtpye: unknown key (did you mean 'dtype'?); known: {keys}, monotonic",
-        f"  fields.labels.optinal: unknown key (did you mean 'optional'?); known: {keys}, monotonic",
+        f"  fields.input_ids.dtpye: unknown key (did you mean 'dtype'?); known: {keys}, monotonic, multiple_of",
+        f"  fields.labels.optinal: unknown key (did you mean 'optional'?); known: {keys}, monotonic, multiple_of",
         "  rules.0: unknown name(s) ['lables'] in 'lables >= 0' (did you mean 'labels'?)",
     ]
     (tmp_path / "typo.yaml").write_text(SPEC.replace("dtpye", "dtype").replace("optinal", "optional"))

@@ -38,6 +38,7 @@ def local(shards, tmp_path_factory):
     return scan(bert(), shards[0], backend="torch", batch_size=4, bad_rows=out), out
 
 
+@pytest.mark.slow  # a Ray instance takes seconds to start: the slow set, which .ci/run runs
 def test_ray_scan_reports_exactly_what_the_local_scan_reports(ray_instance, shards, local, tmp_path):
     path, every, bad = shards
     expected, expected_dir = dict(local[0]), local[1]
@@ -61,6 +62,7 @@ def test_ray_scan_reports_exactly_what_the_local_scan_reports(ray_instance, shar
     assert written == [every[r] for r in rows]
 
 
+@pytest.mark.slow  # a Ray instance takes seconds to start: the slow set, which .ci/run runs
 def test_cli_engine_ray(ray_instance, shards, local, tmp_path, capsys):
     expected = dict(local[0])
     argv = ["scan", "bert-sequence-classification", str(shards[0]), *BERT, "--batch-size=4"]
@@ -84,6 +86,7 @@ def test_ray_that_cannot_start_is_a_usage_error(shards, monkeypatch, capsys):
     assert "Traceback" not in err and "Please specify" not in err
 
 
+@pytest.mark.slow  # a Ray instance takes seconds to start: the slow set, which .ci/run runs
 def test_ray_pickled_column_runs_nothing_in_ray_workers(ray_instance, tmp_path):
     # Ray's own pickled-object extension type, registered in every worker (they import ray.data)
     from test_scan_arrow import assert_refused, hostile_shards, ray_pickled_type
@@ -96,6 +99,7 @@ def test_ray_pickled_column_runs_nothing_in_ray_workers(ray_instance, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow  # a Ray instance takes seconds to start: the slow set, which .ci/run runs
 def test_ray_reads_a_datasets_directory_as_the_local_scan_does(ray_instance, tmp_path, capsys):
     datasets = pytest.importorskip("datasets", reason="pip install datasets (in the test extra)")
     from test_scan import shard_rows
