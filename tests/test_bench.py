@@ -121,6 +121,8 @@ def test_b1_scenario_is_one_sample_of_16_tokens():
     assert c.batch["input_ids"].shape == (1, 16) and c.name == "bert-1x16"
 
 
+# seconds of processes or compilers: the slow set, which .ci/run runs (the README command stays under 3 minutes)
+@pytest.mark.slow
 def test_every_tiny_scenario_with_every_cpu_contender_writes_the_csv_schema(tmp_path):
     opts = bench.Options(scenarios=[s.name for s in bench.SCENARIOS], rounds=1, tiny=True, budget_s=0.5)
     rows = bench.run_benchmarks(opts)

@@ -453,6 +453,8 @@ def _child(args: list[str], cache: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
+# seconds of processes or compilers: the slow set, which .ci/run runs (the README command stays under 3 minutes)
+@pytest.mark.slow
 def test_processes_compiling_at_once_both_succeed_and_a_later_one_only_loads(tmp_path):
     import time
 

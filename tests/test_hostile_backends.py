@@ -138,6 +138,8 @@ print(r.backend, [v.code for v in r.violations])
 """
 
 
+# seconds of processes or compilers: the slow set, which .ci/run runs (the README command stays under 3 minutes)
+@pytest.mark.slow
 def test_a_truncated_cached_library_is_rebuilt_never_mapped(fresh):
     cache = fresh / "shared"
     env = dict(os.environ, TRITONCHECK_CACHE_DIR=str(cache))

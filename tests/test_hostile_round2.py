@@ -75,6 +75,8 @@ def mapped_kernels() -> set[str]:
 
 @needs_c
 @needs_proc
+# seconds of processes or compilers: the slow set, which .ci/run runs (the README command stays under 3 minutes)
+@pytest.mark.slow
 def test_80_specs_leave_a_bounded_number_of_libraries_mapped_and_files_cached(fresh):
     """Before: 80 specs left 80 libraries mapped (and 240 files). Now at most the libraries of the
     MAX_PLANS plans whose programs are kept plus the MAX_LOADED_LIBRARIES most recently loaded."""

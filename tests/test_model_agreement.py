@@ -751,7 +751,8 @@ def test_the_c_backend_reports_what_torch_does(arch):
 # run (docs/models_sweep.json, written by `python scripts/models_table.py --sweep`).
 
 SWEEP_JSON = Path(__file__).resolve().parent.parent / "docs" / "models_sweep.json"
-FAST_SWEPT = ("GPTNeoForCausalLM", "BloomForQuestionAnswering", "FlaubertForMultipleChoice", "LongT5ForConditionalGeneration")
+FAST_SWEPT = ("GPTNeoForCausalLM", "BloomForQuestionAnswering", "FlaubertForMultipleChoice",
+              pytest.param("LongT5ForConditionalGeneration", marks=pytest.mark.slow))  # 5 s: the slow set
 
 
 def _recorded() -> dict:
