@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
+from deferred_queue import empty_queue  # noqa: F401  (autouse: the queue is empty around each test)
 
 SPEC = {"name": "ids", "fields": {"ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0, "max": 9}}}
 VALUES = [1, 2, 42, 3, 11, 12, 4]  # the value at ids[1, 2] in each step's batch; 42, 11 and 12 are bad
@@ -24,22 +25,6 @@ def batch_with(value: int, device: str, length: int = 3) -> dict[str, torch.Tens
     ids = torch.ones(2, length, dtype=torch.int64)
     ids[1, 2] = value
     return {"ids": ids.to(device)}
-
-
-def drain() -> None:
-    for _ in range(100):
-        try:
-            tc.wait()
-            return
-        except tc.BatchValidationError:
-            pass
-
-
-@pytest.fixture(autouse=True)
-def empty_queue():
-    drain()
-    yield
-    drain()
 
 
 def recording(graphs: list):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
+from deferred_queue import empty_queue  # noqa: F401  (autouse: the queue is empty around each test)
 from tritoncheck.backends import triton as triton_backend
 SPEC = {"name": "ids", "fields": {"ids": {"dtype": "int64", "shape": ["B", "L"], "min": 0, "max": 9}}}
 
@@ -29,22 +30,6 @@ def bad(value: int = 42, device: str = "cpu") -> dict[str, torch.Tensor]:
     batch = good(device)
     batch["ids"][1, 2] = value
     return batch
-
-
-def drain() -> None:
-    for _ in range(100):
-        try:
-            tc.wait()
-            return
-        except tc.BatchValidationError:
-            pass
-
-
-@pytest.fixture(autouse=True)
-def empty_queue():
-    drain()
-    yield
-    drain()
 
 
 def found(exc: tc.BatchValidationError) -> list:
