@@ -25,7 +25,7 @@ batch and a broken copy before it is timed:
 
 A scenario may time its broken batch instead (`timed_bad`: 1% bad ids), or give every call a new
 copy of the batch (`fresh`: what a DataLoader hands out). `Options.scaling` adds a sweep of
-causal-LM batches from 4 KiB up (`scaling-*` rows: C, torch backend, floors).
+causal-LM batches from 4 KiB up (`scaling-*` rows: C or Triton, torch backend, floors).
 
 Method: one thread; on CPU each contender's time is this thread's CPU time (`time.thread_time`:
 the time other processes hold the core is left out), every round times every contender (so load
@@ -706,7 +706,7 @@ def scenario(name: str) -> Scenario:
 
 # the scaling sweep: check time against batch bytes, one family (causal LM: int64 ids, mask, labels)
 SCALING_BYTES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 512 << 20]
-SCALING_CONTENDERS = ("tc-torch", "tc-c")
+SCALING_CONTENDERS = ("tc-torch", "tc-c", "tc-triton")  # tc-c times CPU batches, tc-triton CUDA ones
 
 
 def size_text(nbytes: int) -> str:
@@ -728,20 +728,25 @@ def is_scaling(r: Result) -> bool:
 
 
 def scaling_table(rows: list[Result]) -> str:
-    """The scaling sweep's rows: per batch size, the plain read, the C and the torch backend ("" if none)."""
+    """The scaling sweep's rows: per batch size, the plain read, the compiled backend of the run's device (C on
+    CPU, Triton on CUDA) and the torch backend ("" if none)."""
     by = {(r.scenario, r.contender): r for r in rows if is_scaling(r)}
     sizes = sorted({(r.batch_bytes, r.scenario) for r in rows if is_scaling(r)})
     if not sizes:
         return ""
-    out = ["| batch | bytes | floor-read ms | tc-c ms | tc-torch ms | C / floor-read | torch / floor-read | C GB/s |",
+    timed = {c for (_, c), r in by.items() if r.median_ms}
+    compiled, short = ("tc-triton", "Triton") if "tc-triton" in timed else ("tc-c", "C")
+    out = [f"| batch | bytes | floor-read ms | {compiled} ms | tc-torch ms | {short} / floor-read | torch / floor-read "
+           f"| {short} GB/s |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for nbytes, s in sizes:
         def get(c: str, column: str) -> Any:
             return getattr(by.get((s, c)), column, None)
 
-        out.append(f"| {s} | {nbytes} | {_num(get('floor-read', 'median_ms'), 4)} | {_num(get('tc-c', 'median_ms'), 4)} "
-                   f"| {_num(get('tc-torch', 'median_ms'), 4)} | {ratio_text(get('tc-c', 'x_floor_read'))} "
-                   f"| {ratio_text(get('tc-torch', 'x_floor_read'))} | {_num(get('tc-c', 'gb_per_s'), 2)} |")
+        out.append(f"| {s} | {nbytes} | {_num(get('floor-read', 'median_ms'), 4)} "
+                   f"| {_num(get(compiled, 'median_ms'), 4)} | {_num(get('tc-torch', 'median_ms'), 4)} "
+                   f"| {ratio_text(get(compiled, 'x_floor_read'))} | {ratio_text(get('tc-torch', 'x_floor_read'))} "
+                   f"| {_num(get(compiled, 'gb_per_s'), 2)} |")
     return "\n".join(out)
 
 

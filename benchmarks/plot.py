@@ -5,7 +5,7 @@
 `<device>.png`: per scenario, one bar per contender: time relative to the hand-written
 assert-per-rule checks (log scale, lower is better); the two floors (a plain read, an aminmax) are
 drawn as bars too. `scaling-<device>.png`: check time against batch bytes (log-log) for the C
-backend, the torch backend and the plain read, from the run's scaling sweep (`scaling-*` rows).
+(or, on CUDA, Triton) backend, the torch backend and the plain read, from the run's scaling sweep (`scaling-*` rows).
 `python benchmarks/run.py` (and `--readme`) regenerate both with the tables.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 ORDER = ["floor-read", "floor-aminmax", "hand-assert", "hand-1sync", "hand-best", "hand-compiled", "tc-torch", "tc-c",
          "tc-triton"]
-SCALING = {"floor-read": "plain read (one sum per tensor)", "tc-torch": "torch backend", "tc-c": "C backend"}
+SCALING = {"floor-read": "plain read (one sum per tensor)", "tc-torch": "torch backend", "tc-c": "C backend", "tc-triton": "Triton backend"}
 
 
 def size(nbytes: float) -> str:

@@ -7,7 +7,7 @@
     python benchmarks/run.py --device cuda   # on a GPU: + the Triton backend, do_bench timings
 
 A full run is every scenario (the 254 MB and 256 MiB batches included), a small model's training
-step per batch, the scaling sweep (causal-LM batches of 4 KiB to 512 MiB: C, torch backend,
+step per batch, the scaling sweep (causal-LM batches of 4 KiB to 512 MiB: C or Triton, torch backend,
 floors), the first batch in each of 2 forked DataLoader workers, and a cold compile of every
 built-in contract; one thread, thread CPU time, median of >= 5 interleaved rounds. Every figure
 in the results page, the plots and README.md comes from one run's rows, and each target of
@@ -231,8 +231,8 @@ def results_page(rows: list[bench.Result]) -> str:
     scaling = bench.scaling_table(rows)
     if scaling:
         parts += ["", "## Check time against batch bytes", "",
-                  (f"One family (causal LM: int64 ids, mask and labels; one row below 4096 tokens, rows of 512 above), the C and the torch "
-                   f"backend and the plain read, in the same run; plotted in [{plot_name(rows)}]({plot_name(rows)})."),
+                  (f"One family (causal LM: int64 ids, mask and labels; one row below 4096 tokens, rows of 512 above), the compiled backend "
+                   f"(C on CPU, Triton on CUDA), the torch backend and the plain read, in the same run; plotted in [{plot_name(rows)}]({plot_name(rows)})."),
                   "", scaling]
     startup = bench.startup_table(rows)
     if startup:

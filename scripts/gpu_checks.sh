@@ -6,13 +6,16 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 #   1. the GPU tests: tests marked gpu and every backend-parity test whose `device` fixture now
 #      gives CUDA tensors (tests/conftest.py leaves TRITON_INTERPRET unset where CUDA is present);
 #      failures.txt gets each failure as it happens;
-#   2. the profiler: kernels, copies and syncs per check, the kernel's device time and bandwidth
+#   2. the differential fuzz on CUDA tensors, its own step: every example compiles a kernel for the
+#      device (the 150 examples of a CPU run took past 60 s there on 2026-11-27);
+#   3. the profiler: kernels, copies and syncs per check, the kernel's device time and bandwidth
 #      (benchmarks/gpu_profile.py);
-#   3. benchmarks/run.py --device cuda, every scenario, its rows appended as each one finishes.
-# Everything comes back under $OUT (8 files at most); the summary is printed last.
+#   4. benchmarks/run.py --device cuda, every scenario, its rows appended as each one finishes.
+# Everything comes back under $OUT (8 files at most: the benchmark's folder comes back as one
+# bench.tgz, its results.csv included); the summary is printed last.
 set -u
 OUT=${OUT:-$PWD/gpu-checks-out}
-mkdir -p "$OUT/bench"
+BENCH=$(mktemp -d)  # tarred into $OUT at the end: results.csv, the page and the plots
 unset TRITON_INTERPRET  # the compiled kernel on the device, not the interpreter
 # the built-in specs are the package `tritoncheck.specs` only once installed (pyproject maps it to
 # specs/); this copy of the tree is run from PYTHONPATH, so give it that package in place
@@ -47,19 +50,24 @@ step() {  # step NAME SECONDS LOG COMMAND...: the command bounded by SECONDS, it
 # every test had run after 150 s, but pytest hung at its session's end and its summary was lost.
 PAR=$(python3 -c "import xdist" 2>/dev/null && echo "-n 12")
 TMO=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=60")
+TMO_FUZZ=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=110")
 # shellcheck disable=SC2086
-step tests 170 "$OUT/tests.log" env GPU_FAILURES="$OUT/failures.txt" PYTHONPATH="$PYTHONPATH:$PWD/scripts" \
+step tests 150 "$OUT/tests.log" env GPU_FAILURES="$OUT/failures.txt" PYTHONPATH="$PYTHONPATH:$PWD/scripts" \
   TORCHINDUCTOR_COMPILE_THREADS=1 python3 -m pytest -q -p pytest_failures -p no:benchmark -rfE --tb=short \
   --durations=15 $PAR $TMO \
   tests/test_triton_gpu.py tests/test_triton_backend.py tests/test_triton_split.py tests/test_backends.py \
-  tests/test_hostile_codegen.py tests/test_hostile_runtime.py tests/test_inputs.py tests/test_bench.py \
-  tests/test_differential_fuzz.py
+  tests/test_hostile_codegen.py tests/test_hostile_runtime.py tests/test_inputs.py tests/test_bench.py
 
-# 2. the profiler: one kernel and one device-to-host copy per check, and what the kernel costs
+# 2. The differential fuzz on every backend, 40 examples on CUDA tensors
+# (a fresh seed, printed in fuzz.log to replay it)
+step fuzz 120 "$OUT/fuzz.log" env TRITONCHECK_FUZZ_EXAMPLES=40 TRITONCHECK_FUZZ_SEED=random TORCHINDUCTOR_COMPILE_THREADS=1 \
+  python3 -m pytest -q -p no:benchmark -s -rfE --tb=short tests/test_differential_fuzz.py -k "all" $TMO_FUZZ
+
+# 3. the profiler: one kernel and one device-to-host copy per check, and what the kernel costs
 step profile 90 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --out "$OUT/gpu-profile-cuda.md"
 
-# 3. the benchmarks: small scenarios first, the 254 MB batch last (a run cut short keeps the rest)
-step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-startup --results-dir "$OUT/bench" \
+# 4. the benchmarks: small scenarios first, the 254 MB batch last (a run cut short keeps the rest)
+step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-startup --results-dir "$BENCH" \
   --scenario bert --scenario bart --scenario layoutlmv3 --scenario ctc --scenario bert-b1 --scenario big
 
 {
@@ -67,11 +75,13 @@ step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-sta
   grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$OUT/tests.log" | tail -n 1
   echo "failed: $(cat "$OUT/failures.txt" 2>/dev/null | grep -c "^FAILED ")"
   grep "^FAILED " "$OUT/failures.txt" 2>/dev/null | cut -c1-200 | head -40
+  echo "== differential fuzz on CUDA tensors"
+  grep -E "TRITONCHECK_FUZZ_SEED=|passed|failed" "$OUT/fuzz.log" | tail -n 3
   echo "== profiler (per check)"
   if [ -s "$OUT/gpu-profile-cuda.md" ]; then grep -E "^\| " "$OUT/gpu-profile-cuda.md"; else tail -n 5 "$OUT/profile.log"; fi
   echo "== benchmarks (do_bench median ms; wall: one call with its sync)"
-  [ -s "$OUT/bench/results.csv" ] || tail -n 5 "$OUT/bench.log"
-  [ -s "$OUT/bench/results.csv" ] && python3 - "$OUT/bench/results.csv" <<'PY'
+  [ -s "$BENCH/results.csv" ] || tail -n 5 "$OUT/bench.log"
+  [ -s "$BENCH/results.csv" ] && python3 - "$BENCH/results.csv" <<'PY'
 import csv, sys
 for r in csv.DictReader(open(sys.argv[1])):
     if r["contender"] in ("floor-read", "hand-assert", "hand-compiled", "tc-torch", "tc-triton", "train-step"):
@@ -79,4 +89,5 @@ for r in csv.DictReader(open(sys.argv[1])):
               f" launches {r['launches'] or '-':>3s} syncs {r['syncs'] or '-':>3s}  {r['note'][:70]}")
 PY
 } >>"$SUMMARY"
+tar -czf "$OUT/bench.tgz" -C "$BENCH" .
 cat "$SUMMARY"
