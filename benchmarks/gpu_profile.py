@@ -14,7 +14,10 @@ Per case (issue 22's batches: BERT 32x128, BART 16x1024, causal LM 8x4096, Layou
 - the kernel's device time (the median over those checks' kernel events), and its bandwidth:
   batch bytes / kernel time, as a share of the copy bandwidth measured in the same run
   (a 1 GiB `copy_`, bytes read plus bytes written, over its device time);
-- the wall time of one whole check, back to back (each check waits for its own verdict).
+- the wall time of one whole check, back to back (each check waits for its own verdict);
+- the host's cost of a deferred check: the thread CPU time of one `tc.validate(..., deferred=True)`
+  (bind, launch, the copy back queued, the last verdict read if done), what a training loop's
+  thread pays per step while the GPU works.
 
 GPU only: it exits with a clear message where torch sees no CUDA device.
 """
@@ -119,6 +122,16 @@ def wall_us(fn: Any, calls: int) -> float:
     return 1e6 * statistics.median(times)
 
 
+def host_us(fn: Any, calls: int) -> float:
+    """Median thread CPU time of one call (us): the host's own work, not its waits on the device."""
+    times = []
+    for _ in range(calls):
+        t0 = time.thread_time_ns()
+        fn()
+        times.append(time.thread_time_ns() - t0)
+    return statistics.median(times) / 1e3
+
+
 def copy_gb_per_s() -> float:
     """Bytes read plus bytes written per second by a 1 GiB device-to-device copy (CUDA events, median)."""
     src = torch.rand(GIB // 4, device="cuda")
@@ -154,9 +167,15 @@ def measure(case: Case, copy_bw: float, log: Any) -> list[dict[str, Any]]:
     finally:
         batch[case.field][case.index] = old
     tc.wait()
-    deferred = profile(lambda: tc.validate(batch, spec, backend="triton", deferred=True), calls)
+    def submit() -> None:
+        tc.validate(batch, spec, backend="triton", deferred=True)
+
+    deferred = profile(submit, calls)
     tc.wait()
-    deferred.update(case=case.name, batch="valid, deferred", ok=True, backend="triton", bytes=nbytes, wall_us=None)
+    host = host_us(submit, 200 if nbytes < 64 * 2**20 else 10)
+    tc.wait()
+    deferred.update(case=case.name, batch="valid, deferred", ok=True, backend="triton", bytes=nbytes, wall_us=None,
+                    host_us=host)
     rows.append(deferred)
     for r in rows:
         k = r["kernel_us"]
@@ -173,18 +192,19 @@ def _n(v: Any, digits: int) -> str:
 def fmt_row(r: dict[str, Any]) -> str:
     return (f"kernels {r['kernels']:g}, DtoH {r['dtoh']:g}, HtoD {r['htod']:g}, memsets {r['memsets']:g}, "
             f"syncs {r['syncs']:g}, kernel {_n(r['kernel_us'], 1)} us, {_n(r['gb_per_s'], 1)} GB/s, "
-            f"wall {_n(r['wall_us'], 1)} us")
+            f"wall {_n(r['wall_us'], 1)} us, host CPU {_n(r.get('host_us'), 1)} us")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     out = ["| case | batch | MB | ok | backend | kernels / check | DtoH / check | HtoD / check | memsets / check "
-           "| syncs / check | kernel us (median) | GB/s | of copy bandwidth | wall us / check |",
-           "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| syncs / check | kernel us (median) | GB/s | of copy bandwidth | wall us / check | host CPU us / check |",
+           "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         share = "" if r["of_copy"] is None else f"{r['of_copy']:.2f}"
         out.append(f"| {r['case']} | {r['batch']} | {r['bytes'] / 1e6:.1f} | {r['ok']} | {r['backend']} "
                    f"| {r['kernels']:g} | {r['dtoh']:g} | {r['htod']:g} | {r['memsets']:g} | {r['syncs']:g} "
-                   f"| {_n(r['kernel_us'], 1)} | {_n(r['gb_per_s'], 1)} | {share} | {_n(r['wall_us'], 1)} |")
+                   f"| {_n(r['kernel_us'], 1)} | {_n(r['gb_per_s'], 1)} | {share} | {_n(r['wall_us'], 1)} "
+                   f"| {_n(r.get('host_us'), 1)} |")
     return "\n".join(out)
 
 
@@ -221,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
          f"triton {triton.__version__}, tritoncheck {tc.__version__}. Counts per check from torch.profiler over "
          f"{CALLS} warm checks (5 for the 1 GiB cases); kernel time: the median kernel event; bandwidth: batch bytes "
          f"/ kernel time, and its share of a 1 GiB device copy's {copy_bw:.0f} GB/s (bytes read + written), "
-         "measured in the same run; wall: one whole `tc.check` (launch, copy back, verdict), median, back to back."),
+         "measured in the same run; wall: one whole `tc.check` (launch, copy back, verdict), median, back to back; host CPU: thread CPU time of one deferred `tc.validate`, median."),
         "", table(rows), ""])
     print(page)
     if args.out:

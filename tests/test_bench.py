@@ -340,17 +340,19 @@ def test_readme_block_states_the_newest_gpu_run_with_its_device(tmp_path, monkey
            for c, ms, x, w in [("hand-assert", 0.3, 1.0, 0.37), ("tc-triton", 0.1, 3.0, 0.15)]]
     page = tmp_path / "gpu-profile-cuda.md"
     page.write_text("# x\n\n| case | batch | MB | kernels / check | DtoH / check | syncs / check | kernel us (median) | GB/s "
-                    "| of copy bandwidth | wall us / check |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-                    "| bert-32x128 | valid | 0.1 | 1 | 1 | 1 | 1.4 | 71.6 | 0.02 | 95.3 |\n"
-                    "| bert-32x128 | broken | 0.1 | 1 | 2 | 3 | 30.0 | 3.3 | 0.00 | 180.1 |\n"
-                    "| causal-lm-8x4096 | valid | 0.8 | 1 | 1 | 1 | 22.0 | 35.8 | 0.01 | 122.7 |\n"
-                    "| lay-1GiB | valid | 1071.7 | 1 | 1 | 1 | 307.2 | 3488.2 | 0.88 | 930.6 |\n")
+                    "| of copy bandwidth | wall us / check | host CPU us / check |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+                    "| bert-32x128 | valid | 0.1 | 1 | 1 | 1 | 1.4 | 71.6 | 0.02 | 95.3 | |\n"
+                    "| bert-32x128 | valid, deferred | 0.1 | 1 | 1 | 0 | 1.4 | 71.6 | 0.02 | | 24.5 |\n"
+                    "| bert-32x128 | broken | 0.1 | 1 | 2 | 3 | 30.0 | 3.3 | 0.00 | 180.1 | |\n"
+                    "| causal-lm-8x4096 | valid | 0.8 | 1 | 1 | 1 | 22.0 | 35.8 | 0.01 | 122.7 | |\n"
+                    "| lay-1GiB | valid | 1071.7 | 1 | 1 | 1 | 307.2 | 3488.2 | 0.88 | 930.6 | |\n")
     monkeypatch.setattr(run, "PROFILE", page)
     block = run.readme_block(cpu + gpu)
     assert "No GPU run is recorded" not in block and "On a GPU (Some GPU)" in block
     assert "| bert-32x128 | 0.300 | 0.100 | **3.00x** |" in block and "| 0.15 | 0.37 |" in block
     assert "| 22.0 | causal-lm-8x4096 | **no** |" in block  # the worst valid row; the broken one's 30 us is not a check's cost
     assert "| 0.88 | lay-1GiB | yes |" in block and "one kernel per valid check | 1 | bert-32x128 | yes" in block
+    assert "per deferred check (the driver's launch included) | 24.5 | bert-32x128 | **no** |" in block
 
 
 def test_run_refuses_cuda_without_a_gpu_and_profile_says_why(capsys):
