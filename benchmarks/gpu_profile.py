@@ -111,24 +111,15 @@ def profile(fn: Any, calls: int) -> dict[str, Any]:
     return per
 
 
-def wall_us(fn: Any, calls: int) -> float:
-    """Median wall time of one call, back to back (each call is timed alone)."""
+def median_us(fn: Any, calls: int, clock: Any = time.perf_counter_ns) -> float:
+    """Median time of one call (us), back to back, each call timed alone: wall time by default;
+    with `time.thread_time_ns`, the host thread's own work, not its waits on the device."""
     times = []
     for _ in range(calls):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     torch.cuda.synchronize()
-    return 1e6 * statistics.median(times)
-
-
-def host_us(fn: Any, calls: int) -> float:
-    """Median thread CPU time of one call (us): the host's own work, not its waits on the device."""
-    times = []
-    for _ in range(calls):
-        t0 = time.thread_time_ns()
-        fn()
-        times.append(time.thread_time_ns() - t0)
     return statistics.median(times) / 1e3
 
 
@@ -154,7 +145,7 @@ def measure(case: Case, copy_bw: float, log: Any) -> list[dict[str, Any]]:
     calls = CALLS if nbytes < 64 * 2**20 else 5
     valid = profile(check, calls)
     valid.update(case=case.name, batch="valid", ok=first.ok, backend=first.backend, bytes=nbytes,
-                 wall_us=wall_us(check, 200 if nbytes < 64 * 2**20 else 10))
+                 wall_us=median_us(check, 200 if nbytes < 64 * 2**20 else 10))
     rows.append(valid)
     old = batch[case.field][case.index].item()
     batch[case.field][case.index] = case.value
@@ -162,7 +153,7 @@ def measure(case: Case, copy_bw: float, log: Any) -> list[dict[str, Any]]:
         bad = tc.check(batch, spec, backend="triton")
         prof = profile(check, calls)
         prof.update(case=case.name, batch="broken", ok=bad.ok, backend=bad.backend, bytes=nbytes,
-                    wall_us=wall_us(check, 50 if nbytes < 64 * 2**20 else 5), codes=",".join(sorted(bad.codes)))
+                    wall_us=median_us(check, 50 if nbytes < 64 * 2**20 else 5), codes=",".join(sorted(bad.codes)))
         rows.append(prof)
     finally:
         batch[case.field][case.index] = old
@@ -172,7 +163,7 @@ def measure(case: Case, copy_bw: float, log: Any) -> list[dict[str, Any]]:
 
     deferred = profile(submit, calls)
     tc.wait()
-    host = host_us(submit, 200 if nbytes < 64 * 2**20 else 10)
+    host = median_us(submit, 200 if nbytes < 64 * 2**20 else 10, time.thread_time_ns)
     tc.wait()
     deferred.update(case=case.name, batch="valid, deferred", ok=True, backend="triton", bytes=nbytes, wall_us=None,
                     host_us=host)
