@@ -73,6 +73,9 @@ step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-sta
 {
   echo "== tests"
   grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$OUT/tests.log" | tail -n 1
+  # pytest's progress characters (. passed, F failed, E error, s skipped, x/X xfail/xpass): the tally
+  # even where pytest hung at its session's end and its summary line is missing (2026-11-26 and -27)
+  echo "progress: $(grep -oE '^[.FEsxX]+ +\[ *[0-9]+%\]' "$OUT/tests.log" | sed 's/ *\[.*//' | tr -cd '.FEsxX' | fold -w1 | sort | uniq -c | tr -s ' \n' ' ')"
   echo "failed: $(cat "$OUT/failures.txt" 2>/dev/null | grep -c "^FAILED ")"
   grep "^FAILED " "$OUT/failures.txt" 2>/dev/null | cut -c1-200 | head -40
   echo "== differential fuzz on CUDA tensors"
