@@ -5,6 +5,8 @@ Two tables, each written once to Parquet (pyarrow's defaults) with planted bad r
   non-negativity, one cross-column rule); each check has its own planted rows, and each planted
   row breaks exactly one check.
 - tokens: `input_ids` list<int32> of 32-512 tokens; checks: 0 <= id < VOCAB and length <= 512.
+- numeric-1pct: the numeric table with 1% of its rows bad (rows / 100 / 16 planted rows per check): what
+  reporting many bad rows costs.
 
 Every engine runs in a fresh process (its start and import included) on one thread, and reports
 the rows that break each check; the harness checks those against the planted rows (every row, no
@@ -80,7 +82,7 @@ TOKENS = {
     "id_max": ("input_ids", f"list_max(input_ids) < {VOCAB}", "above_max"),
     "length": ("input_ids", f"len(input_ids) <= {MAX_LEN}", "sequence_too_long"),
 }
-CHECKS = {"numeric": NUMERIC, "tokens": TOKENS}
+CHECKS = {"numeric": NUMERIC, "tokens": TOKENS, "numeric-1pct": NUMERIC}
 
 NUMERIC_SPEC = """\
 name: deequ-numeric
@@ -105,21 +107,22 @@ fields:
 rules:
   - {{rule: "L <= {MAX_LEN}", code: sequence_too_long}}
 """
-SPECS = {"numeric": NUMERIC_SPEC, "tokens": TOKENS_SPEC}
+SPECS = {"numeric": NUMERIC_SPEC, "tokens": TOKENS_SPEC, "numeric-1pct": NUMERIC_SPEC}
+BAD_SHARE = {"numeric-1pct": 0.01}  # a table's share of bad rows, where it is not PLANTED rows per check
 
 
 # --- the data ------------------------------------------------------------------------------------------------
 
 
-def planted_rows(rows: int, checks: list[str], seed: int) -> dict[str, list[int]]:
-    """PLANTED distinct rows per check, no row in two checks."""
+def planted_rows(rows: int, checks: list[str], seed: int, per_check: int = PLANTED) -> dict[str, list[int]]:
+    """`per_check` distinct rows per check, no row in two checks."""
     import numpy as np
 
-    picked = np.random.default_rng(seed).choice(rows, size=PLANTED * len(checks), replace=False)
-    return {c: sorted(picked[i * PLANTED:(i + 1) * PLANTED].tolist()) for i, c in enumerate(checks)}
+    picked = np.random.default_rng(seed).choice(rows, size=per_check * len(checks), replace=False)
+    return {c: sorted(picked[i * per_check:(i + 1) * per_check].tolist()) for i, c in enumerate(checks)}
 
 
-def write_numeric(path: Path, rows: int) -> dict[str, list[int]]:
+def write_numeric(path: Path, rows: int, per_check: int = PLANTED) -> dict[str, list[int]]:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -138,7 +141,7 @@ def write_numeric(path: Path, rows: int) -> dict[str, list[int]]:
         "lo": lo,
         "hi": lo + rng.uniform(0, 10, rows).astype(np.float32),
     }
-    planted = planted_rows(rows, list(NUMERIC), 1)
+    planted = planted_rows(rows, list(NUMERIC), 1, per_check)
     bad = {"id_nonneg": ("id", -1), "qty_min": ("qty", -3), "qty_max": ("qty", 1001), "price_finite": ("price", np.nan),
            "price_nonneg": ("price", -0.01), "discount_min": ("discount", -0.5), "discount_max": ("discount", 1.5),
            "status_set": ("status", 7), "category_set": ("category", 4), "score_finite": ("score", np.nan),
@@ -192,7 +195,7 @@ def found_polars(table: str, path: str) -> dict[str, list[int]]:
     import polars as pl
 
     c = pl.col
-    if table == "numeric":
+    if CHECKS[table] is NUMERIC:
         def finite(x):
             return c(x).is_finite()
 
@@ -278,7 +281,10 @@ def table_files(data: Path, table: str, rows: int) -> tuple[Path, Path, Path, di
     path = data / f"{table}-{rows}.parquet"
     truth_path = path.with_suffix(".planted.json")
     if not (path.exists() and truth_path.exists()):
-        planted = (write_numeric if table == "numeric" else write_tokens)(path, rows)
+        if table in BAD_SHARE:
+            planted = write_numeric(path, rows, max(PLANTED, int(rows * BAD_SHARE[table]) // len(NUMERIC)))
+        else:
+            planted = (write_numeric if table == "numeric" else write_tokens)(path, rows)
         truth_path.write_text(json.dumps(planted))
     one = data / f"{table}-{rows}-first-row.parquet"
     if not one.exists():
@@ -328,19 +334,20 @@ def one_thread(args: argparse.Namespace, data: Path) -> list[str]:
                     cpu, wall, rss, found = measure(engine, table, path, Path(tmp), args.base)
                     runs[engine].append((cpu, wall, rss))
                     agree[engine] = disagreement(found, planted) if agree.get(engine, "all") == "all" else agree[engine]
-                    starts[engine].append(measure(engine, table, one, Path(tmp), args.base)[:3])
+                    if table not in BAD_SHARE:  # (its first row is the numeric table's)
+                        starts[engine].append(measure(engine, table, one, Path(tmp), args.base)[:3])
         for engine in engines:
             r, cpus = runs[engine], [x[0] for x in runs[engine]]
             medians[table, engine] = statistics.median(cpus), statistics.median(x[2] for x in r)
             lines.append(f"| {table} | {engine} | {medians[table, engine][0]:.2f} | {', '.join(f'{x:.2f}' for x in cpus)} | "
                          f"{statistics.median(x[1] for x in r):.2f} | {medians[table, engine][1]:.0f} | "
                          f"{agree[engine]} ({sum(map(len, planted.values()))}) |")
-        for engine in engines:
+        for engine in engines if table not in BAD_SHARE else ():
             r, cpus = starts[engine], [x[0] for x in starts[engine]]
             lines.append(f"| {table}, first row only | {engine} | {statistics.median(cpus):.2f} | "
                          f"{', '.join(f'{x:.2f}' for x in cpus)} | {statistics.median(x[1] for x in r):.2f} | "
                          f"{statistics.median(x[2] for x in r):.0f} | - |")
-        print("\n".join(lines[-2 * len(engines):]), flush=True)
+        print("\n".join(lines[-(1 if table in BAD_SHARE else 2) * len(engines):]), flush=True)
     lines += ["", f"Load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.", ""] + bounds(medians, args.rows)
     return lines
 

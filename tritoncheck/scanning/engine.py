@@ -348,7 +348,7 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
         own_values = None if take is not None else _own_values(batch, plan, report.violations)
         for pos in sorted({int(s) for v in report.violations for s in v.samples}):
             if own_values is not None and pos in own_values:
-                each += [(pos, relocate(v, pos, plan)) for v in own_values[pos]]
+                each += [(pos, v) for v in own_values[pos]]
                 continue
             one = row([pos])
             own = check(one, spec, backend=backend).violations
@@ -380,12 +380,12 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
 
 def _own_values(batch: Mapping, plan: Any, violations: list[Any]) -> dict[int, list[Any]] | None:
     """Per bad sample that breaks only checks of one value per sample, its own report as checking that sample alone
-    gives it, found in position 0 (what `relocate` moves), built from the batch without a check per sample (~0.1 ms
+    gives it and `relocate` moves it to its position, built from the batch without a check per sample (~0.1 ms
     each: 1% bad rows cost more than the rest of the scan). Such a check is an element-wise kind (a bound, a value
-    set, finiteness) that reads no dim, on a field with one value per sample (axes [B]): a sample fails it alone
-    exactly where it fails it in the batch, once (count 1), showing its own value, in the kind's message, which
-    reads only the field's dtype. Its violations keep the order of the batch's (the checks' order). None: no such
-    sample."""
+    set, finiteness) that reads no dim, on a field with one value per sample (axes [B]), the only check of its field
+    and code (so `relocate` moves its index too): a sample fails it alone exactly where it fails it in the batch,
+    once (count 1), showing its own value, in the kind's message, which reads only the field's dtype. Its
+    violations keep the order of the batch's (the checks' order). None: no such sample."""
     from tritoncheck.checks import kind_of
     from tritoncheck.checks.registry import violation
     from tritoncheck.dtypes import compute_dtype
@@ -416,7 +416,7 @@ def _own_values(batch: Mapping, plan: Any, violations: list[Any]) -> dict[int, l
         for pos in v.samples:
             if pos not in others:
                 value = t[pos].to(compute_dtype(t.dtype)).item()
-                found[pos].append(violation(c, bound, 1, (0,), (0,), value))
+                found[pos].append(violation(c, bound, 1, (pos,), (pos,), value))
     return found or None
 
 
@@ -1218,6 +1218,8 @@ def _moved(v: Any, where: Callable[[int], int], plan: Any) -> Any:
         return v
     moved = relocate(v, where(v.samples[0]), plan)
     index = None if v.index is not None and moved.index == v.index else moved.index
+    if len(v.samples) == 1 and index == moved.index:  # (a bad row's own violation: moved already)
+        return moved
     return replace(moved, samples=tuple(where(s) for s in v.samples), index=index)
 
 
