@@ -11,6 +11,8 @@ arguments for `TARGET` (so pointer alignment 16, divisibility by 16 of int argum
 arguments equal to 1 as constexprs, and every constexpr and option are what the JIT would use),
 and compiles that `ASTSource` with `triton.compile`. One CSV row per compiled kernel:
 
+- `compile_s`: wall seconds of that `triton.compile`, ptxas included (on this machine, which may be
+  busy: a figure to compare within one run). A kernel's first batch waits this long.
 - `registers`, `spills`: from ptxas's own log of that compile (`Used N registers`, `N bytes spill
   stores`), with Triton's cache bypassed so ptxas runs.
 - `load_bits_min`: the narrowest global load (`LDG`) in the SASS (`nvdisasm -gi` over the cubin)
@@ -59,6 +61,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +69,7 @@ from typing import Any
 import torch
 
 TARGET = ("cuda", 90, 32)  # GPUTarget arguments: an H100 (sm_90)
-COLUMNS = ["spec", "signature", "aligned", "triton", "registers", "spills", "load_bits_min", "int_div_on_valid_path",
+COLUMNS = ["spec", "signature", "aligned", "triton", "compile_s", "registers", "spills", "load_bits_min", "int_div_on_valid_path",
            "max_tiles_per_program_1gb", "programs_1gb", "bytes_in_flight_per_sm", "est_bandwidth_fraction"]
 
 # dtype signatures users hit: (integer ids, masks (fields that may be bool), floats)
@@ -359,7 +362,9 @@ def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], 
     if program is None:
         return None
     args, options = launch_args(program, bound)
+    began = time.perf_counter()
     compiled, log = jit_compile(program.fn, args, options)
+    seconds = time.perf_counter() - began
     registers, spills = ptxas_figures(log)
     violation = violation_lines(program.source)
     # on the valid path: no frame of its location inside a violation branch (unknown ones count)
@@ -375,7 +380,7 @@ def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], 
     in_flight = occupancy(registers, compiled.metadata.num_warps, compiled.metadata.shared) * heaviest.tile_bytes
     row = {
         "spec": spec_name, "signature": signature_text(batch), "aligned": aligned, "triton": triton.__version__,
-        "registers": registers, "spills": spills, "load_bits_min": "", "int_div_on_valid_path": len(divs),
+        "compile_s": round(seconds, 1), "registers": registers, "spills": spills, "load_bits_min": "", "int_div_on_valid_path": len(divs),
         "max_tiles_per_program_1gb": max(g.tiles for g in launches),
         "programs_1gb": sum(g.programs for g in launches),
         "bytes_in_flight_per_sm": in_flight,
