@@ -513,11 +513,13 @@ def test_each_bad_sample_of_a_batch_is_reported_as_checked_alone(layout):
 
 
 @pytest.mark.parametrize("backend", ["c", "torch"])
-def test_bad_rows_of_one_value_checks_are_reported_from_the_batch_as_checked_alone(backend, monkeypatch):
+@pytest.mark.parametrize("padded", [False, True])
+def test_bad_rows_of_one_value_checks_are_reported_from_the_batch_as_checked_alone(backend, padded, monkeypatch):
     """A bad row that breaks only checks of one value per row (bounds, value sets, finiteness on [B] fields) gets
     its report from the batch, not from a check of the row alone (0.1 ms a row: 1% bad rows cost more than the rest
     of a scan); a row that breaks any other check (a rule, a [B, L] field) is still checked alone. Either way each
-    row's report is the one checking it alone gives."""
+    row's report is the one checking it alone gives. Rows padded together (`take`: a chunk with a null or ragged
+    rows) too: a field of one value per row holds no padding."""
     import tritoncheck as tc
     import tritoncheck.api as api
     from tritoncheck.scanning.engine import scan_batch
@@ -536,7 +538,8 @@ def test_bad_rows_of_one_value_checks_are_reported_from_the_batch_as_checked_alo
     checked = []
     check = api.check
     monkeypatch.setattr(api, "check", lambda b, *a, **k: checked.append(len(b["i"])) or check(b, *a, **k))
-    found, size, _ = scan_batch(batch, spec, backend)
+    take = (lambda pos: {k: t[pos] for k, t in batch.items()}) if padded else None
+    found, size, _ = scan_batch(batch, spec, backend, take=take)
     calls = list(checked)  # (before the rows alone below)
     alone = [(i, v) for i in range(8) for v in tc.check({k: t[i:i + 1] for k, t in batch.items()}, spec,
                                                         backend=backend).violations]

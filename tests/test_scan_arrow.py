@@ -598,13 +598,20 @@ def test_a_large_row_group_is_read_a_part_at_a_time(tmp_path):
 
 
 def test_a_scan_imports_no_pandas(tmp_path):
-    # pyarrow's to_numpy imports pandas where it is installed (seconds of a scan's start); buffers need none
-    pq.write_table(pa.table(rows(0, 4, bad={1})), tmp_path / "a.parquet")
+    # pyarrow's to_numpy imports pandas where it is installed (seconds of a scan's start), and so do its compute
+    # functions (is_null, fill_null: 0.2 s at a scan's first null); buffers and bitmaps need none
+    table = pa.table(rows(0, 4, bad={1}))
+    table = table.set_column(2, "labels", pa.array([0, 1, None, 0], pa.int64()))  # (a null: a row of its own)
+    pq.write_table(table, tmp_path / "a.parquet")
     code = ("import sys; from tritoncheck.cli import main\n"
-            f"code = main(['scan', 'bert-sequence-classification', {str(tmp_path / 'a.parquet')!r}, *{BERT!r}])\n"
+            f"code = main(['scan', 'bert-sequence-classification', {str(tmp_path / 'a.parquet')!r}, *{BERT!r}, "
+            "'--format=json'])\n"
             "print(code, 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.splitlines()[-1] == "1 False", out.stderr
+    report = json.loads(out.stdout.rsplit("\n", 2)[0])
+    assert sorted((e["row"], e["field"], e["code"]) for e in report["violations"]) == [
+        (1, "input_ids", "above_max"), (2, "labels", "null")]
 
 
 def test_ragged_rows_under_element_checks_are_checked_without_padding(tmp_path, monkeypatch):

@@ -345,7 +345,8 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
         # need no second check; each bad one is checked alone, so that its reported value is its own
         each: list[tuple[int | None, Any]] = []
         row = take if take is not None else _rows(batch, plan)
-        own_values = None if take is not None else _own_values(batch, plan, report.violations)
+        # (padded rows too: a field of one value per sample holds no padding)
+        own_values = _own_values(batch, plan, report.violations)
         for pos in sorted({int(s) for v in report.violations for s in v.samples}):
             if own_values is not None and pos in own_values:
                 each += [(pos, v) for v in own_values[pos]]
