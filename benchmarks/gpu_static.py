@@ -31,6 +31,9 @@ and compiles that `ASTSource` with `triton.compile`. One CSV row per compiled ke
   nearest location; one without any counts as on the valid path. Constant divisors become
   shifts or multiplies before PTX and are not counted; a spec rule that itself divides integers
   (`x // y`) is.
+- `max_tiles_per_program`: the most loop steps any one program walks for the row's own batch
+  (`SIZES`): steps run one after another, each a memory round trip, so on a small batch this,
+  not the bytes, sets the kernel's time.
 - `max_tiles_per_program_1gb`, `programs_1gb`: for a batch of about 1 GB (the batch dim scaled,
   the other dims as in the row's size set), the launch grid the backend would use and the most
   loop steps (tiles) any one program walks (`geometry` below).
@@ -70,7 +73,7 @@ import torch
 
 TARGET = ("cuda", 90, 32)  # GPUTarget arguments: an H100 (sm_90)
 COLUMNS = ["spec", "signature", "aligned", "triton", "compile_s", "registers", "spills", "load_bits_min", "int_div_on_valid_path",
-           "max_tiles_per_program_1gb", "programs_1gb", "bytes_in_flight_per_sm", "est_bandwidth_fraction"]
+           "max_tiles_per_program", "max_tiles_per_program_1gb", "programs_1gb", "bytes_in_flight_per_sm", "est_bandwidth_fraction"]
 
 # dtype signatures users hit: (integer ids, masks (fields that may be bool), floats)
 VARIANTS = {
@@ -381,6 +384,7 @@ def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], 
     row = {
         "spec": spec_name, "signature": signature_text(batch), "aligned": aligned, "triton": triton.__version__,
         "compile_s": round(seconds, 1), "registers": registers, "spills": spills, "load_bits_min": "", "int_div_on_valid_path": len(divs),
+        "max_tiles_per_program": max(g.tiles for g in geometry(program, bound.dim_values())),
         "max_tiles_per_program_1gb": max(g.tiles for g in launches),
         "programs_1gb": sum(g.programs for g in launches),
         "bytes_in_flight_per_sm": in_flight,

@@ -680,3 +680,37 @@ def test_fuzz_finding_constant_operands_across_groups(device):
     for n in (torch.tensor([[[1, -2, 3]], [[0, 5, 2]]], dtype=torch.int32),
               torch.tensor([[[1.0, -2.0, 3.0]], [[0.0, float("inf"), 0.1]]], dtype=torch.float16)):
         assert not assert_same({"N": n, "i": torch.tensor([1])}, spec, device).ok
+
+
+def test_a_small_batch_splits_its_rows_to_fill_a_wave(device):
+    """Causal LM at 2 x 2048: the row reductions (`any` per row, `any` over the batch) were one
+    program walking every step of the rows; they now split until each program walks one step
+    (`tb.WAVE`), and every report, valid or not, equals the torch backend's."""
+    spec = tc.load_spec("causal-lm", vocab_size=50, max_position_embeddings=2048)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 50, (2, 2048), generator=g)
+    labels = ids.clone()
+    labels[:, :700] = -100
+    valid = {"input_ids": ids, "attention_mask": torch.ones(2, 2048, dtype=torch.int64), "labels": labels}
+    plan = compile_plan(spec)
+    bound = bind(plan, to_device(valid, device))
+    reductions = [gl for p, gl in zip(tb.program_for(plan, bound).groups, tb.geometry(tb.program_for(plan, bound),
+                                                                                     bound.dim_values()), strict=True)
+                  if p.reduce]
+    assert [(gl.split, gl.tiles) for gl in reductions] == [(4, 1), (2, 1)]  # 16 and 4 steps of a row, 1 a program
+    assert assert_same(valid, spec, device).ok
+    broken = []
+    for change in ("no attended position in row 1", "every label ignored", "a padded row, a label past the vocabulary"):
+        b = {k: v.clone() for k, v in valid.items()}
+        if change == "no attended position in row 1":
+            b["attention_mask"][1] = 0
+        elif change == "every label ignored":
+            b["labels"][:] = -100
+        else:
+            b["attention_mask"][0, 1500:] = 0  # parts of row 0 see only padding: they leave `any` open
+            b["labels"][1, 1999] = 50
+        broken.append([v.code for v in assert_same(b, spec, device).violations])
+    assert broken == [["no_attended_position"], ["all_ignored"], ["above_max"]]
+    pending = tb.launch(plan, bind(plan, to_device(valid, device)))  # after the bad ones: clean, and valid
+    values = pending.slot.host if pending.event is None else (pending.event.synchronize(), pending.slot.host)[1]
+    assert not values.any() and pending.result() == []
