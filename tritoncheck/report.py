@@ -173,6 +173,19 @@ class Violation:
                 "message": self.message, **where}
 
 
+class Dims(dict):
+    """A report's dims, `{name: (size, field it was taken from)}`: a dict that cannot change, like the rest of
+    the report, so that one report can stand for every valid batch of a signature (`tc.check`'s warm path)."""
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a report's dims cannot change (copy them: dict(report.dims))")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _frozen
+
+    def __reduce__(self) -> tuple:
+        return Dims, (dict(self),)  # (pickle and copy would otherwise refill an empty one item by item)
+
+
 @dataclass(frozen=True)
 class Report:
     """The verdict on one batch. `ok` is True when no violation is an error (warnings may remain).
@@ -180,7 +193,8 @@ class Report:
     Attributes:
         spec: the spec's name.
         violations: every broken rule (all are collected, not just the first), errors and warnings.
-        dims: the named dims bound from the batch, as {name: (size, field it was taken from)}.
+        dims: the named dims bound from the batch, as {name: (size, field it was taken from)}
+            (a read-only dict, `Dims`).
         skipped: checks that could not run because a field they need was missing or malformed
             (each already reported), so that nothing is dropped without a trace.
         backend: which backend ran the data checks ("torch", "c" or "triton").
@@ -192,9 +206,13 @@ class Report:
     skipped: tuple[str, ...] = ()
     backend: str = "torch"
 
+    def __post_init__(self) -> None:
+        if type(self.dims) is not Dims:  # (frozen: the dataclass's own way to set a field)
+            object.__setattr__(self, "dims", Dims(self.dims))
+
     @property
     def ok(self) -> bool:
-        return not self.errors
+        return not self.violations or not self.errors
 
     @property
     def errors(self) -> tuple[Violation, ...]:

@@ -1,14 +1,20 @@
 """`check`: bind the batch on the host, then run the data checks on a backend; and what `validate`,
 deferred mode and `failure_cases` share with it (backend choice, warnings logged once, the verdict agreed
-across ranks)."""
+across ranks).
+
+A C check of a batch with the signature of the spec's last C check takes the warm path
+(`_warm_check`): no `bind`, the compiled program called with the batch's data pointers, and for a
+batch whose data pass one shared (immutable) report; about 2 us for a few small fields.
+"""
 
 from __future__ import annotations
 
 import itertools
 import logging
 import os
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -18,7 +24,7 @@ from tritoncheck.backends import c as c_backend
 from tritoncheck.backends import codecache as build
 from tritoncheck.checks.registry import message
 from tritoncheck.kernel.ir import Unsupported
-from tritoncheck.plan.lower import RuleCheck, bind, compile_plan
+from tritoncheck.plan.lower import MAX_PLANS, RuleCheck, bind, compile_plan, signature_guard
 from tritoncheck.report import MAX_SAMPLES_SHOWN, BatchValidationError, FailureCases, Report, Violation, jsonable, printable
 from tritoncheck.spec.schema import BatchSpec, SpecError
 
@@ -41,12 +47,72 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", strict: boo
         strict: count warnings (data bugs the model runs through, such as a box past the
             documented 0..1000 grid) as errors, so that `report.ok` is False for them too.
     """
+    warm = _warm.get(id(spec))  # (found: `spec` is the entry's, which keeps it alive)
+    if warm is not None and warm[0] == backend and warm[1] == strict:
+        report = warm[2](batch)
+        if report is not None:
+            return report
     if not isinstance(spec, BatchSpec):
         raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
     plan, bound, chosen = prepare(batch, spec, backend)
     data, ran = run_data_checks(plan, bound, chosen)
+    if ran == "c" and bound.runnable:
+        _remember(spec, plan, batch, bound, backend, strict)
+    return _report(plan, bound, data, ran, strict)
+
+
+def _report(plan: Any, bound: Any, data: list[Violation], ran: str, strict: bool) -> Report:
     report = Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
     return report.strict() if strict else report
+
+
+def _warm_check(plan: Any, guard: Callable[[Any], tuple | None], bound: Any, strict: bool) -> Callable[[Any], Report | None]:
+    """`run(batch)`: the C check of a batch of `bound`'s signature (`guard` says which), or None for another
+    signature. It reuses the program's prepared call and, for a batch whose data checks pass, one report: it
+    binds nothing and builds no `Bound`, except to decode what the kernel found."""
+    program, call, launch = bound.memo["c"], bound.memo["c_call"], bound.memo["c_launch"]
+    n = len(program.ptr_fields)  # the guard returns those fields' tensors first
+    passed = _report(plan, bound, [], "c", strict)
+
+    def run(batch: Any) -> Report | None:
+        tensors = guard(batch)
+        if tensors is None:
+            return None
+        out = launch(list(map(_data_ptr, tensors[:n])))
+        if out is None:
+            return passed  # (immutable: its dims are `Dims`)
+        bound = bind(plan, batch)  # (a signature seen: `bind` replays its verdict)
+        return _report(plan, bound, program.decoded(out, call, bound), "c", strict)
+
+    return run
+
+
+# per spec: the backend and strictness its last C check was asked for, and that check's `_warm_check`
+_warm: dict[int, tuple[str, bool, Callable[[Any], Report | None], BatchSpec]] = {}
+_warm_lock = threading.Lock()
+_data_ptr = torch.Tensor.data_ptr
+
+
+def _remember(spec: BatchSpec, plan: Any, batch: Any, bound: Any, backend: str, strict: bool) -> None:
+    """Let the next check of `spec` on a batch of this one's signature take the warm path, where it can: a dict
+    whose signature `bind` keys, every field a tensor read where `bind` left it (no copy, no view that moves
+    its data pointer). What it needs is made once per signature, in `bound.memo`."""
+    memo = bound.memo
+    if "guard" not in memo:
+        program = memo.get("c")
+        guard = None if program is None else signature_guard(plan, batch, program.ptr_fields)
+        if guard is not None and any(batch[f].data_ptr() != bound.tensors[f].data_ptr() for f in program.ptr_fields):
+            guard = None
+        memo["guard"] = guard
+    if memo["guard"] is None or "c_launch" not in memo:
+        return
+    run = memo.get(("warm", strict))
+    if run is None:
+        run = memo[("warm", strict)] = _warm_check(plan, memo["guard"], bound, strict)
+    if id(spec) not in _warm and len(_warm) >= MAX_PLANS:
+        with _warm_lock:
+            _warm.pop(next(iter(_warm)), None)  # oldest first
+    _warm[id(spec)] = (backend, strict, run, spec)  # (the entry keeps its spec alive: the id stays its own)
 
 
 def run_data_checks(plan: Any, bound: Any, chosen: str) -> tuple[list[Violation], str]:

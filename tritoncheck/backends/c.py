@@ -53,7 +53,7 @@ class Program:
         self.float_scalars = tuple(kernel.scalars[s] for s in kernel.float_slots)
         self.int_array = ctypes.c_int64 * len(kernel.int_args())  # ctypes array types, made once
         self.float_array = ctypes.c_double * len(self.float_scalars)
-        self.spare: list[Any] = []  # zeroed result buffers for the next calls (see `_result_buffer`)
+        self.spare: list[Any] = []  # zeroed result buffers for the next calls (see `launch`)
         self.positional = ir.positional_axes(kernel)
         # selections like x[:, 1] along a dim: bind reports one past the dim; never read past it here
         axes = {f.name: f.axes for f in kernel.fields}
@@ -61,26 +61,49 @@ class Program:
                                 if axes[f][pos] not in kernel.fixed)
 
     def __call__(self, bound: Bound) -> list[Violation]:
-        call = bound.memo.get("c_call")  # what the batch's signature implies, prepared on its first call
-        if call is None:
-            call = bound.memo["c_call"] = self.prepare(bound)
-        walked, template, floats, batch, length, pool = call
-        try:
-            packed = pool.pop()  # (atomic: two threads never take the same array)
-        except IndexError:
-            packed = self.int_array(*template)
+        memo = bound.memo  # what the batch's signature implies, prepared on its first call
+        launch = memo.get("c_launch")
+        if launch is None:
+            launch = memo["c_launch"] = self.launcher(memo.setdefault("c_call", self.prepare(bound)))
         tensors = bound.tensors
-        for i, f in enumerate(self.ptr_fields):  # only the data pointers change between batches of one signature
-            packed[i] = tensors[f].data_ptr()
-        out = self._result_buffer(length)
-        failed = self.fn(packed, floats, out)
-        pool.append(packed)
-        if not failed:
-            if len(out) <= SPARE_ENTRIES and len(self.spare) < 2:  # (`_give_back`, inline)
-                self.spare.append(out)  # a valid batch wrote nothing: still all zero
-            return []
-        found = decode(self.kernel, out, bound, walked)
-        self._clear(out, batch)
+        out = launch([tensors[f].data_ptr() for f in self.ptr_fields])
+        return [] if out is None else self.decoded(out, memo["c_call"], bound)
+
+    def launcher(self, call: tuple) -> Any:
+        """`launch(pointers)`: call the function on a batch of `call`'s signature (`prepare`), given its fields'
+        data pointers in `ptr_fields` order; None where it found nothing, else the result buffer for `decoded`.
+        (A closure: a warm check of a small batch is mostly attribute lookups otherwise.)"""
+        walked, template, floats, batch, length, pool = call
+        fn, spare, int_array, result_array = self.fn, self.spare, self.int_array, ctypes.c_int64 * length
+
+        def launch(pointers: list[int]) -> Any:
+            try:
+                packed = pool.pop()  # (atomic: two threads never take the same array)
+            except IndexError:
+                packed = int_array(*template)
+            packed[:len(pointers)] = pointers  # only the data pointers change between batches of one signature
+            # a zeroed result buffer of at least `length` entries (the layout reads only its first `length`): a
+            # spare one kept from an earlier call where it is long enough, so a valid batch allocates and zeroes nothing
+            try:
+                out = spare.pop()  # (atomic: two threads never take the same buffer)
+                if len(out) < length:
+                    out = result_array()
+            except IndexError:
+                out = result_array()
+            failed = fn(packed, floats, out)
+            pool.append(packed)
+            if not failed:
+                if len(out) <= SPARE_ENTRIES and len(spare) < 2:  # (`_give_back`, inline)
+                    spare.append(out)  # a valid batch wrote nothing: still all zero
+                return None
+            return out
+
+        return launch
+
+    def decoded(self, out: Any, call: tuple, bound: Bound) -> list[Violation]:
+        """The violations in a result buffer `launch` returned for `bound`; the buffer is zeroed and kept."""
+        found = decode(self.kernel, out, bound, call[0])
+        self._clear(out, call[3])
         self._give_back(out)
         return found
 
@@ -106,18 +129,6 @@ class Program:
             floats = self.float_array(*(h.value(values) for h in self.float_scalars))  # (only read by the kernel)
         batch = walked.get(self.kernel.batch_dim, dims[self.kernel.batch_dim][0] if self.kernel.batch_dim in dims else 0)
         return walked, tuple(args), floats, batch, self.kernel.layout.length(batch), []
-
-    def _result_buffer(self, length: int) -> Any:
-        """A zeroed int64 buffer of at least `length` entries (the layout reads only its first `length`): a spare
-        one kept from an earlier call where it is long enough, so that a valid batch allocates and zeroes
-        nothing per sample; else a new one."""
-        try:
-            out = self.spare.pop()  # (atomic: two threads never take the same buffer)
-        except IndexError:
-            return (ctypes.c_int64 * length)()  # zeroed
-        if len(out) < length:
-            out = (ctypes.c_int64 * length)()
-        return out
 
     def _give_back(self, out: Any) -> None:
         """Keep `out` (all zero again) for the next call, unless it is large or enough are kept already."""

@@ -12,8 +12,9 @@ in `bind`, shared by both backends; value and cross-field checks are left to the
 
 from __future__ import annotations
 
+import operator
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -534,6 +535,91 @@ def _signature(plan: Plan, batch: Any) -> tuple | None:
 
 
 _STRIDED = torch.strided
+
+
+def signature_guard(plan: Plan, batch: Any, first: tuple[str, ...] = ()) -> Callable[[Any], tuple | None] | None:
+    """`guard(batch)`: a batch's field tensors where it has the signature `bind` keyed for `batch`
+    (`_signature`), else None; the tensors of the fields named in `first` come first, in that order.
+    None (no guard) where `bind` keys no signature for `batch`, or a field of it is None.
+
+    A warm check asks this instead of building the key: for the fields' tensors, torch's C++ guard
+    (`TensorGuards`, what `torch.compile` guards its graphs with: exact type, dispatch keys (device,
+    layout, negation and conjugation bits), dtype, device index, requires_grad, sizes and strides)
+    takes under 0.1 us per tensor where the key takes 0.6; where this torch has no such guard, or it does
+    not behave as `_guard_works` expects, the key itself is compared.
+    """
+    key = _signature(plan, batch)
+    if key is None or any(batch.get(fp.name, 0) is None for fp in plan.fields):
+        return None
+    keys = tuple(batch)
+    names = first + tuple(fp.name for fp in plan.fields if fp.name in batch and fp.name not in first)
+    # a batch of the plan's fields alone (the common case) has them all, in any order, where it has as many keys
+    count = len(keys) if set(keys) == set(names) else None
+    tensors_of = _getter(names)
+    tensors = tensors_of(batch)
+    same = None
+    if _guard_works():
+        from torch._C._dynamo.guards import TensorGuards
+
+        same = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                            dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
+
+    def guard(batch: Any) -> tuple | None:
+        if type(batch) is not dict or (len(batch) != count if count else tuple(batch) != keys):
+            return None
+        try:
+            tensors = tensors_of(batch)
+        except KeyError:  # as many keys, another one
+            return None
+        if same is None:
+            return tensors if _signature(plan, batch) == key else None
+        try:
+            # (a nested tensor first: the guard reads its strides before its dispatch keys, which aborts the process)
+            return tensors if not any(map(_IS_NESTED, tensors)) and same(*tensors) else None
+        except AttributeError:  # a value that is not a tensor
+            return None
+
+    return guard
+
+
+_IS_NESTED = operator.attrgetter("is_nested")
+
+
+def _getter(names: tuple[str, ...]) -> Any:
+    """`operator.itemgetter(*names)` that returns a tuple for one name too."""
+    get = operator.itemgetter(*names)
+    return get if len(names) != 1 else lambda batch: (get(batch),)
+
+
+_guard_verdict: list[bool] = []
+
+
+def _guard_works() -> bool:
+    """Once per process: torch's tensor guard exists, tells apart what `_signature` tells apart, and reads
+    strides only where they exist: it reads a tensor's strides before its dispatch keys, and where that
+    throws, the process aborts. A nested tensor's throw (tested for before the guard, on every call); a
+    sparse or mkldnn tensor's must not (here, in Python, where a throw is only an exception)."""
+    if not _guard_verdict:
+        try:
+            from torch._C._dynamo.guards import TensorGuards
+
+            z = torch.zeros(2, 3, dtype=torch.complex64)
+            x = z.imag  # strides (6, 2)
+            odd = [x.to_sparse()] + ([x.to_mkldnn()] if torch.backends.mkldnn.is_available() else [])
+            for t in odd:
+                t.stride()  # raises where the guard would abort
+
+            def guard(t: torch.Tensor) -> Any:
+                return TensorGuards(t, dynamic_dims_sizes=[list(t.shape)], dynamic_dims_strides=[list(t.stride())]).check
+
+            same = guard(x)(torch.ones(2, 3, dtype=torch.complex64).imag) and guard(z)(torch.ones(2, 3, dtype=torch.complex64))
+            others = [z.conj().imag, x.contiguous(), x.double(), torch.zeros(2, 4, dtype=torch.complex64).imag,
+                      torch.zeros(3, 2, dtype=torch.complex64).imag.t(), torch.nn.Parameter(x.clone()),
+                      torch.empty_strided((2, 3), (6, 2), device="meta"), *odd]
+            _guard_verdict.append(bool(same) and not guard(z)(z.conj()) and not any(guard(x)(t) for t in others))
+        except Exception:  # noqa: BLE001 (a torch without the guard, or with another signature: compare keys)
+            _guard_verdict.append(False)
+    return _guard_verdict[0]
 
 
 def _bind(plan: Plan, batch: Any) -> Bound:
