@@ -80,6 +80,20 @@ def test_a_warm_check_binds_nothing_and_finds_what_the_kernel_finds(monkeypatch)
     assert like_torch(batch(), spec).ok
 
 
+def test_each_length_of_dynamic_padding_has_its_warm_check(monkeypatch):
+    spec = warmed()
+    assert like_torch(batch(L=5), spec).ok and like_torch(batch(L=3), spec).ok
+    calls = []
+    bind = core.bind
+    monkeypatch.setattr(core, "bind", lambda *args: calls.append(1) or bind(*args))
+    for L in (4, 5, 3, 5, 4):  # each a signature seen before, none the last one's
+        assert tc.check(batch(L=L), spec, backend="c").dims["L"] == (L, "ids")
+    assert calls == []
+    bad = batch(L=5)
+    bad["labels"][0] = -1
+    assert [v.code for v in like_torch(bad, spec).violations] == ["below_min"]
+
+
 def test_warm_reports_keep_warnings_and_strictness_apart():
     spec = warmed()
     long = batch(L=8)  # the dim rule warns

@@ -24,8 +24,8 @@ from tritoncheck.backends import c as c_backend
 from tritoncheck.backends import codecache as build
 from tritoncheck.checks.registry import message
 from tritoncheck.kernel.ir import Unsupported
-from tritoncheck.plan.lower import MAX_PLANS, RuleCheck, bind, compile_plan, signature_guard
-from tritoncheck.report import MAX_SAMPLES_SHOWN, BatchValidationError, FailureCases, Report, Violation, jsonable, printable
+from tritoncheck.plan.lower import MAX_PLANS, NO_KEY, RuleCheck, bind, compile_plan, seen, signature_guard
+from tritoncheck.report import MAX_SAMPLES_SHOWN, BatchValidationError, Dims, FailureCases, Report, Violation, jsonable, printable
 from tritoncheck.spec.schema import BatchSpec, SpecError
 
 Backend = Literal["auto", "torch", "c", "triton"]
@@ -48,13 +48,21 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", strict: boo
             documented 0..1000 grid) as errors, so that `report.ok` is False for them too.
     """
     warm = _warm.get(id(spec))  # (found: `spec` is the entry's, which keeps it alive)
+    key = NO_KEY
     if warm is not None and warm[0] == backend and warm[1] == strict:
         report = warm[2](batch)
         if report is not None:
             return report
+        # another signature: one seen before has a warm check of its own (dynamic padding: one per length)
+        key, memo = seen(warm[4], batch)
+        run = None if memo is None else memo.get(("warm", strict))
+        report = None if run is None else run(batch)
+        if report is not None:
+            _warm[id(spec)] = (backend, strict, run, spec, warm[4])
+            return report
     if not isinstance(spec, BatchSpec):
         raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
-    plan, bound, chosen = prepare(batch, spec, backend)
+    plan, bound, chosen = prepare(batch, spec, backend, key)
     data, ran = run_data_checks(plan, bound, chosen)
     if ran == "c" and bound.runnable:
         _remember(spec, plan, batch, bound, backend, strict)
@@ -62,7 +70,7 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", strict: boo
 
 
 def _report(plan: Any, bound: Any, data: list[Violation], ran: str, strict: bool) -> Report:
-    report = Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
+    report = Report(plan.spec_name, tuple(bound.violations + data), Dims(bound.dims), tuple(bound.skipped), ran)
     return report.strict() if strict else report
 
 
@@ -87,8 +95,8 @@ def _warm_check(plan: Any, guard: Callable[[Any], tuple | None], bound: Any, str
     return run
 
 
-# per spec: the backend and strictness its last C check was asked for, and that check's `_warm_check`
-_warm: dict[int, tuple[str, bool, Callable[[Any], Report | None], BatchSpec]] = {}
+# per spec: the backend and strictness its last C check was asked for, that check's `_warm_check`, the spec, its plan
+_warm: dict[int, tuple[str, bool, Callable[[Any], Report | None], BatchSpec, Any]] = {}
 _warm_lock = threading.Lock()
 _data_ptr = torch.Tensor.data_ptr
 
@@ -112,7 +120,7 @@ def _remember(spec: BatchSpec, plan: Any, batch: Any, bound: Any, backend: str, 
     if id(spec) not in _warm and len(_warm) >= MAX_PLANS:
         with _warm_lock:
             _warm.pop(next(iter(_warm)), None)  # oldest first
-    _warm[id(spec)] = (backend, strict, run, spec)  # (the entry keeps its spec alive: the id stays its own)
+    _warm[id(spec)] = (backend, strict, run, spec, plan)  # (the entry keeps its spec alive: the id stays its own)
 
 
 def run_data_checks(plan: Any, bound: Any, chosen: str) -> tuple[list[Violation], str]:
@@ -254,12 +262,13 @@ def agree(report: Report, group: Any) -> Report:
     return Report(report.spec, (note,), report.dims, report.skipped, report.backend)
 
 
-def prepare(batch: Any, spec: BatchSpec, backend: Backend):
-    """Compile the plan, run the host checks, and pick the backend for the data checks."""
+def prepare(batch: Any, spec: BatchSpec, backend: Backend, key: Any = NO_KEY):
+    """Compile the plan, run the host checks, and pick the backend for the data checks (`key`: the batch's
+    signature key, where `seen` gave it)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     plan = compile_plan(spec)
-    bound = bind(plan, batch)
+    bound = bind(plan, batch, key)
     chosen = backend
     on_cuda = any(t.is_cuda for t in bound.tensors.values())
     if backend == "auto":

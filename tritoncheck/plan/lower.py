@@ -472,20 +472,23 @@ class Bound:
         return {k: v for k, (v, _) in self.dims.items()}
 
 
+NO_KEY = object()  # `bind`'s default key: none given, it computes one
 MAX_SIGNATURES = 256  # per plan: dynamic padding makes one signature per distinct length
 MAX_PLANS = 64  # plans whose signatures are kept (oldest dropped first): specs built in a loop must not pile up
 _signatures: dict[int, tuple[Plan, dict[tuple, tuple]]] = {}
 _signatures_lock = threading.Lock()
 
 
-def bind(plan: Plan, batch: Any) -> Bound:
+def bind(plan: Plan, batch: Any, key: Any = NO_KEY) -> Bound:
     """Run every metadata check of `plan` on `batch` and decide which data checks can run.
 
     Everything `bind` decides depends only on the batch's *signature* (its keys, and each field's
     dtype, shape, device and layout), so a batch of a signature seen before reuses that verdict:
-    a steady-state check spends its time reading data, not re-deriving metadata.
+    a steady-state check spends its time reading data, not re-deriving metadata. `key`: the
+    signature's key where the caller has it from `seen`.
     """
-    key = _signature(plan, batch)
+    if key is NO_KEY:
+        key = _signature(plan, batch)
     if key is None:
         return _bind(plan, batch)
     entry = _signatures.get(id(plan))
@@ -511,6 +514,17 @@ def bind(plan: Plan, batch: Any) -> Bound:
     for n in unit:  # the optional size-1 axis `_bind` dropped
         tensors[n] = tensors[n][..., 0]
     return Bound(tensors, dict(dims), list(violations), list(skipped), list(runnable), memo)
+
+
+def seen(plan: Plan, batch: Any) -> tuple[tuple | None, dict[str, Any] | None]:
+    """The batch's signature key (for `bind`), and the memo of that signature where `bind` has bound a batch
+    of it (what the backends prepared for it), else None."""
+    key = _signature(plan, batch)
+    entry = _signatures.get(id(plan))
+    if key is None or entry is None or entry[0] is not plan:
+        return key, None
+    hit = entry[1].get(key)
+    return key, None if hit is None else hit[-1]
 
 
 def _signature(plan: Plan, batch: Any) -> tuple | None:
