@@ -219,3 +219,17 @@ def test_a_numpy_batch_is_never_warm():
     for _ in range(2):
         like_torch(b, spec)
     assert id(spec) not in core._warm
+
+
+def test_a_warm_entry_keeps_no_tensor_of_a_batch_alive():
+    import gc
+    import weakref
+
+    spec = fresh_spec()
+    batches = [batch(), batch(), batch(L=5)]
+    refs = [weakref.ref(t) for b in batches for t in b.values()]
+    for b in batches:
+        assert tc.check(b, spec, backend="c").ok
+    del batches, b
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
