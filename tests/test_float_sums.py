@@ -14,6 +14,7 @@ import os
 import struct
 import subprocess
 import sys
+import warnings
 from fractions import Fraction
 
 import pytest
@@ -24,7 +25,8 @@ from report_compare import comparable
 
 import tritoncheck as tc
 from tritoncheck.backends import torch as torch_backend
-from tritoncheck.kernel import sums
+from tritoncheck.kernel import ir, sums
+from tritoncheck.plan.lower import compile_plan
 from tritoncheck.spec.schema import spec_from_dict
 
 BACKENDS = ("torch", "c", "triton")
@@ -226,3 +228,69 @@ def test_a_float_sum_compiles_to_the_same_steps_for_a_gpu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     ptx = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "shr.s64" in ptx and "cvt.rzi.s64.f64" in ptx and "cvt.rn.f64.s64" in ptx
+
+
+# -- rows of 2**33 values or more: never the kernels' int64 folds (issue 27) --------------------------
+
+def checked(x: torch.Tensor, rule: str, backend: str) -> tc.Report:
+    """The report of `rule` over x ([B, L]), a compiled backend's fallback warning silenced."""
+    s = spec_from_dict({"name": "sums", "fields": {"x": {"dtype": str(x.dtype).removeprefix("torch."),
+                                                         "shape": ["B", "L"]}}, "rules": [rule]}, "s.yaml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return tc.check({"x": x}, s, backend=backend)
+
+
+def test_a_float_row_of_2_33_values_is_refused_by_the_kernels():
+    """A materialized row that long (32 GiB of float32) cannot be allocated here: the walk a kernel
+    would take says it, and `check_result_backed` (both kernels call it before a launch) refuses it."""
+    s = spec_from_dict({"name": "sums", "fields": {"x": {"dtype": "float32", "shape": ["B", "L"]}},
+                        "rules": ["sum(x, dim=L) < 3.5"]}, "s.yaml")
+    plan = compile_plan(s)
+    kernel = ir.lower(plan, plan.checks, {"x": ir.FieldSig("x", torch.float32, ("B", "L"), True)})
+    x = torch.zeros(2, 3)
+    with pytest.raises(ir.Unsupported, match="would walk 17,179,869,184 positions"):  # 2 + 2 x (2**33 - 1)
+        ir.check_result_backed(kernel, {"x": x}, {"B": 2, "L": sums.MAX_TERMS - 1})
+    with pytest.raises(ir.Unsupported, match=r"2\*\*33 or more: the kernel's int64 folds could wrap"):
+        ir.check_result_backed(kernel, {"x": x}, {"B": 2, "L": sums.MAX_TERMS})
+
+
+def test_an_expanded_row_of_2_34_values_is_its_defined_sum_on_every_backend(backend):
+    """2**34 copies of float32 0.1 (a view storing one value per row): the defined sum, on every
+    backend (the kernels hand such a row to the torch backend), in well under a second."""
+    x = torch.tensor([[0.1], [0.0]]).expand(2, 2**34)
+    r = checked(x, "sum(x, dim=L) < 3.5", backend)
+    assert [(v.count, v.value) for v in r.violations] == [(1, defined_sum([x[0, 0].item()]) * 2**34)]
+    assert r.backend == "torch" or backend == "torch"
+
+
+@pytest.mark.parametrize("kernel_backend", ["c", "triton"])
+def test_a_long_float_row_goes_to_the_torch_backend_which_adds_it_in_runs(monkeypatch, kernel_backend):
+    """With MAX_TERMS lowered to 64, a materialized row of 200 values counts as long: C and Triton
+    hand it to the torch backend, whose runs of fewer values add up as Python integers to the
+    defined sum (as 2**33 values would: the int64 folds of one sum wrapped there)."""
+    if kernel_backend == "triton":
+        pytest.importorskip("triton", reason="pip install triton (in the test extra)")
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(3, 200, generator=g) * torch.tensor([1e-3, 1.0, 1e6])[:, None]).to(torch.float32)
+    x[0, 5], x[0, 6] = 1e30, -1e30  # (its grid cuts the small values)
+    rule = "sum(x, dim=L) > 1e300"  # fails in every row, showing row 0's sum
+    before = comparable([v.to_dict() for v in checked(x, rule, "torch").violations])
+    assert checked(x[:, :100], rule, kernel_backend).backend == kernel_backend  # (another signature)
+    monkeypatch.setattr(sums, "MAX_TERMS", 64)
+    r = checked(x, rule, kernel_backend)
+    assert r.backend == "torch" and comparable([v.to_dict() for v in r.violations]) == before
+    assert sums.float_sum(x, (1,)).tolist() == [defined_sum(row) for row in x.tolist()]
+
+
+def test_a_windowed_float_sum_of_a_long_row_adds_its_windows_per_row(monkeypatch):
+    """A float sum whose body reads positions goes in windows; a long row's windows are Python
+    integers, added per row (they were joined as lists)."""
+    s = spec_from_dict({"name": "w", "fields": {"x": {"dtype": "float32", "shape": ["B", "S"]}},
+                        "rules": ["sum(x + arange(S) * 0, dim=S) > 1e300"]}, "w.yaml")
+    x = torch.tensor([[0.1, 0.3, 1e8, 1.0, -1e8] * 8, [0.01] * 40], dtype=torch.float32)
+    whole = [(v.count, v.value) for v in tc.check({"x": x}, s, backend="torch").violations]
+    assert whole == [(2, defined_sum(x[0].tolist()))]
+    monkeypatch.setattr(torch_backend, "MAX_MASK", 16)  # windows of 8 positions
+    monkeypatch.setattr(sums, "MAX_TERMS", 8)
+    assert [(v.count, v.value) for v in tc.check({"x": x}, s, backend="torch").violations] == whole

@@ -415,7 +415,7 @@ class Context:
                 x, red, keep, spread = self._sum_input(expr)
             finite = sums.scan(x, red)[2]  # (its NaN and infinities zeroed)
             part = sums.repeat(sums.fold_sums(finite, red, grid), spread, exact)
-            total = part if total is None else [a + b for a, b in zip(total, part, strict=True)]
+            total = part if total is None else sums.add(total, part)
         return sums.finish(special, grid, total).squeeze(red), keep
 
 

@@ -23,6 +23,8 @@ silent fallback; `missing_ops(handler)` lists what a handler lacks.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +35,8 @@ from tritoncheck.checks.registry import UnknownCheckKind, kind_of
 from tritoncheck.checks.registry import expr_axes as axes_of
 from tritoncheck.dtypes import FLIPPED, INT64_MAX, INT64_MIN, as_double, comparable_values, compute_dtype, exact_comparison, int_limit
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, is_host, nodes, to_text
-from tritoncheck.plan.lower import DataCheck, Plan, RuleCheck, evaluate_scalar
+from tritoncheck.kernel import sums
+from tritoncheck.plan.lower import DataCheck, Plan, RuleCheck, evaluate_scalar, stored_elements
 
 BIG = 2**62  # a first-index slot holds BIG - index, so 0 means "none" and max() keeps the first
 
@@ -218,6 +221,20 @@ class Kernel:
 
     def field(self, name: str) -> FieldSig:
         return next(f for f in self.fields if f.name == name)
+
+    @functools.cached_property
+    def work(self) -> tuple[tuple[tuple[str, ...], ...], ...]:
+        """Per group, what its loops walk as a sum of products of axis sizes: each term a tuple of
+        axes (repeats multiply: `y <= sum(y, dim=B)` over [B, L] computes its sum at each of the
+        B * L positions, (B, L, B)); a reduction the C kernel computes once before the loops
+        (`invariant_ops`: `x <= sum(x)`) adds its own walk once. `check_result_backed` sizes them."""
+        return tuple(_group_work(self, g) for g in self.groups)
+
+    @functools.cached_property
+    def float_rows(self) -> tuple[tuple[str, ...], ...]:
+        """The reduced axes of each float sum (a row of values whose int64 folds add up; `kernel/sums.py`)."""
+        return tuple(op.args[1] for g in self.groups for op in _reductions(g.ops)
+                     if op.args[0] == "sum" and op.kind == "d")
 
     @property
     def int_slots(self) -> tuple[int, ...]:
@@ -740,20 +757,75 @@ def loop_sizes(kernel: Kernel, positional: frozenset[str], tensors: Mapping[str,
 
 
 UNBACKED_SAMPLES = 2**16  # samples a result buffer may hold that no field stores a value for
+# positions a kernel may walk beyond the values the batch stores (Triton's interpreter: about 0.35 s)
+KERNEL_WALK_LIMIT = 2**16
+WALK_PER_STORED = 4  # past this many positions per stored value, a kernel's walk is not what the batch stores
 
 
 def check_result_backed(kernel: Kernel, tensors: Mapping[str, torch.Tensor], walked: Mapping[str, int]) -> None:
-    """Raise `Unsupported` where the result buffer (a count per sample and check) would outgrow the
-    batch: the batch dim is walked past UNBACKED_SAMPLES samples while every field spanning it is
-    empty or expanded along it (it is walked in full because a rule reads positions along it, as
-    `x <= sum(x)` does). A field that stores a value per sample bounds the buffer by its own size;
-    without one, the torch backend checks the batch from its stored values instead."""
+    """Raise `Unsupported`, so that the torch backend checks the batch from its stored values, where
+    a kernel's work would outgrow what the batch stores or its float sums could wrap:
+
+    - the result buffer (a count per sample and check): the batch dim is walked past
+      UNBACKED_SAMPLES samples while every field spanning it is empty or expanded along it (walked
+      in full because a rule reads positions along it, as `x <= sum(x)` does);
+    - a group's loops would walk more than max(KERNEL_WALK_LIMIT, WALK_PER_STORED x stored values)
+      positions (`Kernel.work`): an expanded dim walked in full because a rule reads positions along it
+      (`arange`, a `sum` over it, `monotonic`) or some other field stores it, or a reduction over
+      the batch dim computed again at each position (`y <= sum(y, dim=B)` over [B, L]: B * B * L).
+      The torch backend walks only the axes each rule's own operands vary along, and computes a
+      reduction once; `plan.lower.refuse_logical_walks` bounds that walk for every backend;
+    - a float sum over a row of `sums.MAX_TERMS` (2**33) values or more, materialized or expanded:
+      the kernels add its int64 folds, which could wrap; the torch backend adds such a row exactly.
+    """
     b = kernel.batch_dim
-    if b is None or walked.get(b, 0) <= UNBACKED_SAMPLES:
-        return
-    spans = [(tensors[f.name], f.axes.index(b)) for f in kernel.fields if b in f.axes]
-    if all(t.numel() == 0 or t.stride(pos) == 0 for t, pos in spans):
-        raise Unsupported(f"the batch dim {b} is walked at {walked[b]} samples that no field stores a value for")
+    if b is not None and walked.get(b, 0) > UNBACKED_SAMPLES:
+        spans = [(tensors[f.name], f.axes.index(b)) for f in kernel.fields if b in f.axes]
+        if all(t.numel() == 0 or t.stride(pos) == 0 for t, pos in spans):
+            raise Unsupported(f"the batch dim {b} is walked at {walked[b]} samples that no field stores a value for")
+    for axes in kernel.float_rows:
+        n = _positions(kernel, axes, walked)
+        if n >= sums.MAX_TERMS:
+            raise Unsupported(f"a float sum over a row of {n:,} values (2**33 or more: the kernel's int64 folds could "
+                              "wrap; the torch backend adds such a row exactly)")
+    positions = max((sum(_positions(kernel, t, walked) for t in terms) for terms in kernel.work), default=0)
+    if positions > KERNEL_WALK_LIMIT and positions > WALK_PER_STORED * stored_elements(tensors):
+        raise Unsupported(f"the kernel would walk {positions:,} positions where the batch stores "
+                          f"{stored_elements(tensors):,} values (expanded views, or a reduction computed at each position)")
+
+
+def _positions(kernel: Kernel, axes: tuple[str, ...], walked: Mapping[str, int]) -> int:
+    return math.prod(kernel.fixed[a] if a in kernel.fixed else walked[a] for a in axes)
+
+
+def _group_work(kernel: Kernel, group: Group) -> tuple[tuple[str, ...], ...]:
+    """`Kernel.work` of one group: per position, 1 plus each reduction's axes times its body's work;
+    a hoisted reduction's walk counted once."""
+    hoisted = {op.id for op in invariant_ops(kernel, group) if op.name == "reduction"}
+
+    def terms(ops: tuple[Op, ...]) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+        per, once = [()], []
+        for op in ops:
+            if op.name != "reduction":
+                continue
+            body_per, body_once = terms(op.args[2])
+            walk = [tuple(op.args[1]) + t for t in body_per]
+            (once if op.id in hoisted else per).extend(walk)
+            once.extend(body_once)
+        return per, once
+
+    per, once = terms(group.ops)
+    return tuple(group.axes + t for t in per) + tuple(once)
+
+
+def _reductions(ops: tuple[Op, ...]) -> list[Op]:
+    """Every reduction op among `ops`, nested ones included."""
+    out = []
+    for op in ops:
+        if op.name == "reduction":
+            out.append(op)
+            out.extend(_reductions(op.args[2]))
+    return out
 
 
 def _op_fields(ops: tuple[Op, ...]) -> set[str]:

@@ -17,7 +17,7 @@ from fractions import Fraction
 import torch
 
 FOLD = 30  # bits of a fold: t = hi * 2**30 + lo, lo in [0, 2**30)
-MAX_TERMS = 2**33  # a row of fewer values cannot wrap its int64 folds (past it: Python integers)
+MAX_TERMS = 2**33  # a row of fewer values cannot wrap its int64 folds (from it on: Python integers)
 _FMAX = torch.finfo(torch.float64).max
 
 
@@ -29,8 +29,8 @@ def float_sum(x: torch.Tensor, red: tuple[int, ...], count: int = 1) -> torch.Te
     if count == 0 or any(x.shape[d] == 0 for d in red):  # no values
         return torch.zeros_like(x.sum(dim=red, dtype=torch.float64))
     special, grid, x = scan(x, red)
-    exact = math.prod(x.shape[d] for d in red) * count >= MAX_TERMS
-    return finish(special, grid, repeat(fold_sums(x, red, grid), count, exact)).squeeze(red)
+    long = math.prod(x.shape[d] for d in red) * count >= MAX_TERMS
+    return finish(special, grid, repeat(fold_sums(x, red, grid), count, long)).squeeze(red)
 
 
 def scan(x: torch.Tensor, red: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -59,12 +59,22 @@ def _pow2(k: torch.Tensor) -> torch.Tensor:
 CHUNK = 2**15  # values a CPU pass 2 takes at once: its int64 temporaries stay in cache
 
 
-def fold_sums(x: torch.Tensor, red: tuple[int, ...], grid: torch.Tensor) -> list[torch.Tensor]:
+def fold_sums(x: torch.Tensor, red: tuple[int, ...], grid: torch.Tensor) -> list:
     """Pass 2, on finite float32 or float64 values: t = trunc(x / 2**g), |t| < 2**60, by exact
     power-of-two scaling (in x's dtype where 2**-g is a normal number of it, else in float64 in two
     steps) and a truncating conversion; the row sums of its folds hi = t >> 30 and t - hi * 2**30.
-    On the CPU, a long row goes in chunks along its longest reduced axis (integers add exactly)."""
+    On the CPU, a long row goes in chunks along its longest reduced axis (integers add exactly).
+    A row of MAX_TERMS values or more (its int64 folds could wrap) goes in runs of fewer, each
+    row's total kept as one Python integer (`repeat`'s exact form)."""
     d = max(red, key=lambda i: x.shape[i])
+    n = math.prod(x.shape[i] for i in red)
+    if n >= MAX_TERMS:
+        run = max(1, (MAX_TERMS // 2) // (n // x.shape[d]))  # positions along d per run: under 2**32 values
+        total: list[int] | None = None
+        for part in x.split(run, dim=d):
+            ints = exact(fold_sums(part, red, grid))
+            total = ints if total is None else [a + b for a, b in zip(total, ints, strict=True)]
+        return [total]
     step = max(1, CHUNK * x.shape[d] // max(1, x.numel()))
     if x.device.type == "cpu" and step < x.shape[d]:
         parts = [_fold_sums(part, red, grid) for part in x.split(step, dim=d)]
@@ -84,13 +94,27 @@ def _fold_sums(x: torch.Tensor, red: tuple[int, ...], grid: torch.Tensor) -> lis
     return [hi, t.sum(dim=red, keepdim=True) - (hi << FOLD)]
 
 
-def repeat(parts: list[torch.Tensor], count: int, exact: bool) -> list:
-    """The folds of `count` copies of each value; for a row of MAX_TERMS values or more (only an
-    expanded view holds one), each row's total as one Python integer instead."""
-    if not exact:
-        return [q * count for q in parts] if count != 1 else parts
+def exact(parts: list) -> list[int]:
+    """Each row's total t as one Python integer, from its folds (or as given, if already so)."""
+    if len(parts) == 1:
+        return parts[0]
     hi, lo = (q.flatten().tolist() for q in parts)
-    return [[((a << FOLD) + b) * count for a, b in zip(hi, lo, strict=True)]]
+    return [(a << FOLD) + b for a, b in zip(hi, lo, strict=True)]
+
+
+def repeat(parts: list, count: int, exact_form: bool) -> list:
+    """The folds of `count` copies of each value; for a row of MAX_TERMS values or more (an
+    expanded view, or a long materialized row), each row's total as one Python integer instead."""
+    if not exact_form and len(parts) == 2:
+        return [q * count for q in parts] if count != 1 else parts
+    return [[t * count for t in exact(parts)]]
+
+
+def add(a: list, b: list) -> list:
+    """Two rows' folds (or Python totals) added, exactly."""
+    if len(a) == 1 or len(b) == 1:
+        return [[x + y for x, y in zip(exact(a), exact(b), strict=True)]]
+    return [a[0] + b[0], a[1] + b[1]]
 
 
 def finish(special: torch.Tensor, grid: torch.Tensor, parts: list) -> torch.Tensor:
@@ -98,8 +122,8 @@ def finish(special: torch.Tensor, grid: torch.Tensor, parts: list) -> torch.Tens
     float64 rounding and an int64 rest that joins lo exactly, one float64 addition rounds the
     exact total, and two power-of-two scalings place it (exact, or IEEE's overflow)."""
     if len(parts) == 1:  # Python integers (`repeat`)
-        exact = [_exact_float(t, g) for t, g in zip(parts[0], grid.flatten().tolist(), strict=True)]
-        out = torch.tensor(exact, dtype=torch.float64, device=grid.device).reshape(grid.shape)
+        totals = [_exact_float(t, g) for t, g in zip(parts[0], grid.flatten().tolist(), strict=True)]
+        out = torch.tensor(totals, dtype=torch.float64, device=grid.device).reshape(grid.shape)
         return torch.where(special != 0, special, out)
     hi, lo = parts
     hi = hi + (lo >> FOLD)

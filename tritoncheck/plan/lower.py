@@ -756,6 +756,11 @@ def _bind(plan: Plan, batch: Any) -> Bound:
     return Bound(tensors, dims, violations, skipped, runnable)
 
 
+def stored_elements(tensors: Mapping[str, torch.Tensor]) -> int:
+    """The values the batch's tensors store: each expanded (zero-stride) axis counts once, an empty tensor 0."""
+    return sum(compact(t).numel() for t in tensors.values())
+
+
 def _check_dims(c: DataCheck) -> set[str]:
     return kind_of(c).reads(c)[1]
 
