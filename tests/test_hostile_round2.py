@@ -178,17 +178,32 @@ CASES = {
         spec({"r": {"dtype": "float16", "shape": ["B", "out"]}},
              ["(r < isfinite(r) % 2) where all(r <= sum(r, dim=B), dim=out)", "sum(r, dim=out) != 0"]),
         {"r": torch.zeros(2**31 + 5, 0, dtype=torch.float16)}),
+    "float sum over an expanded dim": (spec({"x": {"dtype": F, "shape": ["B", "L"]}}, ["sum(x, dim=L) < 3.5"]),
+                                       {"x": torch.tensor([[0.1], [0.0]]).expand(2, huge)}),
+    "monotonic along a stored dim, expanded beside": (spec({"p": {"dtype": I, "shape": ["B", "L"], "monotonic": "B"}}),
+                                                      {"p": torch.tensor([[3], [1]]).expand(2, huge)}),
+    "a selection along an expanded dim": (spec({"x": {"dtype": I, "shape": ["B", "L"]}}, ["x[:, -1] > 0"]),
+                                          {"x": torch.tensor([[1], [0]]).expand(2, huge)}),
+    # refused alike on every backend (an exact verdict needs the walk along S): at once, allocating nothing
+    "arange along an expanded dim": (spec({"t": {"dtype": I, "shape": ["B", "S"]}, "n": {"dtype": I, "shape": ["B"]}},
+                                          ["t != 0 where arange(S) < n"]),
+                                     {"t": torch.tensor([[1], [0]]).expand(2, huge), "n": torch.tensor([3, 5])}),
 }
 tc.check({"x": torch.zeros(3)}, spec({"x": {"dtype": F, "shape": ["B"], "min": 0}}), backend=backend)  # imports
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 out = {}
 for name, (s, batch) in CASES.items():
-    tc.check(batch, s, backend=backend)  # builds the kernel
+    try:
+        tc.check(batch, s, backend=backend)  # builds the kernel
+    except tc.UncheckableBatchError:
+        pass
     t0 = time.perf_counter()
-    r = tc.check(batch, s, backend=backend)
-    out[name] = {"took": time.perf_counter() - t0,
-                 "found": [(v.code, v.count, len(v.samples), list(v.samples[:3]), list(v.index), v.value)
-                           for v in r.violations]}
+    try:
+        r = tc.check(batch, s, backend=backend)
+        found = [(v.code, v.count, len(v.samples), list(v.samples[:3]), list(v.index), v.value) for v in r.violations]
+    except tc.UncheckableBatchError as exc:
+        found = "refused: " + str(exc)
+    out[name] = {"took": time.perf_counter() - t0, "found": found}
 out["grew_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
 print(json.dumps(out))
 """
@@ -197,8 +212,8 @@ print(json.dumps(out))
 @pytest.mark.slow  # (three fresh interpreters, one per backend: about 15 s)
 def test_a_batch_that_stores_under_1_mib_checks_in_64_mib_and_1_s_on_every_backend():
     """Issue 27: whatever its logical size (2**40 samples, a dim past 2**31), on torch, C and Triton
-    (its interpreter here), each backend's report equal to torch's. Rules that read positions along
-    an expanded dim (arange) are the exception: their time grows with its length (docs/security.md)."""
+    (its interpreter here), each backend's report equal to torch's. A rule that reads positions along
+    an expanded dim (arange) is refused alike by every backend, at once (docs/security.md)."""
     import json
     import subprocess
 
@@ -215,6 +230,7 @@ def test_a_batch_that_stores_under_1_mib_checks_in_64_mib_and_1_s_on_every_backe
                 assert case["took"] < 1.0, (b, name, case)
                 assert case["found"] == runs["torch"][name]["found"], (b, name)
     assert all(runs["torch"][name]["found"] for name in runs["torch"] if name not in ("grew_kib", "x <= sum(x), expanded"))
+    assert runs["torch"]["arange along an expanded dim"]["found"].startswith("refused: ")
 
 
 # -- docs/security.md: a spec file cannot run code --------------------------------------------------
@@ -281,67 +297,6 @@ def test_a_rule_over_positions_along_an_expanded_dim_agrees_on_every_backend(bac
     assert got and got == report(materialized(batch), s, "torch")
 
 
-CTC_C = r"""
-import json, resource, sys, time, torch
-import tritoncheck as tc
-spec = tc.load_spec("ctc")
-def batch(s):
-    return {"log_probs": torch.zeros(5, 2, 4), "targets": torch.tensor([[1], [0]]).expand(2, s),
-            "input_lengths": torch.tensor([5, 5]), "target_lengths": torch.tensor([3, 5])}
-tc.check(batch(8), spec, backend="c")
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t0 = time.perf_counter()
-r = tc.check(batch(2**26), spec, backend="c")
-print(json.dumps({"grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before,
-                  "took": time.perf_counter() - t0, "backend": r.backend,
-                  "found": [(v.code, v.count, list(v.samples), list(v.index)) for v in r.violations]}))
-"""
-
-
-@needs_c
-def test_ctc_with_targets_expanded_to_2_26_costs_no_memory_on_c():
-    """Issue 27 cause 8 on C: the kernel walks the 2**26 positions (time grows with them, see
-    docs/security.md) but allocates nothing in proportion; the report is torch's."""
-    import json
-    import subprocess
-
-    proc = subprocess.run([sys.executable, "-c", CTC_C], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["backend"] == "c" and out["grew_kib"] < 64 * 1024, out
-    s = tc.load_spec("ctc")
-    small = {"log_probs": torch.zeros(5, 2, 4), "targets": torch.tensor([[1], [0]]).expand(2, 2**26),
-             "input_lengths": torch.tensor([5, 5]), "target_lengths": torch.tensor([3, 5])}
-    expected = [[v.code, v.count, list(v.samples), list(v.index)] for v in tc.check(small, s, backend="torch").violations]
-    assert out["found"] == expected and expected
-
-
-WINDOWED = r"""
-import json, resource, sys, torch
-import tritoncheck as tc
-from tritoncheck.spec.schema import spec_from_dict
-s = spec_from_dict({"name": "w", "fields": {"r": {"dtype": "float32", "shape": ["B", "out"]}},
-                    "rules": ["all(r > 0, dim=out) | (arange(B) < 3)"]}, "w")
-tc.check({"r": torch.zeros(8, 0)}, s, backend="torch")
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-r = tc.check({"r": torch.zeros(2**26, 0)}, s, backend="torch")
-print(json.dumps({"grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, "ok": r.ok}))
-"""
-
-
-def test_a_rule_over_positions_with_a_reduction_over_another_axis_goes_in_windows():
-    """`all(r > 0, dim=out) | (arange(B) < 3)`: the reduction spans B but reduces only `out`, so
-    the torch backend still walks B in windows (it built arange(B) and its masks whole: 2**26
-    samples of an empty field cost about 700 MiB, 2**31 + 5 cost 20 GB)."""
-    import json
-    import subprocess
-
-    proc = subprocess.run([sys.executable, "-c", WINDOWED], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["ok"] and out["grew_kib"] < 64 * 1024, out
-
-
 @pytest.mark.parametrize("rule", ["all(r > 0, dim=out) | (arange(B) < 3)", "any(r > 1, dim=out) | (arange(B) > 4)",
                                   "(sum(r, dim=out) + arange(B)) % 3 != 1"])
 def test_windows_beside_a_reduction_over_another_axis_give_the_whole_report(monkeypatch, rule):
@@ -375,34 +330,3 @@ def test_a_reduction_over_positions_gives_the_same_report_in_windows(monkeypatch
     monkeypatch.setattr(_torch_backend, "MAX_MASK", 8)  # windows of 1 or 8 positions
     assert report(batch, s, "torch") == whole and whole
     assert whole == report(materialized(batch), s, "c" if c_backend.available() else "torch")
-
-
-REDUCE_POSITIONS_RSS = r"""
-import json, resource, sys, torch
-import tritoncheck as tc
-from tritoncheck.spec.schema import spec_from_dict
-s = spec_from_dict({"name": "w", "fields": {"targets": {"dtype": "int64", "shape": ["B", "S"]},
-                                            "lengths": {"dtype": "int64", "shape": ["B"]}},
-                    "rules": [sys.argv[1]]}, "w")
-batch = lambda n: {"targets": torch.tensor([[1], [0]]).expand(2, n), "lengths": torch.tensor([3, 5])}
-tc.check(batch(8), s, backend="torch")
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-r = tc.check(batch(2**26), s, backend="torch")
-print(json.dumps({"grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, "ok": r.ok}))
-"""
-
-
-@pytest.mark.slow  # (about 15 s: the time still grows with S, see docs/security.md)
-@pytest.mark.parametrize(("rule", "ok"), [("any((arange(S) > lengths) & (targets > 0), dim=S)", False),
-                                          ("sum(targets * arange(S), dim=S) >= 0", True)])
-def test_a_reduction_over_positions_along_an_expanded_dim_costs_windows_not_its_length(rule, ok):
-    """Issue 27 cause 8 with a reduction over S: arange(S) and the body were built whole
-    (+1,280 and +1,536 MiB at S = 2**26 for two stored values); a window's worth now."""
-    import json
-    import subprocess
-
-    proc = subprocess.run([sys.executable, "-c", REDUCE_POSITIONS_RSS, rule], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["ok"] == ok and out["grew_kib"] < 160 * 1024, out

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time every name loa
     from tritoncheck.spec.schema import SpecError as SpecError
     from tritoncheck.spec.schema import builtin_spec_names as builtin_spec_names
     from tritoncheck.plan.load import load_spec as load_spec
+    from tritoncheck.plan.lower import UncheckableBatchError as UncheckableBatchError
     from tritoncheck.api.deferred import wait as wait
 
 # Loaded on first use: `import tritoncheck` (and `tritoncheck.__version__`) imports nothing else, not even torch
@@ -52,6 +53,7 @@ _LAZY = {
     "SpecError": ("tritoncheck.spec.schema", "SpecError"),
     "builtin_spec_names": ("tritoncheck.spec.schema", "builtin_spec_names"),
     "load_spec": ("tritoncheck.plan.load", "load_spec"),
+    "UncheckableBatchError": ("tritoncheck.plan.lower", "UncheckableBatchError"),
     "strategies": ("tritoncheck.strategies", None),
     "spec_for": ("tritoncheck.derive", "spec_for"),
     "ValidatingCollate": ("tritoncheck.integrations.data", "ValidatingCollate"),

@@ -303,11 +303,14 @@ def spec_from_args(args: argparse.Namespace, fill: bool = True):
 
 def run_check(args: argparse.Namespace) -> int:
     from tritoncheck.api import check
+    from tritoncheck.plan.lower import UncheckableBatchError
 
     spec = spec_from_args(args)
     batch = load_batch(args.batch)
     try:
         report = check(batch, spec, backend=args.backend, strict=args.strict)
+    except UncheckableBatchError as exc:  # (every backend refuses such a batch alike, the reference too)
+        raise UsageError(str(exc)) from None
     except (ValueError, ImportError, RuntimeError) as exc:
         if args.backend == "torch":
             raise  # the reference backend reports bad data instead of raising: anything else is a bug

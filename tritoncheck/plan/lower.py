@@ -12,6 +12,7 @@ in `bind`, shared by both backends; value and cross-field checks are left to the
 
 from __future__ import annotations
 
+import math
 import operator
 import threading
 from collections.abc import Callable, Mapping
@@ -753,12 +754,70 @@ def _bind(plan: Plan, batch: Any) -> Bound:
         size, src = dims[n.dim]
         violations.append(Violation(n.field, "dim_bound", f"{n.text} needs {n.dim} >= {n.min_size}, got {n.dim}={size} (from {src})",
                                     value=size, index=()))
+    refuse_logical_walks(plan, tensors, {k: v for k, (v, _) in dims.items()}, runnable)
     return Bound(tensors, dims, violations, skipped, runnable)
+
+
+class UncheckableBatchError(ValueError):
+    """A batch that no backend can check exactly at a cost bounded by what it stores (`refuse_logical_walks`)."""
+
+
+UncheckableBatchError.__module__ = "tritoncheck"
+
+WALK_LIMIT = 2**20  # positions a rule may walk beyond the values the batch stores (about 10 ms on torch)
 
 
 def stored_elements(tensors: Mapping[str, torch.Tensor]) -> int:
     """The values the batch's tensors store: each expanded (zero-stride) axis counts once, an empty tensor 0."""
     return sum(compact(t).numel() for t in tensors.values())
+
+
+def rule_walk(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int]) -> dict[str, int]:
+    """The axes along which the torch backend evaluates rule `c` at full size, with their sizes: those
+    an operand varies along (a field that stores more than one value along it, unselected, or
+    `arange` over it). Along every other axis its masks keep size 1, whatever the logical size."""
+    walk: dict[str, int] = {}
+    for n in _expr.nodes(c.expr) if c.where is None else (*_expr.nodes(c.expr), *_expr.nodes(c.where)):
+        if isinstance(n, Arange):
+            walk[n.dim] = dims[n.dim]
+        elif isinstance(n, Ref) and n.field in tensors:
+            t = tensors[n.field]
+            if t.numel() == 0:
+                continue  # an empty field holds no value along any axis (the torch backend cuts it to size 1)
+            for axis, sel, size, stride in zip(plan.field(n.field).axes, n.index, t.shape, t.stride(), strict=True):
+                if sel is None and size > 1 and stride != 0:
+                    walk[axis] = size
+    return walk
+
+
+def refuse_logical_walks(plan: Plan, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int],
+                         runnable: list[DataCheck]) -> None:
+    """Raise `UncheckableBatchError` where a rule's exact check would walk more than
+    max(WALK_LIMIT, stored values) positions: a rule reading positions (`arange`) along an expanded
+    (zero-stride) dim, or pairing fields that each store a different axis of what it runs over.
+    Every other check costs what the batch stores, whatever its logical size; such a rule's
+    verdict would need its logical walk (2**34 positions of a view storing 2 values), so every
+    backend refuses the batch alike, here, rather than take minutes (docs/security.md)."""
+    if all(t.is_contiguous() and t.numel() for t in tensors.values()):
+        return  # (a rule walks the dims of one field, which then stores them all)
+    stored = None
+    for c in runnable:
+        if not isinstance(c, RuleCheck):
+            continue  # (a field's own checks read its stored values)
+        walk = rule_walk(plan, c, tensors, dims)
+        positions = math.prod(walk.values())
+        if positions <= WALK_LIMIT:
+            continue
+        stored = stored_elements(tensors) if stored is None else stored
+        if positions > stored:
+            sizes = " x ".join(f"{a}={n}" for a, n in walk.items())
+            raise UncheckableBatchError(
+                f"tritoncheck cannot check this batch of {plan.spec_name} at a cost bounded by what it stores: rule "
+                f"{c.text!r} would walk {positions:,} positions ({sizes}) where the batch stores {stored:,} values. "
+                "Fields are expanded (zero-stride) views along some of these dims, and the rule reads positions along "
+                "them (arange) or pairs fields stored along different ones, so an exact verdict would take that walk "
+                f"(the limit is max({WALK_LIMIT:,}, the stored values)). Pass the fields materialized (.contiguous()) "
+                "or check a smaller batch")
 
 
 def _check_dims(c: DataCheck) -> set[str]:

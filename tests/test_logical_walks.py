@@ -1,0 +1,193 @@
+"""Issue 27: a batch costs what it stores, whatever its logical size, on every backend.
+
+Rules that read positions along an expanded (zero-stride) dim (`arange`), or pair fields stored along
+different axes of what they run over, would need their logical walk for an exact verdict: every backend
+refuses such a batch alike (`tc.UncheckableBatchError`, raised by `bind`) past max(WALK_LIMIT, stored
+values). Reads that cost the stored values only (a sum over an expanded dim, monotonic along one, a
+selection) are checked, with the compiled kernels handing what they would walk in full to the torch
+backend. Float sums over rows of 2**33 values or more, where the kernels' int64 folds could wrap, go to
+the torch backend too, which adds them exactly.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import pytest
+import torch
+from report_compare import comparable
+
+import tritoncheck as tc
+from tritoncheck.kernel import ir
+from tritoncheck.plan.lower import WALK_LIMIT
+from tritoncheck.spec.schema import spec_from_dict
+
+HUGE = 2**34  # logical size of an expanded dim: 16 Gi positions of a view that stores a few values
+
+
+def spec(fields: dict, rules: list) -> tc.BatchSpec:
+    return spec_from_dict({"name": "w", "fields": fields, "rules": rules}, "w.yaml")
+
+
+def checked(batch: dict, s: tc.BatchSpec, backend: str) -> tuple[tc.Report, float]:
+    """The report (a fallback's warning silenced) and the seconds the check took, kernel built before."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        tc.check(batch, s, backend=backend)
+        t0 = time.perf_counter()
+        r = tc.check(batch, s, backend=backend)
+        return r, time.perf_counter() - t0
+
+
+def found(r: tc.Report) -> list:
+    return comparable([v.to_dict() for v in r.violations])
+
+
+I64 = {"dtype": "int64"}
+F32 = {"dtype": "float32"}
+CTC = {"targets": {**I64, "shape": ["B", "S"]}, "lengths": {**I64, "shape": ["B"]}}
+
+
+def ctc(s: int) -> dict:
+    return {"targets": torch.tensor([[1], [0]]).expand(2, s), "lengths": torch.tensor([3, 5])}
+
+
+# -- refused on every backend: an exact verdict would take the logical walk -------------------------
+
+PAIR = 2**15  # x stores 2**15 values along L, y 2**15 along B: 512 KiB, a walk of 2**30
+REFUSED = {
+    "arange along an expanded dim": (spec(CTC, ["targets != 0 where arange(S) < lengths"]), ctc(HUGE)),
+    "arange in a reduction over it": (spec(CTC, ["any(arange(S) > lengths, dim=S)"]), ctc(HUGE)),
+    "arange weighting a sum over it": (spec(CTC, ["sum(targets * arange(S), dim=S) < 1"]), ctc(HUGE)),
+    "arange along an expanded batch dim": (spec({"x": {**I64, "shape": ["B"]}}, ["x <= arange(B)"]),
+                                           {"x": torch.tensor([3]).expand(HUGE)}),
+    "fields stored along different axes": (
+        spec({"x": {**I64, "shape": ["B", "L"]}, "y": {**I64, "shape": ["B"]}}, ["x <= y"]),
+        {"x": torch.arange(PAIR).expand(PAIR, PAIR), "y": torch.arange(PAIR)}),
+    # 2**26 samples of an empty field took 700 MiB before windows, and a window at a time since
+    "arange beside a reduction over an empty field": (
+        spec({"r": {**F32, "shape": ["B", "out"]}}, ["all(r > 0, dim=out) | (arange(B) < 3)"]),
+        {"r": torch.zeros(HUGE, 0)}),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_rule_that_would_walk_an_expanded_dim_is_refused_on_every_backend(backend, case):
+    """The same error on torch, C and Triton, at once (it took minutes, or hours at 2**34), naming the
+    rule, the walk and the stored values."""
+    s, batch = REFUSED[case]
+    t0 = time.perf_counter()
+    with pytest.raises(tc.UncheckableBatchError) as err:
+        tc.check(batch, s, backend=backend)
+    assert time.perf_counter() - t0 < 1.0
+    text = str(err.value)
+    assert s.rules[0].rule in text and "expanded (zero-stride)" in text and ".contiguous()" in text
+    assert f"max({WALK_LIMIT:,}" in text
+    with pytest.raises(tc.UncheckableBatchError):  # validate too, and again (nothing cached lets it through)
+        tc.validate(batch, s, backend=backend)
+
+
+def test_the_refusal_names_the_walk_and_what_the_batch_stores():
+    s, batch = REFUSED["arange along an expanded dim"]
+    with pytest.raises(tc.UncheckableBatchError, match=r"would walk 34,359,738,368 positions \(B=2 x S=17179869184\) "
+                                                       r"where the batch stores 4 values"):
+        tc.check(batch, s, backend="torch")
+    assert issubclass(tc.UncheckableBatchError, ValueError)
+
+
+def test_a_walk_up_to_the_limit_is_checked_and_past_it_refused():
+    """WALK_LIMIT positions beyond what the batch stores are checked exactly (the torch backend's
+    windows, the C kernel's loop); one more sample past it is refused."""
+    s = spec(CTC, ["targets != 0 where arange(S) < lengths"])
+    r, _ = checked(ctc(WALK_LIMIT // 2), s, "torch")
+    assert [(v.code, v.count) for v in r.violations] == [("rule_failed", 5)]
+    with pytest.raises(tc.UncheckableBatchError):
+        tc.check(ctc(WALK_LIMIT // 2 + 1), s, backend="torch")
+
+
+def test_a_materialized_batch_is_never_refused(backend):
+    """A walk past WALK_LIMIT over fields that store it is checked: its cost is what it stores."""
+    s = spec(CTC, ["targets != 0 where arange(S) < lengths"])
+    batch = {"targets": torch.tensor([[1], [0]]).repeat(1, WALK_LIMIT // 2 + 7), "lengths": torch.tensor([3, 5])}
+    r, _ = checked(batch, s, backend)
+    assert r.backend == backend and found(r) == found(checked(batch, s, "torch")[0])
+    assert [(v.code, v.count) for v in r.violations] == [("rule_failed", 5)]
+
+
+# -- checked from the stored values on every backend, whatever the logical size ----------------------
+
+CHEAP = {
+    "int sum over an expanded dim": (spec({"m": {**I64, "shape": ["B", "L"]}}, ["sum(m, dim=L) <= 3"]),
+                                     lambda n: {"m": torch.tensor([[7], [0]]).expand(2, n)}),
+    "bool sum over an expanded dim": (spec({"m": {"dtype": "bool", "shape": ["B", "L"]}}, ["sum(m, dim=L) <= 3"]),
+                                      lambda n: {"m": torch.tensor([[True], [False]]).expand(2, n)}),
+    "float sum over an expanded dim": (spec({"x": {**F32, "shape": ["B", "L"]}}, ["sum(x, dim=L) < 3.5"]),
+                                       lambda n: {"x": torch.tensor([[0.1], [0.0]]).expand(2, n)}),
+    "a sum over the batch compared per sample": (spec({"x": {**F32, "shape": ["B"]}}, ["x * 1000 >= sum(x)"]),
+                                                 lambda n: {"x": torch.tensor([1.0]).expand(n)}),
+    "monotonic along an expanded dim": (spec({"p": {**I64, "shape": ["B", "L"], "monotonic": "L"}}, []),
+                                        lambda n: {"p": torch.tensor([[3], [1]]).expand(2, n)}),
+    "monotonic along a stored dim, expanded beside": (
+        spec({"p": {**I64, "shape": ["B", "L"], "monotonic": "B"}}, []),
+        lambda n: {"p": torch.tensor([[3], [1], [2]]).expand(3, n)}),
+    "a selection along an expanded dim": (spec({"x": {**I64, "shape": ["B", "L"]}}, ["x[:, -1] > 0", "x[:, 3] > 0"]),
+                                          lambda n: {"x": torch.tensor([[1], [0]]).expand(2, n)}),
+}
+
+
+@pytest.mark.parametrize("case", list(CHEAP))
+def test_reads_of_stored_values_are_checked_at_any_logical_size(backend, case):
+    """At 2**34 positions: under 1 s on every backend (a compiled kernel that would walk them hands
+    the batch to the torch backend), each report equal to torch's; and at a small size, equal to
+    the batch materialized."""
+    s, make = CHEAP[case]
+    reference, took = checked(make(HUGE), s, "torch")
+    assert took < 1.0
+    r, took = checked(make(HUGE), s, backend)
+    assert took < 1.0 and found(r) == found(reference)
+    small = make(37)
+    assert found(checked(small, s, backend)[0]) == found(checked({k: t.contiguous() for k, t in small.items()}, s,
+                                                                 "torch")[0])
+    assert bool(reference.violations) == (case != "monotonic along an expanded dim")
+
+
+def test_a_kernel_hands_a_walk_past_its_limit_to_the_torch_backend():
+    """Beyond KERNEL_WALK_LIMIT positions through expanded views, the C kernel gives the batch to the
+    torch backend (which walks it in windows); the report is the same."""
+    s = spec(CTC, ["targets != 0 where arange(S) < lengths"])
+    small, big = ctc(ir.KERNEL_WALK_LIMIT // 2), ctc(ir.KERNEL_WALK_LIMIT // 2 + 1)
+    assert checked(small, s, "c")[0].backend == "c"
+    r = checked(big, s, "c")[0]
+    assert r.backend == "torch" and found(r) == found(checked(big, s, "torch")[0]) and r.violations
+
+
+@pytest.mark.parametrize("backend_arg", ["torch", "c"])
+def test_the_command_line_says_why_in_one_line(tmp_path, capsys, backend_arg):
+    """`tritoncheck check` on a saved expanded batch (torch.save keeps the zero strides): the usage exit
+    code and the refusal in one line, on the reference backend too (no traceback)."""
+    from tritoncheck.cli import main
+
+    (tmp_path / "w.yaml").write_text("name: w\nfields:\n  targets: {dtype: int64, shape: [B, S]}\n"
+                                     "  lengths: {dtype: int64, shape: [B]}\nrules:\n"
+                                     "  - any(arange(S) > lengths, dim=S)\n")
+    torch.save(ctc(HUGE), tmp_path / "b.pt")
+    assert main(["check", str(tmp_path / "w.yaml"), str(tmp_path / "b.pt"), "--backend", backend_arg]) == 2
+    err = capsys.readouterr().err
+    assert "would walk 34,359,738,368 positions" in err and "Traceback" not in err
+
+
+def test_a_reduction_over_the_batch_at_each_position_goes_to_the_torch_backend(backend):
+    """`y <= sum(y, dim=B)` over [B, L]: the kernels compute the sum again at each of the B * L
+    positions (B * B * L: 0.2 s at B = 2**13 on C, 51 s at 2**17). A materialized 512 KiB batch checks
+    in under 1 s on every backend, the kernels handing it to the torch backend (one sum per column);
+    `x <= sum(x)` over [B] stays on C (its sum is computed once, before the loop)."""
+    s = spec({"y": {**I64, "shape": ["B", "L"]}}, ["y <= sum(y, dim=B)", "y <= 32768"])
+    y = torch.ones(2**15, 2, dtype=torch.int64)
+    y[7, 1] = 2**15 + 3
+    r, took = checked({"y": y}, s, backend)
+    assert took < 1.0 and r.backend == "torch" and found(r) == found(checked({"y": y}, s, "torch")[0])
+    assert [(v.rule, v.count) for v in r.violations] == [("y <= 32768", 1)]
+    assert checked({"y": y[:16]}, s, backend)[0].backend == backend  # (16 x 2 x 17 positions)
+    x = spec({"x": {**F32, "shape": ["B"]}}, ["x <= sum(x)"])
+    assert checked({"x": torch.ones(2**17)}, x, "c")[0].backend == "c"
