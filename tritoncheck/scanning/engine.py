@@ -910,16 +910,24 @@ def _chunk_item(source: str, row: int, offset: int | None, table: Any, columns: 
     from tritoncheck.plan.lower import compile_plan
 
     if all(not c.flawed and c.uniform() for c in read.values()):
-        stored = (scratch or Scratch()).memo.get(("as stored", id(spec)))
-        if stored is None:  # (once per shard)
-            stored = _as_stored(compile_plan(spec))
-            if scratch is not None:
-                scratch.memo[("as stored", id(spec))] = stored
+        stored = _stored(spec, scratch)
         # (in `scratch`'s memory where a narrow integer is widened: the chunk before is checked, this one is next)
         batch = {f: c.values if not c.sizes.shape[1] and c.values.dtype in stored.get(f, ()) else
                  c.whole(_pad_value(f, spec), scratch, f) for f, c in read.items()}
         return _Item(source, offset, batch, n, spec, row)
     return _Item(source, offset, _Ragged(read, spec, compile_plan(spec), n, scratch), n, spec, row)
+
+
+def _stored(spec: Any, scratch: Scratch | None) -> dict[str, tuple[Any, ...]]:
+    """`_as_stored` of the spec's plan, once per shard (kept in `scratch`)."""
+    from tritoncheck.plan.lower import compile_plan
+
+    stored = (scratch or Scratch()).memo.get(("as stored", id(spec)))
+    if stored is None:
+        stored = _as_stored(compile_plan(spec))
+        if scratch is not None:
+            scratch.memo[("as stored", id(spec))] = stored
+    return stored
 
 
 def _as_stored(plan: Any) -> dict[str, tuple[Any, ...]]:
@@ -1015,6 +1023,18 @@ class _Ragged:
         for c in self.columns.values():
             checked &= ~(c.nulls | c.jagged)
         suspect = torch.zeros(self.n, dtype=torch.bool)
+        if not self.sizes:  # columns of scalars, some rows with a null: the others are one batch (nothing to pad)
+            rows = checked.nonzero().flatten()
+            if not len(rows):
+                return found, self.n, backend
+            members, stored = rows.tolist(), _stored(spec, self.scratch)
+            # (narrow integers as stored where a whole chunk keeps them so: the kernel of the chunks without a null)
+            batch = {name: c.values.index_select(0, rows) if c.values.dtype in stored.get(name, ()) else
+                     c.take(rows, _pad_value(name, self.spec)) for name, c in self.columns.items()}
+            bad, _, ran = scan_batch(batch, spec, backend)
+            found += [(None, _moved(v, members.__getitem__, plan)) if p is None else
+                      (members[p], relocate(v, members[p], plan)) for p, v in bad]
+            return sorted(found, key=lambda f: -1 if f[0] is None else f[0]), self.n, ran
         for d, sizes in self.sizes.items():
             suspect |= (sizes != sizes[:, :1]).any(dim=1)  # its fields disagree on d
             if d not in self.free:
