@@ -468,7 +468,8 @@ def test_huge_expanded_views_and_host_scalars_past_int64_are_left_to_the_torch_b
         assert pending.result() == list(tc.check(batch, spec, backend="torch").violations)
     spec = _custom(["x[:, 0] <= sum(y)"])  # the sum reads y's positions along B
     plan = compile_plan(spec)
-    for n, ran in [(2**10, "triton"), (tb.EXPANDED_WALK_LIMIT + 1, "torch")]:
+    # (the kernel sums y at each of the n positions: n + n**2 within ir.KERNEL_WALK_LIMIT at 2**7, not at 2**10)
+    for n, ran in [(2**7, "triton"), (2**10, "torch"), (tb.EXPANDED_WALK_LIMIT + 1, "torch")]:
         batch = {"x": torch.tensor([[3]], device=device).expand(n, 1), "y": y.new_ones(1).expand(n)}
         pending = tb.launch(plan, bind(plan, batch))
         assert pending.backend == ran

@@ -156,7 +156,7 @@ class Program:
             if 0 in t.stride() and math.prod(sizes.get(a, self.kernel.fixed.get(a, 1)) for a in f.axes) > INT32_LIMIT:
                 raise ir.Unsupported("an expanded (zero-stride) view of more than 2**31 - 1 elements, along an axis "
                                      "whose positions a rule reads")
-        ir.check_result_backed(self.kernel, bound.tensors, sizes)
+        ir.check_result_backed(self.kernel, bound.tensors, sizes, hoists=True)  # (codegen/c.py: `invariant_ops`)
         return sizes
 
 

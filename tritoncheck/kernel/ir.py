@@ -222,13 +222,16 @@ class Kernel:
     def field(self, name: str) -> FieldSig:
         return next(f for f in self.fields if f.name == name)
 
-    @functools.cached_property
-    def work(self) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    def work(self, hoists: bool) -> tuple[tuple[tuple[str, ...], ...], ...]:
         """Per group, what its loops walk as a sum of products of axis sizes: each term a tuple of
         axes (repeats multiply: `y <= sum(y, dim=B)` over [B, L] computes its sum at each of the
-        B * L positions, (B, L, B)); a reduction the C kernel computes once before the loops
-        (`invariant_ops`: `x <= sum(x)`) adds its own walk once. `check_result_backed` sizes them."""
-        return tuple(_group_work(self, g) for g in self.groups)
+        B * L positions, (B, L, B)). `hoists`: the generator computes the group's invariant
+        reductions (`invariant_ops`: `x <= sum(x)`) once, before its loops, as C's does; Triton's
+        computes every reduction at each position. `check_result_backed` sizes them."""
+        cache = self.__dict__.setdefault("_work", {})  # (a frozen dataclass: its __dict__ holds caches)
+        if hoists not in cache:
+            cache[hoists] = tuple(_group_work(self, g, hoists) for g in self.groups)
+        return cache[hoists]
 
     @functools.cached_property
     def float_rows(self) -> tuple[tuple[str, ...], ...]:
@@ -762,7 +765,8 @@ KERNEL_WALK_LIMIT = 2**16
 WALK_PER_STORED = 4  # past this many positions per stored value, a kernel's walk is not what the batch stores
 
 
-def check_result_backed(kernel: Kernel, tensors: Mapping[str, torch.Tensor], walked: Mapping[str, int]) -> None:
+def check_result_backed(kernel: Kernel, tensors: Mapping[str, torch.Tensor], walked: Mapping[str, int],
+                        hoists: bool = False) -> None:
     """Raise `Unsupported`, so that the torch backend checks the batch from its stored values, where
     a kernel's work would outgrow what the batch stores or its float sums could wrap:
 
@@ -772,7 +776,8 @@ def check_result_backed(kernel: Kernel, tensors: Mapping[str, torch.Tensor], wal
     - a group's loops would walk more than max(KERNEL_WALK_LIMIT, WALK_PER_STORED x stored values)
       positions (`Kernel.work`): an expanded dim walked in full because a rule reads positions along it
       (`arange`, a `sum` over it, `monotonic`) or some other field stores it, or a reduction over
-      the batch dim computed again at each position (`y <= sum(y, dim=B)` over [B, L]: B * B * L).
+      the batch dim computed again at each position (`y <= sum(y, dim=B)` over [B, L]: B * B * L;
+      `x <= sum(x)` too, unless the generator `hoists` it out of the loop, as C's does).
       The torch backend walks only the axes each rule's own operands vary along, and computes a
       reduction once; `plan.lower.refuse_logical_walks` bounds that walk for every backend;
     - a float sum over a row of `sums.MAX_TERMS` (2**33) values or more, materialized or expanded:
@@ -788,7 +793,7 @@ def check_result_backed(kernel: Kernel, tensors: Mapping[str, torch.Tensor], wal
         if n >= sums.MAX_TERMS:
             raise Unsupported(f"a float sum over a row of {n:,} values (2**33 or more: the kernel's int64 folds could "
                               "wrap; the torch backend adds such a row exactly)")
-    positions = max((sum(_positions(kernel, t, walked) for t in terms) for terms in kernel.work), default=0)
+    positions = max((sum(_positions(kernel, t, walked) for t in terms) for terms in kernel.work(hoists)), default=0)
     if positions > KERNEL_WALK_LIMIT and positions > WALK_PER_STORED * stored_elements(tensors):
         raise Unsupported(f"the kernel would walk {positions:,} positions where the batch stores "
                           f"{stored_elements(tensors):,} values (expanded views, or a reduction computed at each position)")
@@ -798,10 +803,10 @@ def _positions(kernel: Kernel, axes: tuple[str, ...], walked: Mapping[str, int])
     return math.prod(kernel.fixed[a] if a in kernel.fixed else walked[a] for a in axes)
 
 
-def _group_work(kernel: Kernel, group: Group) -> tuple[tuple[str, ...], ...]:
+def _group_work(kernel: Kernel, group: Group, hoists: bool) -> tuple[tuple[str, ...], ...]:
     """`Kernel.work` of one group: per position, 1 plus each reduction's axes times its body's work;
     a hoisted reduction's walk counted once."""
-    hoisted = {op.id for op in invariant_ops(kernel, group) if op.name == "reduction"}
+    hoisted = {op.id for op in invariant_ops(kernel, group) if op.name == "reduction"} if hoists else set()
 
     def terms(ops: tuple[Op, ...]) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
         per, once = [()], []
