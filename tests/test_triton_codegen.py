@@ -93,14 +93,13 @@ def _wide_program(n: int) -> codegen.Program:
     return codegen.generate(ir.lower(plan, plan.checks, sigs))
 
 
-def test_memory_ops_through_blocks_of_pointers_do_not_grow_with_checks():
+def test_recorded_values_load_through_scalar_pointers():
     """Triton's coalescing pass slices the whole kernel once per load or atomic through a block of
-    pointers: one per check made 17 fields take 40 s in make_ttgir for sm_90. The per-sample counts
-    take one atomic in a loop over the checks, and a recorded value loads through a scalar pointer."""
+    pointers: the violation path's loads of recorded values made 17 fields take 40 s in
+    make_ttgir for sm_90. A recorded value loads one element through a scalar pointer, so the
+    loads through blocks of pointers are the valid path's, whatever the number of checks."""
     for n in (3, 12):
-        source = _wide_program(n).source
-        lines = source.splitlines()
-        assert sum("tl.atomic_add(out_ptr + (" in line for line in lines) == 2, n  # one per group: its per-sample counts
+        lines = _wide_program(n).source.splitlines()
         recorded = [line for line in lines if "volatile=True" in line]
         assert len(recorded) >= 3 * n - 1 and all("tl.sum(" in line for line in recorded), n
         block_loads = [line for line in lines if "tl.load(" in line and "volatile=True" not in line]

@@ -756,7 +756,6 @@ class TritonCodegen:
             b = k.batch_dim
             if any(k.layout.sample_base(c)[1] >= 0 for c, _ in g.checks) and b not in self.idx:
                 self.unravel(self.buf, "offs", g.axes, self.idx)  # the sample index, on this path only
-            self.sample_counts(g, words)
             for i, (c, _) in enumerate(g.checks):
                 hit = self.ns.create_name(f"hit_{c}")
                 word, bit = words[i // FLAG_BITS], i % FLAG_BITS
@@ -764,7 +763,11 @@ class TritonCodegen:
                 w(f"n_bad = tl.sum({hit}.to(tl.int32), axis=0)")
                 w("if n_bad > 0:")
                 with self.buf.indent():
-                    if k.layout.sample_base(c)[1] < 0:  # (per-sample counts: `sample_counts`)
+                    base, row = k.layout.sample_base(c)
+                    if row >= 0:
+                        w(f"tl.atomic_add(out_ptr + ({base} + {row} * {self.size(b)}) + {self.idx[b]}, "
+                          f"{hit}.to(tl.int64), mask={hit})")
+                    else:
                         w(f"tl.atomic_add(out_ptr + {k.layout.count(c)}, n_bad.to(tl.int64))")
                     w(f"first = tl.min(tl.where({hit}, offs.to(tl.int64), {BIG}), axis=0)")
                     w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
@@ -776,34 +779,6 @@ class TritonCodegen:
                     w(f"    tl.atomic_max(out_ptr + {self.value_base()} + {c}, key | (value & 4294967295))")
                     high = f"out_ptr + {self.value_base()} + {len(k.checks) + c}"
                     w(f"    tl.atomic_max({high}, key | ((value >> 32) & 4294967295))")
-
-    def sample_counts(self, g: Group, words: list[str]) -> None:
-        """The per-sample counts of the group's checks over the batch axis, in one loop over them
-        (not unrolled): one atomic in the source, whatever the number of checks. Triton's
-        coalescing pass slices the whole kernel once per memory op through a block of pointers,
-        so an atomic per check made compile time grow with checks times kernel size (17 int64
-        fields: 40 s in make_ttgir for sm_90)."""
-        k, w = self.k, self.buf.writeline
-        per_sample = [(i, k.layout.sample_base(c)) for i, (c, _) in enumerate(g.checks) if k.layout.sample_base(c)[1] >= 0]
-        if not per_sample:
-            return
-        j, word, hit = self.ns.create_name("j"), self.ns.create_name("word"), self.ns.create_name("hit")
-
-        def pick(values: list[str]) -> str:  # values[j], as a chain of selections
-            out = values[-1]
-            for n in range(len(values) - 2, -1, -1) if len(set(values)) > 1 else ():
-                out = f"tl.where({j} == {n}, {values[n]}, {out})"
-            return out
-
-        b = k.batch_dim
-        base = per_sample[0][1][0]
-        w(f"for {j} in range(0, {len(per_sample)}):  # each check over the batch axis: its per-sample counts")
-        with self.buf.indent():
-            w(f"{word} = {pick([words[i // FLAG_BITS] for i, _ in per_sample])}")
-            w(f"{hit} = (({word} >> {pick([str(i % FLAG_BITS) for i, _ in per_sample])}) & 1) != 0")
-            row = pick([str(r) for _, (_, r) in per_sample])
-            w(f"tl.atomic_add(out_ptr + ({base} + ({row}) * {self.size(b)}) + {self.idx[b]}, {hit}.to(tl.int64), "
-              f"mask={hit})")
 
     def unravel(self, buf: IndentedBuffer, flat: str, axes: tuple[str, ...], into: dict[str, str]) -> None:
         """Row-major flat index -> one index vector per axis (a single axis is the flat index itself)."""
