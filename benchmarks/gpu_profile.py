@@ -203,7 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="write the Markdown page here too")
     p.add_argument("--no-big", action="store_true", help="skip the 1 GiB cases")
+    p.add_argument("--wave", type=int, help="split small batches' reductions into this many programs at least "
+                   "(the backend's WAVE; 1: split only rows past MAX_STEPS), to weigh the split against one program")
     args = p.parse_args(argv)
+    if args.wave is not None:
+        from tritoncheck.backends import triton as triton_backend
+
+        triton_backend.WAVE = args.wave  # before any kernel is launched: launches are memoised per signature
     if not torch.cuda.is_available():
         print("gpu_profile.py: torch sees no CUDA device; this profiles the Triton kernel on a GPU", file=sys.stderr)
         return 2
@@ -227,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         del case
         torch.cuda.empty_cache()
     page = "\n".join([
-        f"# The Triton backend on {torch.cuda.get_device_name()}", "",
+        f"# The Triton backend on {torch.cuda.get_device_name()}"
+        + ("" if args.wave is None else f", small batches split into >= {args.wave} programs (WAVE)"), "",
         (f"`python benchmarks/gpu_profile.py`, {time.strftime('%Y-%m-%dT%H:%M:%S')}: torch {torch.__version__}, "
          f"triton {triton.__version__}, tritoncheck {tc.__version__}. Counts per check from torch.profiler over "
          f"{CALLS} warm checks (5 for the 1 GiB cases); kernel time: the median kernel event; bandwidth: batch bytes "

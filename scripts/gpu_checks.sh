@@ -66,6 +66,9 @@ step fuzz 120 "$OUT/fuzz.log" env TRITONCHECK_FUZZ_EXAMPLES=40 TRITONCHECK_FUZZ_
 # 3. the profiler: one kernel and one device-to-host copy per check, and what the kernel costs
 step profile 90 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --out "$OUT/gpu-profile-cuda.md"
 
+# 3b. the same small batches with the small-batch split off (WAVE=1): its gain against its second launch
+step unsplit 60 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --no-big --wave 1 --out "$BENCH/gpu-profile-cuda-wave1.md"
+
 # 4. the benchmarks: small scenarios first, the 254 MB batch last (a run cut short keeps the rest)
 step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-startup --results-dir "$BENCH" \
   --scenario bert --scenario bart --scenario layoutlmv3 --scenario ctc --scenario bert-b1 --scenario big
@@ -82,6 +85,8 @@ step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-sta
   grep -E "TRITONCHECK_FUZZ_SEED=|passed|failed" "$OUT/fuzz.log" | tail -n 3
   echo "== profiler (per check)"
   if [ -s "$OUT/gpu-profile-cuda.md" ]; then grep -E "^\| " "$OUT/gpu-profile-cuda.md"; else tail -n 5 "$OUT/profile.log"; fi
+  echo "== profiler, small batches not split (WAVE=1), valid rows"
+  grep -E "^\| [a-z].* \| valid \|" "$BENCH/gpu-profile-cuda-wave1.md" 2>/dev/null || echo "(no page)"
   echo "== benchmarks (do_bench median ms; wall: one call with its sync)"
   [ -s "$BENCH/results.csv" ] || tail -n 5 "$OUT/bench.log"
   [ -s "$BENCH/results.csv" ] && python3 - "$BENCH/results.csv" <<'PY'
