@@ -199,6 +199,21 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def commit() -> str:
+    """The measured tree's commit (with `+edits` where it differs from it), or "no git"."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        edits = subprocess.run(["git", "-C", str(root), "status", "--short", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "no git"
+    return head + ("+edits" if edits else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="write the Markdown page here too")
@@ -235,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     page = "\n".join([
         f"# The Triton backend on {torch.cuda.get_device_name()}"
         + ("" if args.wave is None else f", small batches split into >= {args.wave} programs (WAVE)"), "",
-        (f"`python benchmarks/gpu_profile.py`, {time.strftime('%Y-%m-%dT%H:%M:%S')}: torch {torch.__version__}, "
+        (f"`python benchmarks/gpu_profile.py` at {commit()}, {time.strftime('%Y-%m-%dT%H:%M:%S')}: torch {torch.__version__}, "
          f"triton {triton.__version__}, tritoncheck {tc.__version__}. Counts per check from torch.profiler over "
          f"{CALLS} warm checks (5 for the 1 GiB cases); kernel time: the median kernel event; bandwidth: batch bytes "
          f"/ kernel time, and its share of a 1 GiB device copy's {copy_bw:.0f} GB/s (bytes read + written), "

@@ -309,6 +309,14 @@ def profile_rows(path: Path) -> list[dict[str, str]]:
     return [dict(zip(cells[0], row, strict=True)) for row in cells[1:]]
 
 
+def profile_source(path: Path) -> tuple[str, str]:
+    """The device a gpu_profile.py page was measured on, and when (its commit too, where it names one)."""
+    lines = path.read_text().splitlines()
+    device = lines[0].removeprefix("# The Triton backend on ").split(", small batches")[0]
+    found = re.search(r"`python benchmarks/gpu_profile.py`( at \S+)?, (\S+):", lines[2] if len(lines) > 2 else "")
+    return device, (f"{found[2][:10]}{' ' + found[1].strip() if found[1] else ''}" if found else "date not recorded")
+
+
 @dataclass
 class GpuTarget:
     """A "done when" bound of issue 22 on one column of gpu_profile.py's rows of one kind (the worst counts)."""
@@ -384,7 +392,8 @@ def readme_block(all_rows: list[bench.Result]) -> str:
                      "copies and syncs per check from the profiler, and the kernel's bandwidth at 1 GiB."),
                 "", header(gpu), "", compare_table(gpu, "tc-triton")]
         if PROFILE.exists():
-            out += ["", (f"Per check on the {gpu[0].device} (`benchmarks/gpu_profile.py`, from torch.profiler; the "
+            device, when = profile_source(PROFILE)
+            out += ["", (f"Per check on the {device} ({when}; `benchmarks/gpu_profile.py`, from torch.profiler; the "
                          "kernel's device time, bandwidth as batch bytes / kernel time; wall: one whole `tc.check`):"),
                     "", gpu_profile_block(profile_rows(PROFILE))]
     else:

@@ -339,7 +339,8 @@ def test_readme_block_states_the_newest_gpu_run_with_its_device(tmp_path, monkey
     gpu = [_row("2026-01-02T00:00:00", "Some GPU", "cuda", "bert-32x128", c, ms, x_hand_assert=x, note=f"wall {w} ms a call")
            for c, ms, x, w in [("hand-assert", 0.3, 1.0, 0.37), ("tc-triton", 0.1, 3.0, 0.15)]]
     page = tmp_path / "gpu-profile-cuda.md"
-    page.write_text("# x\n\n| case | batch | MB | kernels / check | DtoH / check | syncs / check | kernel us (median) | GB/s "
+    page.write_text("# The Triton backend on Other GPU\n\n`python benchmarks/gpu_profile.py` at abc1234, 2026-01-03T10:00:00: "
+                    "torch 2.11\n\n| case | batch | MB | kernels / check | DtoH / check | syncs / check | kernel us (median) | GB/s "
                     "| of copy bandwidth | wall us / check | host CPU us / check |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
                     "| bert-32x128 | valid | 0.1 | 1 | 1 | 1 | 1.4 | 71.6 | 0.02 | 95.3 | |\n"
                     "| bert-32x128 | valid, deferred | 0.1 | 1 | 1 | 0 | 1.4 | 71.6 | 0.02 | | 24.5 |\n"
@@ -349,6 +350,7 @@ def test_readme_block_states_the_newest_gpu_run_with_its_device(tmp_path, monkey
     monkeypatch.setattr(run, "PROFILE", page)
     block = run.readme_block(cpu + gpu)
     assert "No GPU run is recorded" not in block and "On a GPU (Some GPU)" in block
+    assert "Per check on the Other GPU (2026-01-03 at abc1234;" in block  # the page's own device, not the CSV's
     assert "| bert-32x128 | 0.300 | 0.100 | **3.00x** |" in block and "| 0.15 | 0.37 |" in block
     assert "| 22.0 | causal-lm-8x4096 | **no** |" in block  # the worst valid row; the broken one's 30 us is not a check's cost
     assert "| 0.88 | lay-1GiB | yes |" in block and "one kernel per valid check | 1 | bert-32x128 | yes" in block
