@@ -24,7 +24,8 @@ from tritoncheck.backends import c as c_backend
 from tritoncheck.backends import codecache as build
 from tritoncheck.checks.registry import message
 from tritoncheck.kernel.ir import Unsupported
-from tritoncheck.plan.lower import MAX_PLANS, NO_KEY, RuleCheck, bind, compile_plan, seen, signature_guard
+from tritoncheck.plan import lower
+from tritoncheck.plan.lower import NO_KEY, RuleCheck, bind, compile_plan, seen, signature_guard
 from tritoncheck.report import MAX_SAMPLES_SHOWN, BatchValidationError, Dims, FailureCases, Report, Violation, jsonable, printable
 from tritoncheck.spec.schema import BatchSpec, SpecError
 
@@ -117,7 +118,8 @@ def _remember(spec: BatchSpec, plan: Any, batch: Any, bound: Any, backend: str, 
     run = memo.get(("warm", strict))
     if run is None:
         run = memo[("warm", strict)] = _warm_check(plan, memo["guard"], bound, strict)
-    if id(spec) not in _warm and len(_warm) >= MAX_PLANS:
+    # bounded by the plans' own bound, read now (a warm entry keeps its plan, and so its library, alive)
+    if id(spec) not in _warm and len(_warm) >= lower.MAX_PLANS:
         with _warm_lock:
             _warm.pop(next(iter(_warm)), None)  # oldest first
     _warm[id(spec)] = (backend, strict, run, spec, plan)  # (the entry keeps its spec alive: the id stays its own)
