@@ -65,6 +65,11 @@ REFUSED = {
     "fields stored along different axes": (
         spec({"x": {**I64, "shape": ["B", "L"]}, "y": {**I64, "shape": ["B"]}}, ["x <= y"]),
         {"x": torch.arange(PAIR).expand(PAIR, PAIR), "y": torch.arange(PAIR)}),
+    # contiguous, but neither stores B x L (the spec's field that does is optional, and absent)
+    "contiguous fields along different axes": (
+        spec({"a": {**I64, "shape": ["B", "L"], "optional": True}, "b": {**I64, "shape": ["B"]},
+              "c": {**I64, "shape": ["L"]}}, ["b + c >= 0"]),
+        {"b": torch.arange(2**11), "c": torch.arange(2**11)}),
     # 2**26 samples of an empty field took 700 MiB before windows, and a window at a time since
     "arange beside a reduction over an empty field": (
         spec({"r": {**F32, "shape": ["B", "out"]}}, ["all(r > 0, dim=out) | (arange(B) < 3)"]),
@@ -203,3 +208,14 @@ def test_x_below_its_sum_goes_to_torch_from_a_kernel_that_sums_at_each_position(
     assert took < 1.0 and found(r) == found(checked({"x": x}, s, "torch")[0])
     assert [(v.count, v.index) for v in r.violations] == [(1, (5,))]  # (the sum is 4095.5)
     assert r.backend == ("torch" if backend == "triton" else backend)
+
+
+def test_fixed_axes_paired_across_fields_are_never_refused(backend):
+    """Found by the differential fuzz (seed 2591307609): a rule pairing [K, C, 17] with a field of
+    fixed shape [2] walks K x C x 17 x 2 positions, twice what a materialized batch stores; fixed
+    axes are the spec's constants, so only the named dims' walk is bounded by what is stored."""
+    s = spec({"p": {**I64, "shape": ["B", "C", 17]}, "g": {**I64, "shape": [2]}}, ["p != g"])
+    batch = {"p": torch.zeros(3, 30_000, 17, dtype=torch.int64), "g": torch.tensor([0, 1])}
+    r, _ = checked(batch, s, backend)
+    assert found(r) == found(checked(batch, s, "torch")[0])
+    assert [(v.code, v.count) for v in r.violations] == [("rule_failed", 3 * 30_000 * 17)]

@@ -778,7 +778,7 @@ def rule_walk(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor], dim
     `arange` over it). Along every other axis its masks keep size 1, whatever the logical size."""
     walk: dict[str, int] = {}
     for n in _expr.nodes(c.expr) if c.where is None else (*_expr.nodes(c.expr), *_expr.nodes(c.where)):
-        if isinstance(n, Arange):
+        if isinstance(n, Arange) and n.dim in dims:  # (a rule over an unbound dim never runs)
             walk[n.dim] = dims[n.dim]
         elif isinstance(n, Ref) and n.field in tensors:
             t = tensors[n.field]
@@ -793,23 +793,25 @@ def rule_walk(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor], dim
 def refuse_logical_walks(plan: Plan, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int],
                          runnable: list[DataCheck]) -> None:
     """Raise `UncheckableBatchError` where a rule's exact check would walk more than
-    max(WALK_LIMIT, stored values) positions: a rule reading positions (`arange`) along an expanded
-    (zero-stride) dim, or pairing fields that each store a different axis of what it runs over.
+    max(WALK_LIMIT, stored values) positions along named dims (fixed axes are the spec's constant
+    factors): a rule reading positions (`arange`) along an expanded (zero-stride) dim, or pairing
+    fields that each store a different axis of what it runs over.
     Every other check costs what the batch stores, whatever its logical size; such a rule's
     verdict would need its logical walk (2**34 positions of a view storing 2 values), so every
     backend refuses the batch alike, here, rather than take minutes (docs/security.md)."""
-    if all(t.is_contiguous() and t.numel() for t in tensors.values()):
-        return  # (a rule walks the dims of one field, which then stores them all)
     stored = None
     for c in runnable:
         if not isinstance(c, RuleCheck):
             continue  # (a field's own checks read its stored values)
         walk = rule_walk(plan, c, tensors, dims)
-        positions = math.prod(walk.values())
-        if positions <= WALK_LIMIT:
+        # along named dims only: a fixed axis (`bbox.2`) is the spec's constant, the same factor on a
+        # materialized batch (a rule pairing [K, C, 17] with [2] walks K x C x 17 x 2 of 17 x K x C stored)
+        named = math.prod(n for a, n in walk.items() if a in dims)
+        if named <= WALK_LIMIT:
             continue
         stored = stored_elements(tensors) if stored is None else stored
-        if positions > stored:
+        if named > stored:
+            positions = math.prod(walk.values())
             sizes = " x ".join(f"{a}={n}" for a, n in walk.items())
             raise UncheckableBatchError(
                 f"tritoncheck cannot check this batch of {plan.spec_name} at a cost bounded by what it stores: rule "
