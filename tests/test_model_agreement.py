@@ -594,14 +594,20 @@ def contracts(arch: str) -> dict[str, tc.BatchSpec]:
 
 
 def run_model(pair: Pair, batch: dict) -> str:
-    """'runs' (every float output finite), 'raises' or 'nan'."""
+    """'runs' (every float output finite), 'raises' or 'nan'. The model is shared by the pair's cases, so
+    its config is restored after each forward: a sequence-classification head sets `config.problem_type`
+    from the first labels it sees, and a float-labels case run first (xdist's order) made every later
+    case multi-label."""
     model = pair.model()
+    problem_type = getattr(model.config, "problem_type", None)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = model(**batch, **pair.forward)
     except Exception:  # the oracle: any error the model raises counts
         return "raises"
+    finally:
+        model.config.problem_type = problem_type
     loss = out.get("loss")
     values = [loss] if loss is not None else [v for v in out.values() if isinstance(v, torch.Tensor) and v.is_floating_point()]
     return "runs" if all(bool(torch.isfinite(v).all()) for v in values) else "nan"
