@@ -588,7 +588,7 @@ def batches(draw, models: list[FieldModel], params: dict[str, Any], reduces: boo
         if form == "numpy" and t.dtype != torch.bfloat16:
             arr = t.resolve_neg().numpy()  # (a bool's bytes stay as they are: numpy bools from bytes)
             batch[m.name] = np.flip(arr, 0) if arr.ndim and draw(st.booleans()) else arr
-        elif form == "list":
+        elif form == "list" and t.numel() <= 2**16 and max(t.shape, default=0) <= 2**16:  # (a list of 2**31 empty rows: 24 GB)
             batch[m.name] = t.tolist()
         else:
             batch[m.name] = t
