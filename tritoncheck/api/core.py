@@ -47,6 +47,11 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", strict: boo
             warning; `report.backend` always names the backend that ran.
         strict: count warnings (data bugs the model runs through, such as a box past the
             documented 0..1000 grid) as errors, so that `report.ok` is False for them too.
+
+    Raises:
+        UncheckableBatchError: a rule's exact verdict would walk far more positions than the
+            batch stores (an expanded view, e.g. `arange` along a stride-0 dim); every backend
+            refuses it alike, at once, and the message names the rule (docs/security.md).
     """
     warm = _warm.get(id(spec))  # (found: `spec` is the entry's, which keeps it alive)
     key = NO_KEY
