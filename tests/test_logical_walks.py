@@ -20,7 +20,7 @@ from report_compare import comparable
 
 import tritoncheck as tc
 from tritoncheck.kernel import ir
-from tritoncheck.plan.lower import WALK_LIMIT
+from tritoncheck.plan.lower import WALK_LIMIT, bind, compile_plan
 from tritoncheck.spec.schema import spec_from_dict
 
 HUGE = 2**34  # logical size of an expanded dim: 16 Gi positions of a view that stores a few values
@@ -216,6 +216,9 @@ def test_fixed_axes_paired_across_fields_are_never_refused(backend):
     axes are the spec's constants, so only the named dims' walk is bounded by what is stored."""
     s = spec({"p": {**I64, "shape": ["B", "C", 17]}, "g": {**I64, "shape": [2]}}, ["p != g"])
     batch = {"p": torch.zeros(3, 30_000, 17, dtype=torch.int64), "g": torch.tensor([0, 1])}
+    if backend == "triton":  # the refusal is bind's, one for every backend; Triton's interpreter took 2 minutes here
+        bind(compile_plan(s), batch)  # (raises UncheckableBatchError where it refuses)
+        return
     r, _ = checked(batch, s, backend)
     assert found(r) == found(checked(batch, s, "torch")[0])
     assert [(v.code, v.count) for v in r.violations] == [("rule_failed", 3 * 30_000 * 17)]
