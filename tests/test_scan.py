@@ -449,8 +449,13 @@ def test_a_rule_decides_each_sample_alone_only_without_a_batch_wide_term(rule, o
     assert _per_sample(compile_plan(three_fields(rule))) is own
 
 
-@pytest.mark.parametrize("rule, own", [("y <= 0.5", True), ("y <= 0.5 + 0 * sum(y)", False)])
-def test_a_failing_batch_of_per_sample_checks_is_checked_once_then_its_bad_rows(rule, own, monkeypatch):
+# per-sample checks: the batch, then each bad row alone (none for a rule of one value per row); a batch-wide term
+# needs the good rows checked again
+CHECKED = [("y <= 0.5", [8]), ("y <= 0.5 + 0 * sum(x, dim=L)", [8, 1, 1]), ("y <= 0.5 + 0 * sum(y)", [8, 6, 1, 1])]
+
+
+@pytest.mark.parametrize("rule, checked", CHECKED)
+def test_a_failing_batch_of_per_sample_checks_is_checked_once_then_its_bad_rows(rule, checked, monkeypatch):
     import tritoncheck.api as api
     from tritoncheck.scanning.engine import scan_batch
 
@@ -461,8 +466,7 @@ def test_a_failing_batch_of_per_sample_checks_is_checked_once_then_its_bad_rows(
     batch = {"x": torch.zeros(8, 2), "y": y, "m": torch.ones(8, 2, dtype=torch.long)}
     found, size, _ = scan_batch(batch, three_fields(rule), "torch")
     assert sorted({p for p, _ in found}) == [1, 3] and size == 8
-    # per-sample checks: the batch, then each bad row alone; a batch-wide term needs the good rows checked again
-    assert sizes == ([8, 1, 1] if own else [8, 6, 1, 1])
+    assert sizes == checked
 
 
 def test_the_scan_runs_torch_ops_on_one_thread_and_restores_the_count(tmp_path, monkeypatch):
@@ -515,11 +519,12 @@ def test_each_bad_sample_of_a_batch_is_reported_as_checked_alone(layout):
 @pytest.mark.parametrize("backend", ["c", "torch"])
 @pytest.mark.parametrize("padded", [False, True])
 def test_bad_rows_of_one_value_checks_are_reported_from_the_batch_as_checked_alone(backend, padded, monkeypatch):
-    """A bad row that breaks only checks of one value per row (bounds, value sets, finiteness on [B] fields) gets
-    its report from the batch, not from a check of the row alone (0.1 ms a row: 1% bad rows cost more than the rest
-    of a scan); a row that breaks any other check (a rule, a [B, L] field) is still checked alone. Either way each
-    row's report is the one checking it alone gives. Rows padded together (`take`: a chunk with a null or ragged
-    rows) too: a field of one value per row holds no padding."""
+    """A bad row that breaks only checks of one value per row gets its report from the batch, not from a check of
+    the row alone (0.1 ms a row: 1% bad rows cost more than the rest of a scan): bounds, value sets, finiteness on
+    [B] fields, and rules over [B] fields combined element-wise (`lo <= hi`, arithmetic, `where`, a constant
+    subject); a row that breaks any other check (a [B, L] field, a rule that reads a dim) is still checked alone.
+    Either way each row's report is the one checking it alone gives. Rows padded together (`take`: a chunk with a
+    null or ragged rows) too: a field of one value per row holds no padding."""
     import tritoncheck as tc
     import tritoncheck.api as api
     from tritoncheck.scanning.engine import scan_batch
@@ -529,7 +534,12 @@ def test_bad_rows_of_one_value_checks_are_reported_from_the_batch_as_checked_alo
               "f": {"dtype": "float", "shape": ["B"], "min": -1.5, "finite": True},
               "h": {"dtype": "float", "shape": ["B"], "max": 0.1},
               "w": {"dtype": "int", "shape": ["B", "L"], "min": 0}}
-    spec = tc.BatchSpec.model_validate({"name": "s", "fields": fields, "rules": ["i <= s + 3"]})
+    rules = [{"rule": "i <= s + 3", "code": "i_le_s"},
+             {"rule": "f <= h * 20 where i >= 1", "code": "f_le_h", "severity": "warning", "hint": "h is a share"},
+             {"rule": "0 <= i", "code": "i_nonneg"},
+             {"rule": "abs(f - 1) < 100", "code": "f_near"},
+             {"rule": "i < L + 4", "code": "i_short"}]  # (reads a dim: its rows are checked alone)
+    spec = tc.BatchSpec.model_validate({"name": "s", "fields": fields, "rules": rules})
     batch = {"i": torch.tensor([1, 9, 2, -7, 3, 5, 0, 6], dtype=torch.int32),
              "s": torch.tensor([1, 4, 2, 3, 9, 1, 1, 3], dtype=torch.int8),
              "f": torch.tensor([0.0, float("nan"), -2.0, 1.0, float("inf"), 0.5, -1.5, 2.0], dtype=torch.float64),
@@ -549,5 +559,6 @@ def test_bad_rows_of_one_value_checks_are_reported_from_the_batch_as_checked_alo
     plan = compile_plan(spec)
     assert size == 8 and [(i, repr(v)) for i, v in found] == [(i, repr(relocate(v, i, plan))) for i, v in alone]  # NaN
     assert sorted({i for i, _ in found}) == [1, 2, 3, 4, 5, 7]
-    # the batch, then only rows 1 and 5 (the rule) and 2 (w < 0) alone: rows 3, 4 and 7 break one-value checks only
+    assert {v.code for _, v in found} >= {"i_le_s", "f_le_h", "i_nonneg", "f_near", "i_short"}
+    # the batch, then only rows 1 and 7 (i < L + 4) and 2 (w < 0) alone: rows 3, 4 and 5 break one-value checks only
     assert calls == [8, 1, 1, 1]

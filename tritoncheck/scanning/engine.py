@@ -11,9 +11,11 @@ is global: a row's `sample` is the rows of the shards before it (from each file'
 its row in its shard (`row`), and a violation's samples, index and message count from there too.
 Shards can be checked on Ray Data (`--engine ray`, see `tritoncheck.scanning.ray`) with the same
 code and the same report; `--bad-rows DIR` writes the bad rows of shards to Parquet. A bad batch
-is narrowed down to its bad samples, and each is checked alone so that its reported value is its
-own: where every check decides a sample from its own values (`_per_sample`), the samples the
-batch's violations name are the bad ones; otherwise `tritoncheck.integrations.data.split_bad` narrows. A file,
+is narrowed down to its bad samples, and each gets the report checking it alone gives: where every
+check decides a sample from its own values (`_per_sample`), the samples the batch's violations name
+are the bad ones (otherwise `tritoncheck.integrations.data.split_bad` narrows); a sample that breaks
+only checks of one value per field (`_one_value`: bounds, value sets, `lo <= hi`) gets its report
+from the batch's check, any other is checked alone. A file,
 or part of one, that cannot be read is recorded
 (`unreadable`: which file, which rows, why) and the scan goes on; so is a batch whose check fails
 inside tritoncheck (under `unchecked`). A sample with only warnings is listed as well, its entries
@@ -382,43 +384,78 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
 def _own_values(batch: Mapping, plan: Any, violations: list[Any]) -> dict[int, list[Any]] | None:
     """Per bad sample that breaks only checks of one value per sample, its own report as checking that sample alone
     gives it and `relocate` moves it to its position, built from the batch without a check per sample (~0.1 ms
-    each: 1% bad rows cost more than the rest of the scan). Such a check is an element-wise kind (a bound, a value
-    set, finiteness) that reads no dim, on a field with one value per sample (axes [B]), the only check of its field
-    and code (so `relocate` moves its index too): a sample fails it alone exactly where it fails it in the batch,
-    once (count 1), showing its own value, in the kind's message, which reads only the field's dtype. Its
-    violations keep the order of the batch's (the checks' order). None: no such sample."""
-    from tritoncheck.checks import kind_of
-    from tritoncheck.checks.registry import violation
-    from tritoncheck.dtypes import compute_dtype
-    from tritoncheck.plan.lower import bind
+    each: 1% bad rows cost more than the rest of the scan). Such a check (`_one_value`) reads one value of each
+    field it reads per sample, and nothing else of the batch: a sample fails it alone exactly where it fails it in
+    the batch, once (count 1), showing its own value (a field's element, or a rule's subject evaluated at the
+    sample), in the kind's message (which reads only the fields' dtypes); it must be the only check of its field
+    and code (so `relocate` moves its index too). Its violations keep the order of the batch's (the checks'
+    order). None: no such sample."""
+    import torch
 
-    b = plan.batch_dim
-    axes = {f.name: f.axes for f in plan.fields}
+    from tritoncheck.backends.torch import Context
+    from tritoncheck.checks.registry import hint, message
+    from tritoncheck.dtypes import compute_dtype
+    from tritoncheck.plan.lower import RuleCheck, bind
+
     named: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for c in plan.checks:
         named[(c.field, c.code)].append(c)
     own: dict[Any, Any] = {}  # violation -> its check, where the check is one of one value per sample
     for v in violations:
         checks = named.get((v.field, v.code), [])
-        c = checks[0] if len(checks) == 1 else None
-        if (c is not None and type(v.samples) is tuple and c.axes == (b,) and axes.get(c.field) == (b,)
-                and kind_of(c).value_fails is not None and not kind_of(c).reads(c)[1]):
-            own[id(v)] = c
+        if len(checks) == 1 and type(v.samples) is tuple and _one_value(checks[0], plan):
+            own[id(v)] = checks[0]
     if not own:
         return None
     others = {int(s) for v in violations if id(v) not in own for s in v.samples}  # checked alone, as before
     bound = bind(plan, dict(batch))  # (the batch's signature was bound by its check: a cache hit)
+    ctx = None
     found: dict[int, list[Any]] = defaultdict(list)
     for v in violations:
         c = own.get(id(v))
         if c is None:
             continue
-        t = bound.tensors[c.field]
-        for pos in v.samples:
-            if pos not in others:
-                value = t[pos].to(compute_dtype(t.dtype)).item()
-                found[pos].append(violation(c, bound, 1, (pos,), (pos,), value))
+        positions = [int(s) for s in v.samples if s not in others]
+        if not positions:
+            continue
+        if isinstance(c, RuleCheck):  # its subject at each sample, as the torch backend shows it (every backend agrees)
+            ctx = ctx or Context(plan, bound)
+            t = ctx.values(c.subject, c.axes).reshape(-1)  # (one value where the subject is the same for all)
+        else:
+            t = bound.tensors[c.field]
+            t = t.to(compute_dtype(t.dtype))
+        at = torch.tensor(positions if len(t) > 1 else [0] * len(positions), dtype=torch.long, device=t.device)
+        values = t.index_select(0, at).tolist()
+        rule = message(c, bound)  # (the same for every sample: it reads no value)
+        for pos, value in zip(positions, values, strict=True):
+            found[pos].append(Violation(c.field, c.code, rule, (pos,), 1, (pos,), value, hint(c, value), c.severity))
     return found or None
+
+
+def _one_value(c: Any, plan: Any) -> bool:
+    """Whether check `c` decides each sample from one value per field it reads (axes [B] alone, no dim, no index),
+    as element-wise kinds (a bound, a value set, finiteness) on a [B] field do, and rules of such fields combined
+    element-wise (`lo <= hi`, `a + b < 5 where m`): no reduction, no position, no size."""
+    from tritoncheck.checks import kind_of
+    from tritoncheck.expr import Binary, Const, Present, Ref, Unary, nodes
+    from tritoncheck.plan.lower import RuleCheck
+
+    b = plan.batch_dim
+    axes = {f.name: f.axes for f in plan.fields}
+    fields, dims = kind_of(c).reads(c)
+    if c.axes != (b,) or dims or any(axes.get(f) != (b,) for f in fields):
+        return False
+    if kind_of(c).value_fails is not None:
+        return True
+    if not isinstance(c, RuleCheck):
+        return False
+    for e in (c.expr, c.where, c.subject, c.when):
+        for n in nodes(e):
+            if isinstance(n, Ref) and (axes.get(n.field) != (b,) or any(i is not None for i in n.index or ())):
+                return False
+            if not isinstance(n, (Const, Present, Ref, Unary, Binary)):
+                return False
+    return True
 
 
 def _per_sample(plan: Any) -> bool:
