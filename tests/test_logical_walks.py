@@ -222,3 +222,27 @@ def test_fixed_axes_paired_across_fields_are_never_refused(backend):
     r, _ = checked(batch, s, backend)
     assert found(r) == found(checked(batch, s, "torch")[0])
     assert [(v.code, v.count) for v in r.violations] == [("rule_failed", 3 * 30_000 * 17)]
+
+
+# -- a rule over an empty field has no positions: nothing to walk ------------------------------------
+
+EMPTY = spec({"x0": {**I64, "shape": ["B", 0, "L"]}, "y": {**I64, "shape": ["L"]}},
+             ["((x0 < 1) | (arange(B) < x0)) & (x0 == x0[0]) where y == x0",  # (the fuzz's rule, seed 1560596879)
+              "(arange(B) < y) | (x0 < 1)",  # a part that pairs B with L, the whole still over x0's no positions
+              "any(arange(B) < x0) | (y > 0)"])  # arange in a reduction over no positions, beside a walk over L
+
+
+def test_a_rule_over_an_empty_field_is_checked_expanded_or_materialized(backend):
+    """Found by the differential fuzz (seed 1560596879): an empty x0 [B, 0, L] sets B, and a rule with
+    arange(B) was checked with y expanded along L but refused with y materialized (B x L = 2**34 positions
+    counted against 2**14 stored), though a rule over x0's 0 elements has 0 positions, and a reduction
+    over them walks none. Both batches are now checked alike, on every backend, in under 1 s (the
+    torch backend builds nothing for a rule over no positions: `arange(B) < y` alone is 2**34)."""
+    x0 = torch.zeros(2**20, 0, 2**14, dtype=torch.int64)
+    expanded = {"x0": x0, "y": torch.tensor([-4]).expand(2**14)}
+    materialized = {"x0": x0, "y": expanded["y"].contiguous()}
+    reference, _ = checked(materialized, EMPTY, "torch")
+    assert [(v.rule, v.count, v.index) for v in reference.violations] == [(EMPTY.rules[2].rule, 2**14, (0,))]
+    for batch in (expanded, materialized):
+        r, took = checked(batch, EMPTY, backend)
+        assert took < 1.0 and found(r) == found(reference)

@@ -45,6 +45,8 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
     ctx = Context(plan, bound)
     out = []
     for check in bound.runnable:
+        if any(ctx.sizes[a] == 0 for a in check.axes):
+            continue  # no positions (a rule over an empty field's elements): nothing can fail, nothing to build
         axis = _window_axis(check, ctx)
         if axis is not None:
             out.extend(_windowed(check, ctx, axis))

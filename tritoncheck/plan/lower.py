@@ -772,13 +772,40 @@ def stored_elements(tensors: Mapping[str, torch.Tensor]) -> int:
     return sum(compact(t).numel() for t in tensors.values())
 
 
+def axis_sizes(plan: Plan, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int]) -> dict[str, int]:
+    """Every axis's size, named dims and fixed axes (`bbox.2`) alike, as the batch's tensors give them."""
+    sizes = dict(dims)
+    for name, t in tensors.items():
+        sizes.update(zip(plan.field(name).axes, t.shape, strict=True))
+    return sizes
+
+
 def rule_walk(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int]) -> dict[str, int]:
     """The axes along which the torch backend evaluates rule `c` at full size, with their sizes: those
     an operand varies along (a field that stores more than one value along it, unselected, or
-    `arange` over it). Along every other axis its masks keep size 1, whatever the logical size."""
+    `arange` over it). Along every other axis its masks keep size 1, whatever the logical size.
+    A rule over no positions (an axis of size 0: a rule over an empty field's elements) walks
+    nothing, and a reduction over no positions walks nothing inside it, as materialized or not."""
+    sizes = axis_sizes(plan, tensors, dims)
+
+    def empty(axes: tuple[str, ...]) -> bool:
+        return any(sizes.get(a) == 0 for a in axes)
+
+    if empty(c.axes):
+        return {}
     walk: dict[str, int] = {}
-    for n in _expr.nodes(c.expr) if c.where is None else (*_expr.nodes(c.expr), *_expr.nodes(c.where)):
-        if isinstance(n, Arange) and n.dim in dims:  # (a rule over an unbound dim never runs)
+    todo = [e for e in (c.expr, c.where) if e is not None]
+    while todo:
+        n = todo.pop(0)  # (in the rule's order: the refusal names the walk's axes as the rule reads them)
+        if isinstance(n, Reduce):
+            if empty(expr_axes(n.x, lambda name: plan.field(name).axes)):
+                continue  # (its body has no positions: the reduction's value is its identity)
+            todo.insert(0, n.x)
+        elif isinstance(n, Unary):
+            todo.insert(0, n.x)
+        elif isinstance(n, Binary):
+            todo[:0] = [n.a, n.b]
+        elif isinstance(n, Arange) and n.dim in dims:  # (a rule over an unbound dim never runs)
             walk[n.dim] = dims[n.dim]
         elif isinstance(n, Ref) and n.field in tensors:
             t = tensors[n.field]
