@@ -399,7 +399,21 @@ def readme_block(all_rows: list[bench.Result]) -> str:
     else:
         out += ["", "No GPU run is recorded, so the Triton backend has no timings yet "
                     "(`python benchmarks/run.py --device cuda` records them, with the device named)."]
+    if HOST.exists():
+        out += ["", host_block(HOST)]
     return "\n".join(out)
+
+
+HOST = RESULTS / "host-path-cpu.md"  # written by benchmarks/host_path.py (the driver stubbed: no GPU needed)
+
+
+def host_block(path: Path) -> str:
+    """The host-path page's figures for the README: what ran, its stage table and issue 22's host bound."""
+    lines = path.read_text().splitlines()
+    what = next(line for line in lines if line.startswith("`python benchmarks/host_path.py`"))
+    table = [line for line in lines if line.startswith("|")]
+    bound = next(line for line in lines if line.startswith("Issue 22's bound"))
+    return "\n".join(["The Triton backend's host side per check, measured without a GPU: " + what, "", *table, "", bound])
 
 
 def write_readme(rows: list[bench.Result]) -> None:

@@ -1,0 +1,150 @@
+"""The Triton backend's host cost per check, measured on a machine without a GPU (issue 22).
+
+    python benchmarks/host_path.py --out benchmarks/results/host-path-cpu.md
+
+One warm BERT 32x128 check (`bert-sequence-classification`, the benchmark's batch), as a training
+loop makes it: `tc.validate(batch, spec, backend="triton", deferred=True)`, the same batch
+signature every step, each step reading the previous step's verdict. Everything tritoncheck, torch
+and Triton do on the host runs for real; only the driver does nothing (`stub_cuda.py`: the kernel is
+compiled for sm_90 and launched through Triton's own launcher into a stand-in libcuda whose
+`cuLaunchKernelEx` returns at once; torch's CUDA stream, device and event calls are stubs, and
+the result buffer is a CPU tensor, so its copy back is a host-side copy of a few KB).
+
+Time: thread CPU time (`time.thread_time`), the median of interleaved rounds (`harness.time_cpu`).
+The breakdown times each stage alone on the same warm state (its rows are not additive to the
+digit: each is its own median); `bert-32x128 host check` is the whole call.
+
+Issue 22's bound: <= 10 us per check with the driver call stubbed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported: this process launches compiled kernels
+
+import stub_cuda  # benchmarks/stub_cuda.py, beside this script
+
+BOUND_US = 10.0
+WHOLE = "bert-32x128, the whole check: deferred `tc.validate`"
+BIND = "bind (`core.prepare`: plan, `bind`, backend)"
+LAUNCH_READ = "launch and read (`triton.launch(...).result()`)"
+PACK = "argument packing (`Launch.args`)"
+JIT = "Triton's JIT launch (`fn[grid](...)`)"
+C_LAUNCHER = "Triton's C launcher alone (`CompiledKernel.run`)"
+COPY = "copy back dispatch (`Tensor.copy_` of the result buffer)"
+# stages found as differences of the measured ones: (name, plus, minus)
+DERIVED = [
+    ("deferred queue and report (whole - bind - launch and read)", WHOLE, (BIND, LAUNCH_READ)),
+    ("tritoncheck's launch and read outside Triton (launch and read - JIT - packing)", LAUNCH_READ, (JIT, PACK)),
+    ("Triton's Python launcher: binder, cache key, hooks (JIT - C launcher)", JIT, (C_LAUNCHER,)),
+]
+
+
+def stages(stub: stub_cuda.Stub) -> dict[str, Callable[[], Any]]:
+    """The whole deferred check and each of its stages, as callables over one warm BERT 32x128 batch."""
+    import torch
+    import triton
+
+    import harness as bench
+    import tritoncheck as tc
+    from tritoncheck.api import core
+    from tritoncheck.backends import triton as tb
+    from tritoncheck.plan.lower import bind
+
+    case = bench.scenario("bert").build(False)
+    spec, batch = case.spec, case.batch
+    plan = stub_cuda.on_cuda(spec, batch)
+    before = stub.launches
+    for _ in range(3):
+        tc.validate(batch, spec, backend="triton", deferred=True)
+    tc.wait()
+    if stub.launches - before != 3:
+        raise RuntimeError(f"3 deferred checks reached the driver {stub.launches - before} times")
+    bound = bind(plan, batch)
+    launch, device = bound.memo["triton"]
+    slot = tb._pool.acquire(launch, device)
+    args, kwargs = launch.args(bound.tensors, slot.device)
+    kernel = launch.program.fn[launch.grid](*args, **kwargs)  # the JIT's compiled kernel (cached: no compile)
+    if not isinstance(kernel, triton.compiler.CompiledKernel):
+        raise RuntimeError(f"the JIT returned {type(kernel).__name__}, not a compiled kernel")
+    binder = kernel.src.fn.device_caches[0][4]
+    bound_args = tuple(binder(*args, **kwargs)[0].values())
+    run, function, packed = kernel.run, kernel.function, kernel.packed_metadata
+
+    def deferred() -> None:
+        tc.validate(batch, spec, backend="triton", deferred=True)
+
+    fns = {
+        WHOLE: deferred,
+        BIND: lambda: core.prepare(batch, spec, "triton"),
+        LAUNCH_READ: lambda: tb.launch(plan, bound).result(),
+        PACK: lambda: launch.args(bound.tensors, slot.device),
+        JIT: lambda: launch.program.fn[launch.grid](*args, **kwargs),
+        C_LAUNCHER: lambda: run(launch.grid[0], 1, 1, 0, function, packed, None, None, None, *bound_args),
+        COPY: lambda: slot.host.copy_(slot.device, non_blocking=True),
+    }
+    fns["_cleanup"] = lambda: (tc.wait(), tb._pool.release(slot, dirty=False))
+    return fns
+
+
+def measure(rounds: int) -> list[tuple[str, float, str]]:
+    import harness as bench
+
+    stub = stub_cuda.install()
+    fns = stages(stub)
+    cleanup = fns.pop("_cleanup")
+    try:
+        times = bench.time_cpu(fns, rounds, budget_s=60.0)
+    finally:
+        cleanup()
+    us = {name: 1e3 * statistics.median(ms) for name, ms in times.items()}
+    out = [(name, v, "") for name, v in us.items()]
+    out += [(name, us[plus] - sum(us[m] for m in minus), "difference of medians") for name, plus, minus in DERIVED]
+    return out
+
+
+def page(rows: list[tuple[str, float, str]]) -> str:
+    import torch
+    import triton
+
+    import tritoncheck as tc
+    from gpu_profile import commit  # benchmarks/gpu_profile.py
+
+    total = rows[0][1]
+    verdict = "met" if total <= BOUND_US else "**not met**"
+    lines = [f"# The Triton backend's host path, driver stubbed (triton {triton.__version__})", "",
+             (f"`python benchmarks/host_path.py` at {commit()}, {time.strftime('%Y-%m-%dT%H:%M:%S')}: torch "
+              f"{torch.__version__}, triton {triton.__version__}, tritoncheck {tc.__version__}; 1-minute load average "
+              f"{os.getloadavg()[0]:.1f}. Thread CPU time per call, median of interleaved rounds; one warm deferred "
+              "`tc.validate` of BERT 32x128 with the CUDA driver stubbed (`benchmarks/host_path.py`)."), "",
+             "| stage | us per call | note |", "|---|---:|---|"]
+    lines += [f"| {name} | {us:.1f} | {note} |" for name, us, note in rows]
+    lines += ["", f"Issue 22's bound, <= {BOUND_US:g} us per BERT 32x128 check with the driver call stubbed: "
+                  f"{total:.1f} us, {verdict}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, help="write the Markdown page here too")
+    p.add_argument("--rounds", type=int, default=30)
+    args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    text = page(measure(args.rounds))
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
