@@ -46,6 +46,29 @@ def test_one_bad_file_exits_1_and_lists_its_bad_samples(batches, tmp_path, capsy
     assert "2 bad samples of 16 samples in 4 files" in shown and "above_max" in shown and "d.pt sample 1" in shown
 
 
+def test_the_json_report_has_a_line_per_violation_and_reads_back_as_the_report(batches, tmp_path, capsys):
+    """`--output` and `--json` write the report a key a line and a violation (or summary row) a line, each compact
+    (json's C encoder, not the indented dump's Python one): the text reads back as `tc.scan`'s report, every key in
+    its order, and as an indented dump of it would; text that JSON escapes (quotes, control characters, non-ASCII,
+    NaN) comes back as it was."""
+    import tritoncheck as tc
+    from tritoncheck.scanning.engine import report_parts
+
+    out = tmp_path / "report.json"
+    assert scan(batches, "--output", out, "--json") == 1
+    printed, written = capsys.readouterr().out, out.read_text()
+    report = tc.scan(tc.load_spec("cross-entropy"), batches)
+    assert printed == written and list(json.loads(written)) == list(report)
+    assert json.loads(written) == json.loads(json.dumps(report, indent=2)) == report
+    lines = written.splitlines()
+    assert [line.strip() for line in lines[lines.index('  "violations": [') + 1:][:3]] == [
+        json.dumps(v) + "," for v in report["violations"][:1]] + [json.dumps(report["violations"][1]), "],"]
+    odd = {"a": [], "b": {}, "c": [{"m": 'q"\\\n\x01 é \u2028', "v": float("nan")}, [1, [2.5, None]], "x"],
+           "d": {"e": [1, {"f": True}]}, "g": -0.0, "h": float("inf")}
+    back = json.loads("".join(report_parts(odd)))
+    assert json.dumps(back) == json.dumps(odd) and list(back) == list(odd)
+
+
 def test_clean_data_exits_0(batches, tmp_path, capsys):
     (batches / "part2" / "d.pt").unlink()
     assert scan(batches, "--json") == 0

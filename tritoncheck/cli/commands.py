@@ -17,6 +17,7 @@ import re
 import sys
 import tempfile
 from collections import UserDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -78,15 +79,17 @@ def output_format(args: argparse.Namespace) -> str:
     return args.format or ("table" if sys.stdout.isatty() else "text")
 
 
-def write_json(path: str, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`: a failed write (a
-    full disk) leaves the previous report whole, never half a file."""
+def write_json(path: str, text: str | Iterable[str]) -> None:
+    """Write `text` (or its parts, in order: a long report need not be one string) to a temporary file beside
+    `path`, then rename it over `path`: a failed write (a full disk) leaves the previous report whole, never half
+    a file."""
     target = Path(path)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+            f.writelines([text] if isinstance(text, str) else text)
+            f.write("\n")
         mask = os.umask(0)  # mkstemp makes the file private; a report gets the usual permissions
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)
