@@ -580,7 +580,20 @@ def test_default_chunks_are_sized_by_bytes_not_rows(tmp_path):
     assert (report["batches"], report["samples"], report["ok"]) == (1, 5000, True)  # 256-row chunks: 20
     pq.write_table(pa.table({"input_ids": token_rows(64, 2**16)}), tmp_path / "t.parquet")  # 32 MiB as int64
     report = scan(tc.BatchSpec.model_validate(TOKENS), tmp_path / "t.parquet", backend="torch")
-    assert (report["samples"], report["ok"]) == (64, True) and 2 <= report["batches"] <= 4
+    assert (report["samples"], report["ok"]) == (64, True) and 4 <= report["batches"] <= 8  # (8 MiB chunks)
+
+
+def test_default_chunks_count_the_check_results_bytes(tmp_path, monkeypatch):
+    """A row's bytes are its values' and its check's result, an int64 per check over the batch dim (the numeric
+    benchmark's 16 checks: 128 bytes a row, more than its 10 numbers): more checks, fewer rows a chunk."""
+    from tritoncheck.scanning import engine
+
+    monkeypatch.setattr(engine, "CHUNK_BYTES", 16 * 1000 + 100)  # (and 24 bytes a column: 0.004 a row)
+    pq.write_table(pa.table({"x": pa.array(range(6000), pa.int64())}), tmp_path / "n.parquet")
+    for checks, rows in (({"min": 0}, 1000), ({"min": 0, "max": 10**6, "values": list(range(6000))}, 500)):
+        spec = tc.BatchSpec.model_validate({"name": "n", "fields": {"x": {"dtype": "int", "shape": ["B"], **checks}}})
+        report = scan(spec, tmp_path / "n.parquet", backend="torch")  # 8 + 8 or 8 + 24 bytes a row
+        assert (report["batches"], report["samples"], report["ok"]) == (6000 // rows, 6000, True)
 
 
 def test_a_large_row_group_is_read_a_part_at_a_time(tmp_path):
@@ -594,7 +607,7 @@ def test_a_large_row_group_is_read_a_part_at_a_time(tmp_path):
     grew, report = peak_growth_mib(lambda: scan(tc.BatchSpec.model_validate(spec), tmp_path / "x.parquet",
                                                 backend="torch"))
     assert (report["samples"], report["ok"]) == (8192, True)
-    assert grew < 80, f"peak memory grew by {grew:.0f} MiB"  # (chunks of 16 MiB as int64, and the check's own)
+    assert grew < 80, f"peak memory grew by {grew:.0f} MiB"  # (chunks of 8 MiB as int64, and the check's own)
 
 
 def test_a_scan_imports_no_pandas(tmp_path):

@@ -4,7 +4,7 @@ DATA is a saved batch file (.pt, .safetensors, .npz), a directory of them (searc
 Parquet or Arrow files (one, or a directory of shards, searched recursively and taken in sorted
 path order), or a dataset saved with `datasets.Dataset.save_to_disk` (read as the Arrow files its
 state.json lists, each split numbered from 0). Tables are read in chunks of about CHUNK_BYTES as
-tensors (or of --batch-size rows), a part at a time, so that memory is bounded by the chunk and not
+tensors and check results (or of --batch-size rows), a part at a time, so that memory is bounded by the chunk and not
 by a Parquet row group (a chunk never spans two shards; a column chunk is read 1 MiB at a time), only
 the columns the spec names, through their Arrow buffers only (`tritoncheck.scanning.arrow`: a column of any other type is refused, never converted). Every number
 is global: a row's `sample` is the rows of the shards before it (from each file's metadata) plus
@@ -93,10 +93,13 @@ SHOWN = 10  # violations printed; the JSON report has them all
 # Rows checked together are padded to the longest of them only while that stays small (elements, all columns)
 # or at most twice their own size; else they are split by length (see _Ragged._buckets).
 PADDED_ENOUGH = 1 << 16
-# A dataset's chunk (rows checked together) by default: as many rows as take about this many bytes as tensors,
-# so that a chunk of numbers has many rows and one of long token lists few; read a part at a time, so that a
-# large Parquet row group costs no more memory than its chunk.
-CHUNK_BYTES = 16 << 20
+# A dataset's chunk (rows checked together) by default: as many rows as take about this many bytes as tensors and
+# as the check's result (an int64 per row for each check over the batch dim), so that a chunk of numbers has many
+# rows and one of long token lists few; read a part at a time, so that a large Parquet row group costs no more
+# memory than its chunk. 8 MiB: 40,000 rows of the 10-column numeric benchmark with 16 checks, 3,800 of its token
+# lists; against 16 MiB of tensors alone, peak RSS at 10M numeric rows 412 -> 350 MiB, 1M token rows 373 -> 339 MiB,
+# CPU time the same within the noise (benchmarks/scan/README.md).
+CHUNK_BYTES = 8 << 20
 MAX_CHUNK_ROWS = 1 << 20
 # Element checks of ragged rows read a column's values in blocks of this many (one result slot per block; a row
 # holding a value of a failing block is checked alone), under a dim of this name.
@@ -129,7 +132,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="leave out data column COLUMN (repeatable): a column close to the name of a contract field "
                    "that the data lacks (lables for labels) otherwise stops the scan before it starts")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="rows per check for a dataset (default: as many as take about 16 MiB as tensors)")
+                   help="rows per check for a dataset (default: as many as take about 8 MiB as tensors and results)")
     p.add_argument("--backend", choices=list(BACKENDS), default="auto", help="default: auto (the C kernel on CPU)")
     p.add_argument("--engine", choices=ENGINES, default="local",
                    help="local (this process) or ray (Parquet or Arrow shards as Ray Data tasks, one per "
@@ -452,9 +455,9 @@ def _own_values(batch: Mapping, plan: Any, violations: list[Any]) -> dict[int, l
             t = ctx.values(c.subject, c.axes).reshape(-1)  # (one value where the subject is the same for all)
         else:
             t = bound.tensors[c.field]
-            t = t.to(compute_dtype(t.dtype))
         at = torch.tensor(positions if len(t) > 1 else [0] * len(positions), dtype=torch.long, device=t.device)
-        values = t.index_select(0, at).tolist()
+        values = t.index_select(0, at)
+        values = (values if isinstance(c, RuleCheck) else values.to(compute_dtype(t.dtype))).tolist()
         rule = message(c, bound)  # (the same for every sample: it reads no value)
         for pos, value in zip(positions, values, strict=True):
             found[pos].append(Violation(c.field, c.code, rule, (pos,), 1, (pos,), value, hint(c, value), c.severity))
@@ -703,7 +706,7 @@ class ShardJob:
                     return
                 spec = _optional(self.spec, [self.columns[c] for c in refused])
                 scratch = Scratch()  # (chunks are checked one after another: their padded batches share memory)
-                for n, table in _chunks(pieces, list(columns), self.batch_size):
+                for n, table in _chunks(pieces, list(columns), self.batch_size, _result_width(spec)):
                     offset = None if shard.offset is None else shard.offset + start
                     yield _chunk_item(shard.path, start, offset, table, columns, n, spec, scratch)
                     start += n
@@ -878,10 +881,10 @@ def _arrow_width(table: Any) -> float:
     return (8 * leaves + 24 * table.num_columns) / max(table.num_rows, 1)
 
 
-def _chunks(pieces: list[_Piece], columns: list[str], size: int | None) -> Iterator[tuple[int, Any]]:
+def _chunks(pieces: list[_Piece], columns: list[str], size: int | None, extra: float = 0) -> Iterator[tuple[int, Any]]:
     """A shard's `columns` in tables of `size` rows (the last one shorter), whatever its pieces' sizes, each
     with its row count (a table of no columns has none). `size` None: as many rows as fit in CHUNK_BYTES
-    (by the first piece's row width), read piece by piece in parts of at most that many rows; a piece of more
+    (by the first piece's row width, plus `extra` bytes a row: its check's result), read piece by piece in parts of at most that many rows; a piece of more
     rows is split in even parts, none of them joined to another piece's rows (joining copies every column)."""
     import pyarrow as pa
 
@@ -890,7 +893,7 @@ def _chunks(pieces: list[_Piece], columns: list[str], size: int | None) -> Itera
         if not piece.rows:
             continue
         if size is None:
-            size = max(1, min(MAX_CHUNK_ROWS, int(CHUNK_BYTES // max(piece.width(columns), 1))))
+            size = max(1, min(MAX_CHUNK_ROWS, int(CHUNK_BYTES // max(piece.width(columns) + extra, 1))))
         limit, alone = size, by_bytes and piece.rows >= size
         if alone:
             if pending:
@@ -917,6 +920,16 @@ def _chunks(pieces: list[_Piece], columns: list[str], size: int | None) -> Itera
             pending, have = [], 0
     if pending:
         yield have, pa.concat_tables(pending)
+
+
+def _result_width(spec: Any) -> int:
+    """The bytes a row adds to its chunk's check result: an int64 count for each check over the batch dim (the C
+    and Triton kernels' result buffer, `tritoncheck.kernel.ir.Layout`): 128 bytes for 16 checks, more than the
+    row's 10 numbers."""
+    from tritoncheck.plan.lower import compile_plan
+
+    plan = compile_plan(spec)
+    return 8 * sum(plan.batch_dim in c.axes for c in plan.checks)
 
 
 def _columns(names: list[str], spec: Any, renames: dict[str, str], explicit: dict[str, str], applied: dict[str, str]
