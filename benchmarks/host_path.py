@@ -33,28 +33,31 @@ import stub_cuda  # benchmarks/stub_cuda.py, beside this script
 
 BOUND_US = 10.0
 WHOLE = "bert-32x128, the whole check: deferred `tc.validate`"
-BIND = "bind (`core.prepare`: plan, `bind`, backend)"
-LAUNCH_READ = "launch and read (`triton.launch(...).result()`)"
-PACK = "argument packing (`Launch.args`)"
-JIT = "Triton's JIT launch (`fn[grid](...)`)"
-C_LAUNCHER = "Triton's C launcher alone (`CompiledKernel.run`)"
-COPY = "copy back dispatch (`Tensor.copy_` of the result buffer)"
+SUBMIT = "`deferred.submit` (the queue, the previous step's verdict read)"
+WARM = "warm launch and read (`core.warm_start`, then its verdict)"
+GUARD = "signature guard (`lower.signature_guard`'s, torch's TensorGuards)"
+START = "launch and read (`triton.start(...).result()`)"
+DIRECT = "direct launch (`triton.Direct`: pointers, their checks, the launcher)"
+C_LAUNCHER = "Triton's launcher alone (`CompiledKernel.run`, cuLaunchKernelEx stubbed)"
+COPY = "copy back dispatch (`Tensor.copy_` of the result head)"
+BIND = "not on the warm path: bind (`core.prepare`: plan, `bind`, backend)"
+JIT = "not on the warm path: Triton's JIT launch (`fn[grid](...)`)"
 # stages found as differences of the measured ones: (name, plus, minus)
 DERIVED = [
-    ("deferred queue and report (whole - bind - launch and read)", WHOLE, (BIND, LAUNCH_READ)),
-    ("tritoncheck's launch and read outside Triton (launch and read - JIT - packing)", LAUNCH_READ, (JIT, PACK)),
-    ("Triton's Python launcher: binder, cache key, hooks (JIT - C launcher)", JIT, (C_LAUNCHER,)),
+    ("`tc.validate`'s entry (whole - submit)", WHOLE, (SUBMIT,)),
+    ("deferred queue (submit - warm launch and read)", SUBMIT, (WARM,)),
+    ("warm entry and report (warm - guard - launch and read)", WARM, (GUARD, START)),
+    ("pool, copy back, event, verdict read (launch and read - direct launch)", START, (DIRECT,)),
+    ("pointers and the checks before the launcher (direct launch - launcher)", DIRECT, (C_LAUNCHER,)),
+    ("Triton's JIT launch above its launcher: binder, cache key, metadata (JIT - launcher)", JIT, (C_LAUNCHER,)),
 ]
 
 
 def stages(stub: stub_cuda.Stub) -> dict[str, Callable[[], Any]]:
     """The whole deferred check and each of its stages, as callables over one warm BERT 32x128 batch."""
-    import torch
-    import triton
-
     import harness as bench
     import tritoncheck as tc
-    from tritoncheck.api import core
+    from tritoncheck.api import core, deferred
     from tritoncheck.backends import triton as tb
     from tritoncheck.plan.lower import bind
 
@@ -68,27 +71,34 @@ def stages(stub: stub_cuda.Stub) -> dict[str, Callable[[], Any]]:
     if stub.launches - before != 3:
         raise RuntimeError(f"3 deferred checks reached the driver {stub.launches - before} times")
     bound = bind(plan, batch)
-    launch, device = bound.memo["triton"]
+    memo = bound.memo
+    launch, device = memo["triton"]
+    direct, guard = memo.get("triton_direct"), memo.get(("guard", "triton"))
+    if not direct or guard is None:
+        raise RuntimeError(f"no warm path: direct launch {direct}, guard {guard}")
+    tensors = [bound.tensors[f] for f in launch.fields]
     slot = tb._pool.acquire(launch, device)
-    args, kwargs = launch.args(bound.tensors, slot.device)
-    kernel = launch.program.fn[launch.grid](*args, **kwargs)  # the JIT's compiled kernel (cached: no compile)
-    if not isinstance(kernel, triton.compiler.CompiledKernel):
-        raise RuntimeError(f"the JIT returned {type(kernel).__name__}, not a compiled kernel")
-    binder = kernel.src.fn.device_caches[0][4]
-    bound_args = tuple(binder(*args, **kwargs)[0].values())
-    run, function, packed = kernel.run, kernel.function, kernel.packed_metadata
+    args, kwargs = launch.args(tensors, slot.device)
+    ptrs = [t.data_ptr() for t in tensors]
 
-    def deferred() -> None:
+    def deferred_check() -> None:
         tc.validate(batch, spec, backend="triton", deferred=True)
 
+    def warm() -> None:
+        core.warm_start(batch, spec, "triton", False)[1]()
+
     fns = {
-        WHOLE: deferred,
+        WHOLE: deferred_check,
+        SUBMIT: lambda: deferred.submit(batch, spec, backend="triton"),
+        WARM: warm,
+        GUARD: lambda: guard(batch),
+        START: lambda: tb.start(memo, tensors, bound).result(),
+        DIRECT: lambda: direct(tensors, slot.device_ptr),
+        C_LAUNCHER: lambda: direct.run(direct.grid, 1, 1, 0, direct.function, direct.packed, None, None, None, *ptrs,
+                                       *direct.rest, slot.device_ptr, direct.dtype),
+        COPY: lambda: slot.host_head.copy_(slot.device_head, non_blocking=True),
         BIND: lambda: core.prepare(batch, spec, "triton"),
-        LAUNCH_READ: lambda: tb.launch(plan, bound).result(),
-        PACK: lambda: launch.args(bound.tensors, slot.device),
         JIT: lambda: launch.program.fn[launch.grid](*args, **kwargs),
-        C_LAUNCHER: lambda: run(launch.grid[0], 1, 1, 0, function, packed, None, None, None, *bound_args),
-        COPY: lambda: slot.host.copy_(slot.device, non_blocking=True),
     }
     fns["_cleanup"] = lambda: (tc.wait(), tb._pool.release(slot, dirty=False))
     return fns

@@ -110,12 +110,13 @@ class FakeEvent:
 class FakeLaunch:
     """Stands for a CUDA launch: the verdict is readable once the event completes."""
 
-    def __init__(self, plan, bound, launch):
+    def __init__(self, tensors, launch):
         self.event = FakeEvent()
-        self.tensors = bound.tensors
+        self.tensors = tensors
         self.read = 0
-        pending = launch(plan, bound)
+        pending = launch()
         self.data, self.backend = pending.result(), pending.backend
+        self.bound = pending.bound if self.data else None  # (what a failing batch's report is built from)
 
     def result(self):
         self.read += 1
@@ -124,15 +125,21 @@ class FakeLaunch:
 
 @pytest.fixture
 def launches(monkeypatch):
-    """Triton launches that behave like CUDA ones: unfinished until the test says so."""
+    """Triton launches that behave like CUDA ones: unfinished until the test says so. A batch of a
+    signature launched before takes the warm path (`start`, no bind): it is faked the same way."""
     made = []
-    real = triton_backend.launch
+    real, real_start = triton_backend.launch, triton_backend.start
 
     def launch(plan, bound):
-        made.append(FakeLaunch(plan, bound, real))
+        made.append(FakeLaunch(bound.tensors, lambda: real(plan, bound)))
+        return made[-1]
+
+    def start(memo, tensors, bound):
+        made.append(FakeLaunch(tensors, lambda: real_start(memo, tensors, bound)))
         return made[-1]
 
     monkeypatch.setattr(triton_backend, "launch", launch)
+    monkeypatch.setattr(triton_backend, "start", start)
     return made
 
 

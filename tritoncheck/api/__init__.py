@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from tritoncheck.api import deferred as deferred_mode
 from tritoncheck.api.core import (
     BACKENDS,
     Backend,
@@ -57,8 +58,6 @@ def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: A
     if deferred:
         if not isinstance(spec, BatchSpec):
             raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
-        from tritoncheck.api import deferred as deferred_mode
-
         return deferred_mode.submit(batch, spec, backend=backend, group=group, strict=strict)
     report = check(batch, spec, backend=backend, strict=strict)
     if group is not None:

@@ -2,9 +2,10 @@
 deferred mode and `failure_cases` share with it (backend choice, warnings logged once, the verdict agreed
 across ranks).
 
-A C check of a batch with the signature of the spec's last C check takes the warm path
-(`_warm_check`): no `bind`, the compiled program called with the batch's data pointers, and for a
-batch whose data pass one shared (immutable) report; about 2 us for a few small fields.
+A C or Triton check of a batch with the signature of the spec's last such check takes the warm path
+(`_warm_check`, `_warm_triton`): no `bind`, the compiled program called (C) or the compiled kernel
+launched (Triton) with the batch's data pointers, and for a batch whose data pass one shared
+(immutable) report; about 2 us for a few small fields on C.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 
@@ -55,24 +56,41 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", strict: boo
     """
     warm = _warm.get(id(spec))  # (found: `spec` is the entry's, which keeps it alive)
     key = NO_KEY
-    if warm is not None and warm[0] == backend and warm[1] == strict:
-        report = warm[2](batch)
+    if warm is not None and warm.backend == backend and warm.strict == strict:
+        report = warm.run(batch)
         if report is not None:
             return report
         # another signature: one seen before has a warm check of its own (dynamic padding: one per length)
-        key, memo = seen(warm[4], batch)
-        run = None if memo is None else memo.get(("warm", strict))
-        report = None if run is None else run(batch)
+        key, memo = seen(warm.plan, batch)
+        pair = None if memo is None else memo.get(("warm", warm.ran, strict))
+        report = None if pair is None else pair[0](batch)
         if report is not None:
-            _warm[id(spec)] = (backend, strict, run, spec, warm[4])
+            _warm[id(spec)] = Warm(backend, strict, warm.ran, *pair, spec, warm.plan)
             return report
     if not isinstance(spec, BatchSpec):
         raise TypeError(f"spec must be a BatchSpec (from tc.load_spec or tc.spec_for), got {type(spec).__name__}")
     plan, bound, chosen = prepare(batch, spec, backend, key)
     data, ran = run_data_checks(plan, bound, chosen)
-    if ran == "c" and bound.runnable:
-        _remember(spec, plan, batch, bound, backend, strict)
+    if ran in WARM_BACKENDS and bound.runnable:
+        remember(spec, plan, batch, bound, backend, ran, strict)
     return _report(plan, bound, data, ran, strict)
+
+
+def warm_start(batch: Any, spec: BatchSpec, backend: str, strict: bool) -> tuple[Any, Callable[[], Report]] | None:
+    """Launch the Triton check of a batch with a signature of the spec's warm entry (deferred mode):
+    (the event its verdict waits for, or None when it is known already; a call that returns its
+    report), or None where the batch takes the full path (`bind`, then a launch)."""
+    warm = _warm.get(id(spec))
+    if warm is None or warm.start is None or warm.backend != backend or warm.strict != strict:
+        return None
+    started = warm.start(batch)
+    if started is None:  # dynamic padding: the warm launch of a signature seen before
+        _, memo = seen(warm.plan, batch)
+        pair = None if memo is None else memo.get(("warm", warm.ran, strict))
+        started = None if pair is None else pair[1](batch)
+        if started is not None:
+            _warm[id(spec)] = Warm(backend, strict, warm.ran, *pair, spec, warm.plan)
+    return started
 
 
 def _report(plan: Any, bound: Any, data: list[Violation], ran: str, strict: bool) -> Report:
@@ -101,33 +119,91 @@ def _warm_check(plan: Any, guard: Callable[[Any], tuple | None], bound: Any, str
     return run
 
 
-# per spec: the backend and strictness its last C check was asked for, that check's `_warm_check`, the spec, its plan
-_warm: dict[int, tuple[str, bool, Callable[[Any], Report | None], BatchSpec, Any]] = {}
+def _warm_triton(plan: Any, guard: Callable[[Any], tuple | None], bound: Any,
+                 strict: bool) -> tuple[Callable[[Any], Report | None], Callable[[Any], Any]]:
+    """(`run(batch)`, `start(batch)`): the Triton check of a batch of `bound`'s signature, blocking (a
+    `Report`) or launched (`warm_start`'s pair), or None for another signature. The guard's tensors go
+    straight to the signature's launch (`triton.start`); a batch whose data pass gets one shared report;
+    the batch is bound only to decode what the kernel found (deferred: the batch as it was submitted,
+    a shallow copy, so a dict refilled for the next step is not the one decoded)."""
+    from tritoncheck.backends import triton as triton_backend
+
+    memo = bound.memo
+    n = len(memo["triton"][0].fields)  # the guard returns the launch's fields first, in its order
+    passed = _report(plan, bound, [], "triton", strict)
+
+    def verdict(pending: Any) -> Report:
+        data = pending.result()
+        return passed if not data else _report(plan, pending.bound, data, "triton", strict)
+
+    def run(batch: Any) -> Report | None:
+        tensors = guard(batch)
+        if tensors is None:
+            return None
+        return verdict(triton_backend.start(memo, tensors[:n], lambda: bind(plan, batch)))
+
+    def start(batch: Any) -> tuple[Any, Callable[[], Report]] | None:
+        tensors = guard(batch)
+        if tensors is None:
+            return None
+        submitted = dict(batch)
+        pending = triton_backend.start(memo, tensors[:n], lambda: bind(plan, submitted))
+        return pending.event, lambda: verdict(pending)
+
+    return run, start
+
+
+class Warm(NamedTuple):
+    """A spec's warm entry: the backend and strictness its last compiled check was asked for, the backend
+    that ran it, that signature's warm check (`run`) and, for Triton, warm launch (`start`), the spec (kept
+    alive: its id stays its own) and its plan."""
+
+    backend: str
+    strict: bool
+    ran: str
+    run: Callable[[Any], Report | None]
+    start: Callable[[Any], Any] | None
+    spec: BatchSpec
+    plan: Any
+
+
+WARM_BACKENDS = ("c", "triton")
+_warm: dict[int, Warm] = {}  # id(spec) -> its warm entry
 _warm_lock = threading.Lock()
 _data_ptr = torch.Tensor.data_ptr
 
 
-def _remember(spec: BatchSpec, plan: Any, batch: Any, bound: Any, backend: str, strict: bool) -> None:
+def remember(spec: BatchSpec, plan: Any, batch: Any, bound: Any, backend: str, ran: str, strict: bool) -> None:
     """Let the next check of `spec` on a batch of this one's signature take the warm path, where it can: a dict
-    whose signature `bind` keys, every field a tensor read where `bind` left it (no copy, no view that moves
-    its data pointer). What it needs is made once per signature, in `bound.memo`."""
+    whose signature `bind` keys, every field a tensor read where `bind` left it (C: no copy, no view that moves
+    its data pointer; Triton: the very tensor, since a launch through Triton's JIT reads its dtype and strides).
+    What it needs is made once per signature and backend, in `bound.memo`."""
     memo = bound.memo
-    if "guard" not in memo:
-        program = memo.get("c")
-        guard = None if program is None else signature_guard(plan, batch, program.ptr_fields)
-        if guard is not None and any(batch[f].data_ptr() != bound.tensors[f].data_ptr() for f in program.ptr_fields):
-            guard = None
-        memo["guard"] = guard
-    if memo["guard"] is None or "c_launch" not in memo:
+    if ("guard", ran) not in memo:
+        guard = None
+        if ran == "c" and memo.get("c") is not None:
+            fields = memo["c"].ptr_fields
+            guard = signature_guard(plan, batch, fields)
+            if guard is not None and any(batch[f].data_ptr() != bound.tensors[f].data_ptr() for f in fields):
+                guard = None
+        elif ran == "triton" and memo.get("triton", (None,))[0] is not None:
+            fields = memo["triton"][0].fields
+            guard = signature_guard(plan, batch, fields)
+            if guard is not None and any(batch[f] is not bound.tensors[f] for f in fields):
+                guard = None
+        memo[("guard", ran)] = guard
+    guard = memo[("guard", ran)]
+    if guard is None or (ran == "c" and "c_launch" not in memo):
         return
-    run = memo.get(("warm", strict))
-    if run is None:
-        run = memo[("warm", strict)] = _warm_check(plan, memo["guard"], bound, strict)
+    pair = memo.get(("warm", ran, strict))
+    if pair is None:
+        pair = (_warm_check(plan, guard, bound, strict), None) if ran == "c" else _warm_triton(plan, guard, bound, strict)
+        memo[("warm", ran, strict)] = pair
     # bounded by the plans' own bound, read now (a warm entry keeps its plan, and so its library, alive)
     if id(spec) not in _warm and len(_warm) >= lower.MAX_PLANS:
         with _warm_lock:
             _warm.pop(next(iter(_warm)), None)  # oldest first
-    _warm[id(spec)] = (backend, strict, run, spec, plan)  # (the entry keeps its spec alive: the id stays its own)
+    _warm[id(spec)] = Warm(backend, strict, ran, *pair, spec, plan)  # (the entry keeps its spec alive: the id stays its own)
 
 
 def run_data_checks(plan: Any, bound: Any, chosen: str) -> tuple[list[Violation], str]:
@@ -230,8 +306,22 @@ def _with_dataset_indices(v: Violation, dataset_indices: Sequence[Any]) -> str:
 
 
 def disabled() -> bool:
-    """True when TRITONCHECK_DISABLE=1: every check is off."""
+    """True when TRITONCHECK_DISABLE=1: every check is off (read at every call: the environment may change)."""
+    if _ENVIRON is not None:
+        return _ENVIRON.get(_DISABLE_KEY) == _ONE
     return os.environ.get("TRITONCHECK_DISABLE") == "1"
+
+
+# `os.environ`'s own store, where CPython keeps one (a dict of encoded keys and values, which
+# `os.environ[...] = ...` and `del` update): one lookup, where `os.environ.get` encodes the key first
+# (0.07 us against 0.65, on a check that costs a few us)
+_ENVIRON = getattr(os.environ, "_data", None)
+try:
+    _DISABLE_KEY, _ONE = os.environ.encodekey("TRITONCHECK_DISABLE"), os.environ.encodevalue("1")  # type: ignore[attr-defined]
+except AttributeError:  # (another Python's os.environ)
+    _ENVIRON = None
+if not isinstance(_ENVIRON, dict):
+    _ENVIRON = None
 
 
 def require_process_group(group: Any) -> None:

@@ -60,30 +60,41 @@ def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None, s
 
     `strict` counts warnings as errors in this batch's verdict (`Report.strict`), as `check` does.
     """
+    started = core.warm_start(batch, spec, backend, strict)  # a Triton batch of a signature seen: no bind
+    if started is not None:
+        event, finish = started
+        done = None
+        if event is None:  # (the CPU interpreter: the verdict is known now)
+            done, finish = finish(), None
+    else:
+        done, finish, event = _launch(batch, spec, backend, strict)
+    with _lock:
+        earlier = len(_queue)
+        _queue.append(_Entry(next(_steps), done, finish, event, group))
+        if earlier:
+            _raise_earliest(_queue[:earlier], block=False)
+    return batch
+
+
+def _launch(batch: Any, spec: Any, backend: str, strict: bool) -> tuple[Report | None, Callable[[], Report] | None, Any]:
+    """Bind the batch and check it, or launch its Triton check: (the report, or how to read it and the
+    event it waits for). A Triton launch lets the next batch of its signature take the warm path."""
     plan, bound, chosen = core.prepare(batch, spec, backend)
 
     def report(data: list, ran: str = chosen) -> Report:
         out = Report(plan.spec_name, tuple(bound.violations + data), dict(bound.dims), tuple(bound.skipped), ran)
         return out.strict() if strict else out
 
-    done, finish, event = None, None, None
-    if chosen == "triton":
-        from tritoncheck.backends import triton as triton_backend
-        pending = triton_backend.launch(plan, bound)
-        if pending.event is None:  # nothing to wait for (the CPU interpreter, or no data checks)
-            done = report(pending.result(), pending.backend)
-        else:
-            event = pending.event
+    if chosen != "triton":
+        return report(*core.run_data_checks(plan, bound, chosen)), None, None
+    from tritoncheck.backends import triton as triton_backend
 
-            def finish() -> Report:
-                return report(pending.result(), pending.backend)
-    else:
-        done = report(*core.run_data_checks(plan, bound, chosen))
-    with _lock:
-        earlier = len(_queue)
-        _queue.append(_Entry(next(_steps), done, finish, event, group))
-        _raise_earliest(_queue[:earlier], block=False)
-    return batch
+    pending = triton_backend.launch(plan, bound)
+    if pending.backend == "triton" and bound.runnable:
+        core.remember(spec, plan, batch, bound, backend, "triton", strict)
+    if pending.event is None:  # nothing to wait for (the CPU interpreter, or no data checks)
+        return report(pending.result(), pending.backend), None, None
+    return None, lambda: report(pending.result(), pending.backend), pending.event
 
 
 def wait() -> None:
@@ -97,17 +108,23 @@ def _raise_earliest(entries: list[_Entry], *, block: bool) -> None:
 
     Called with `_lock` held; `entries` are in `_queue`, oldest first.
     """
+    bad: list[_Entry] = []
     for entry in entries:
-        if not entry.settled() and (block or entry.ready()):
+        if not entry.settled():
+            if not (block or entry.ready()):
+                continue
             _settle(entry)
-    settled = [e for e in entries if e.settled()]
-    bad = [e for e in settled if not e.report.ok]
-    for e in settled:
-        if e.report.ok:
-            core.log_warnings(e.report)  # as a synchronous validate logs a passing batch's warnings
-    for e in settled:
-        if e.report.ok or e is bad[0]:
-            _queue.remove(e)
+            if not entry.settled():
+                continue
+        report = entry.report
+        if report.ok:
+            if report.violations:
+                core.log_warnings(report)  # as a synchronous validate logs a passing batch's warnings
+            _queue.remove(entry)
+        else:
+            if not bad:
+                _queue.remove(entry)
+            bad.append(entry)
     if bad:
         first = bad[0]
         exc = BatchValidationError(first.report)

@@ -4,7 +4,11 @@ offending index (for a rule, computed there with torch ops on the device).
 
 `launch` finds the batch's *launch* -- the program for its signature and every argument but the
 tensors' pointers -- in `bound.memo` (shared by every batch of the signature `bind` has seen), so
-a warm call packs pointers and launches. A new signature looks the program up in an LRU cache
+a warm call packs pointers and launches. On CUDA a signature's first launch goes through Triton's
+JIT, and every later one through the compiled kernel's own launcher (`Direct`: what the JIT does
+per call -- binding, specialising, the cache key -- done once per signature); `start` is that
+launch for the warm path of `api/core.py`, which hands it the guard's tensors without a `bind`. A
+host cost of a few us per check (`benchmarks/host_path.py`). A new signature looks the program up in an LRU cache
 keyed by the plan's text (`plan_text`), the runnable checks and each field's dtype and
 contiguity: batches that differ only in their sizes (dynamic padding) share one program, and the
 kernel takes sizes, host scalars and program ranges as runtime arguments the JIT does not
@@ -24,15 +28,18 @@ past that the torch backend reads its stored values once.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import math
+import operator
 import os
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import torch
 import triton.language as tl
 
@@ -164,11 +171,9 @@ class Launch:
     wide: bool  # indices need int64
     walked: dict[str, int]  # the dim sizes the kernel walks (`ir.loop_sizes`), for `decode`
 
-    def args(self, tensors: dict[str, torch.Tensor], out: torch.Tensor) -> tuple[list[Any], dict[str, Any]]:
-        """The positional arguments and keyword options of `program.fn[grid](...)`."""
-        args = [tensors[f] for f in self.fields]
-        args += self.rest
-        args += [out, tl.int64 if self.wide else tl.int32]
+    def args(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> tuple[list[Any], dict[str, Any]]:
+        """The positional arguments and keyword options of `program.fn[grid](...)`, for `tensors` (`fields`, in order)."""
+        args = [*tensors, *self.rest, out, tl.int64 if self.wide else tl.int32]
         # no fused multiply-add: torch rounds `a * b + c` twice, so the kernel does too
         return args, {"num_warps": codegen.WARPS, "enable_fp_fusion": False}
 
@@ -236,13 +241,29 @@ def launch_args(program: Program, bound: Bound, out: torch.Tensor) -> tuple[list
     """(args, kwargs, grid): exactly what `launch` passes to `program.fn[grid](*args, **kwargs)`
     for this batch, with `out` as the result buffer (`launch_for(...).length` int64 zeros)."""
     spec = launch_for(program, bound)
-    args, kwargs = spec.args(bound.tensors, out)
+    args, kwargs = spec.args([bound.tensors[f] for f in spec.fields], out)
     return args, kwargs, spec.grid
 
 
 class Pending:
     """A launched check whose verdict has not been read yet. `backend` names what checks it:
-    "triton", or "torch" where the kernel could not take the batch."""
+    "triton", or "torch" where the kernel could not take the batch. `bound` may be a callable that
+    binds the batch: the warm path (`api/core.py`) binds only to decode a failing batch."""
+
+    __slots__ = ("_bound", "spec", "slot", "event", "program", "backend", "_result")
+
+    def __init__(self, bound: Bound | Callable[[], Bound], spec: Launch | None = None, slot: Any = None,
+                 event: Any = None, result: list[Violation] | None = None):
+        self._bound, self.spec, self.slot, self.event = bound, spec, slot, event
+        self.program = spec.program if spec is not None else None
+        self.backend = "triton" if spec is not None else "torch"
+        self._result = result
+
+    @property
+    def bound(self) -> Bound:
+        if not isinstance(self._bound, Bound):
+            self._bound = self._bound()
+        return self._bound
 
     def recorded(self, values: torch.Tensor) -> dict[int, int]:
         """Check -> the bits of the value the kernel saw at its first offending index, for the checks it records."""
@@ -250,23 +271,18 @@ class Pending:
         found = {k: codegen.recorded_bits(kernel, batch, values, k) for k in self.program.recorded}
         return {k: bits for k, bits in found.items() if bits is not None}
 
-    def __init__(self, bound: Bound, spec: Launch | None = None, slot: Any = None, event: Any = None,
-                 result: list[Violation] | None = None):
-        self.bound, self.spec, self.slot, self.event = bound, spec, slot, event
-        self.program = spec.program if spec is not None else None
-        self.backend = "triton" if spec is not None else "torch"
-        self._result = result
-
     def result(self) -> list[Violation]:
         if self._result is None:
             if self.event is not None:
                 self.event.synchronize()
-            host = self.slot.host if self.spec.head == self.spec.length else self.slot.host[:self.spec.head]
-            dirty = bool(host.any())
-            values = host.clone() if dirty else None  # (the slot is zeroed on release)
-            _pool.release(self.slot, dirty=dirty)
-            self._result = decode(self.program.kernel, values, self.bound, self.spec.walked, self.recorded(values)) \
-                if dirty else []
+            slot = self.slot
+            if not numpy.count_nonzero(slot.host_values):  # a valid batch: nothing written, the buffer stays zeroed
+                _pool.release(slot, dirty=False)
+                self._result = []
+            else:
+                values = slot.host_head.clone()
+                _pool.release(slot, dirty=True)
+                self._result = decode(self.program.kernel, values, self.bound, self.spec.walked, self.recorded(values))
         return self._result
 
 
@@ -298,44 +314,155 @@ def launch(plan: Plan, bound: Bound) -> Pending:
     """
     if not bound.runnable:
         return Pending(bound, result=[])
-    memo = bound.memo.get("triton")
-    if memo is None:
+    memo = bound.memo
+    prepared = memo.get("triton")
+    if prepared is None:
         device = next(iter(bound.tensors.values())).device
-        memo = bound.memo["triton"] = (_prepare(plan, bound, device), device)
-    spec, device = memo
-    cuda = device.type == "cuda"
-    if not cuda:
+        prepared = memo["triton"] = (_prepare(plan, bound, device), device)
+    spec, device = prepared
+    if device.type != "cuda":
         _require_interpreter(device)
     if spec is None:
         return Pending(bound, result=_torch_backend.run(plan, bound))
+    return _begin(memo, spec, device, [bound.tensors[f] for f in spec.fields], bound)
+
+
+def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | Callable[[], Bound]) -> Pending:
+    """Queue the kernel of a prepared signature (`memo`: bind's memo of it, after `launch` filled it) on
+    `tensors` (the launch's fields, in order), then the scratch's reset and the copy back, on the
+    batch's device and its current stream; return at once. `bound`: the batch's `Bound`, or a
+    callable that binds it (called only to decode a failing batch).
+
+    On CUDA the first launch of a signature goes through Triton's JIT (`fn[grid](...)`), which
+    compiles or finds the kernel; every later one through that compiled kernel's own launcher, its
+    constant arguments packed once (`Direct`), where the launch allows (`Direct.__call__`).
+    """
+    spec, device = memo["triton"]
+    return _begin(memo, spec, device, tensors, bound)
+
+
+def _begin(memo: dict[str, Any], spec: Launch, device: torch.device, tensors: Sequence[torch.Tensor],
+           bound: Bound | Callable[[], Bound]) -> Pending:
+    if device.type != "cuda":
+        with _interpreter_lock:
+            slot = _pool.acquire(spec, device)
+            _launch_plain(spec, tensors, slot)
+            if slot.scratch is not None:
+                slot.scratch.zero_()
+        return Pending(bound, spec, slot)
+    _torch_backend.refuse_capture()  # before anything is queued on the stream
+    slot = _pool.acquire(spec, device)
+    direct = memo.get("triton_direct")
+    if direct and direct(tensors, slot.device_ptr):  # (the batch's device is the current one)
+        _read_back(slot)
+        return Pending(bound, spec, slot, slot.event)
     # the batch's device is the current one for the launch, the buffer and the copy; the stream is its current one
-    with torch.cuda.device(device) if cuda else _interpreter_lock:
-        if cuda:
-            _torch_backend.refuse_capture()  # before anything is queued on the stream
-        slot = _pool.acquire(spec, device)
-        if spec.grid[0] > 0:
-            args, kwargs = spec.args(bound.tensors, slot.device)
-            spec.program.fn[spec.grid](*args, **kwargs)
-        if spec.head < spec.length:  # rows split across programs met in the scratch: zeroed on the stream, a memset
-            slot.device[spec.head:].zero_()
-        if cuda:
-            if spec.head < spec.length:
-                slot.host[:spec.head].copy_(slot.device[:spec.head], non_blocking=True)
-            else:
-                slot.host.copy_(slot.device, non_blocking=True)
-            slot.event.record()
-    return Pending(bound, spec, slot, slot.event if cuda else None)
+    with torch.cuda.device(device):
+        kernel = _launch_plain(spec, tensors, slot)
+        if direct is None:
+            memo["triton_direct"] = direct_launcher(kernel, spec, device) or False
+        _read_back(slot)
+    return Pending(bound, spec, slot, slot.event)
+
+
+def _launch_plain(spec: Launch, tensors: list[torch.Tensor], slot: _Slot) -> Any:
+    """Launch through Triton's JIT (which binds, specialises and finds or compiles the kernel); its kernel."""
+    if spec.grid[0] == 0:
+        return None
+    args, kwargs = spec.args(tensors, slot.device)
+    return spec.program.fn[spec.grid](*args, **kwargs)
+
+
+def _read_back(slot: _Slot) -> None:
+    """After the kernel, on the stream: zero the scratch where split rows met (a fill kernel), start
+    the copy of the result head to pinned host memory, and record the event that marks it done."""
+    if slot.scratch is not None:
+        slot.scratch.zero_()
+    slot.host_head.copy_(slot.device_head, non_blocking=True)
+    slot.event.record()
+
+
+_DATA_PTR = torch.Tensor.data_ptr
+DIRECT_TRITON = ((3, 6), (3, 9))  # the Triton versions whose launch API `Direct` follows (their JITFunction.run)
+
+
+class Direct:
+    """A signature's compiled kernel launched through its own launcher, as `JITFunction.run` ends:
+    `kernel.run(grid, stream, kernel.function, kernel.packed_metadata, launch metadata, hooks,
+    *arguments)` (triton 3.6 to 3.9). What `JITFunction.run` does before that is done once per
+    signature here: binding the arguments to the signature, specialising them (dtypes, 16-byte
+    alignment, ints equal to 1 or divisible by 16), the kernel cache's key and lookup. A call
+    packs the tensors' data pointers with the signature's constant arguments; the C launcher reads
+    pointers given as ints directly (no `data_ptr()` call, no driver query per tensor).
+    """
+
+    __slots__ = ("run", "function", "packed", "grid", "rest", "dtype", "index", "fn", "device_now", "stream_of",
+                 "runtime")
+
+    def __init__(self, kernel: Any, spec: Launch, index: int):
+        self.run, self.function, self.packed = kernel.run, kernel.function, kernel.packed_metadata
+        self.grid, self.rest, self.index, self.fn = spec.grid[0], spec.rest, index, spec.program.fn
+        self.dtype = tl.int64 if spec.wide else tl.int32
+        # torch's own C entry points where this torch has them (what Triton's driver asks), else the public API
+        self.device_now = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self.stream_of = raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
+        from triton import knobs
+
+        self.runtime = knobs.runtime
+
+    def __call__(self, tensors: list[torch.Tensor], out: int) -> bool:
+        """Launch on the current stream, or return False (nothing launched) where the JIT must: another
+        current device, a pointer not 16-byte aligned (the kernel may assume alignment: the JIT picks
+        the variant), a launch hook (a profiler's) or a pre-run hook set."""
+        if self.device_now() != self.index or self.fn.pre_run_hooks:
+            return False
+        enter, leave = self.runtime.launch_enter_hook, self.runtime.launch_exit_hook
+        if getattr(enter, "calls", enter) or getattr(leave, "calls", leave):  # (a HookChain, or None, or a hook)
+            return False
+        ptrs = list(map(_DATA_PTR, tensors))
+        if functools.reduce(operator.or_, ptrs, out) & 15:
+            return False
+        self.run(self.grid, 1, 1, self.stream_of(self.index), self.function, self.packed, None, None, None,
+                 *ptrs, *self.rest, out, self.dtype)
+        return True
+
+
+def direct_launcher(kernel: Any, spec: Launch, device: torch.device) -> Direct | None:
+    """The `Direct` launch of `kernel` (what the JIT returned for `spec`), or None where it does not
+    apply and the JIT launches every time: a Triton outside `DIRECT_TRITON`, a kernel the JIT did
+    not compile (the interpreter), a kernel reading globals (the JIT checks them at each launch),
+    or parameters other than the ones `spec` passes."""
+    import triton
+
+    version = tuple(int(v) for v in triton.__version__.split(".")[:2] if v.isdigit())
+    if not DIRECT_TRITON[0] <= version <= DIRECT_TRITON[1]:
+        return None
+    if not all(getattr(kernel, a, None) is not None for a in ("run", "function", "packed_metadata")):
+        return None
+    fn = spec.program.fn
+    if getattr(fn, "used_global_vals", None) or len(getattr(fn, "arg_names", ())) != len(spec.fields) + len(spec.rest) + 2:
+        return None
+    return Direct(kernel, spec, device.index if device.index is not None else torch.cuda.current_device())
 
 
 class _Slot:
     """A result buffer on the device, its pinned host copy and the event that marks the copy done
-    (None on the CPU, where `host` is the buffer itself). `reset`: an event after the buffer was
-    zeroed on a stream, which the next user's stream waits for (a device-side wait, not the host's)."""
+    (None on the CPU, where `host` is the buffer itself), with the views a launch uses: the head the
+    host reads back, the scratch after it (None without split rows), the host head as a numpy array.
+    `reset`: an event after the buffer was zeroed on a stream, which the next user's stream waits for
+    (a device-side wait, not the host's)."""
 
-    __slots__ = ("device", "event", "host", "key", "reset")
+    __slots__ = ("device", "event", "host", "key", "reset", "device_head", "host_head", "host_values", "scratch",
+                 "device_ptr")
 
     def __init__(self, device: torch.Tensor, host: torch.Tensor, key: tuple, event: Any):
         self.device, self.host, self.key, self.event, self.reset = device, host, key, event, None
+        head = key[1]
+        self.device_head, self.host_head = device[:head], host[:head]
+        self.scratch = device[head:] if head < len(device) else None
+        self.host_values = self.host_head.numpy()
+        self.device_ptr = device.data_ptr()
 
 
 class _Pool:
@@ -348,17 +475,18 @@ class _Pool:
 
     def __init__(self) -> None:
         self.free: dict[tuple, list[_Slot]] = {}
-        self.lock = threading.Lock()
 
     def acquire(self, spec: Launch, device: torch.device) -> _Slot:
-        key = (spec.length, device)
-        with self.lock:
-            free = self.free.get(key)
-            slot = free.pop() if free else None
-        if slot is None:
+        key = (spec.length, spec.head, device)
+        free = self.free.get(key)
+        if free is None:
+            free = self.free.setdefault(key, [])
+        try:
+            slot = free.pop()  # (atomic: no lock)
+        except IndexError:
             return self.allocate(spec.length, device, key)
         if slot.reset is not None:  # zeroed on another stream, perhaps: this stream waits for it (the host does not)
-            torch.cuda.current_stream().wait_event(slot.reset)
+            torch.cuda.current_stream(device).wait_event(slot.reset)
             slot.reset = None
         return slot
 
@@ -378,8 +506,7 @@ class _Pool:
                     slot.reset.record()
             else:
                 slot.device.zero_()
-        with self.lock:
-            self.free.setdefault(slot.key, []).append(slot)
+        self.free.setdefault(slot.key, []).append(slot)
 
 
 _pool = _Pool()
