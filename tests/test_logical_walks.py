@@ -19,6 +19,7 @@ import torch
 from report_compare import comparable
 
 import tritoncheck as tc
+from tritoncheck.backends import torch as torch_backend
 from tritoncheck.kernel import ir
 from tritoncheck.plan.lower import WALK_LIMIT, bind, compile_plan
 from tritoncheck.spec.schema import spec_from_dict
@@ -57,11 +58,12 @@ def ctc(s: int) -> dict:
 
 PAIR = 2**15  # x stores 2**15 values along L, y 2**15 along B: 512 KiB, a walk of 2**30
 REFUSED = {
-    "arange along an expanded dim": (spec(CTC, ["targets != 0 where arange(S) < lengths"]), ctc(HUGE)),
-    "arange in a reduction over it": (spec(CTC, ["any(arange(S) > lengths, dim=S)"]), ctc(HUGE)),
     "arange weighting a sum over it": (spec(CTC, ["sum(targets * arange(S), dim=S) < 1"]), ctc(HUGE)),
-    "arange along an expanded batch dim": (spec({"x": {**I64, "shape": ["B"]}}, ["x <= arange(B)"]),
-                                           {"x": torch.tensor([3]).expand(HUGE)}),
+    "arange counted by a sum over it": (spec(CTC, ["sum(arange(S) < lengths, dim=S) < 9"]), ctc(HUGE)),
+    "arange through a modulo": (spec(CTC, ["targets != 0 where arange(S) % 2 == 0"]), ctc(HUGE)),
+    "arange compared with arange": (spec(CTC, ["targets != 0 where arange(S) < arange(S) * 0 + lengths"]),
+                                    ctc(HUGE)),
+    "arange times a field": (spec(CTC, ["targets * arange(S) < 5"]), ctc(HUGE)),
     "fields stored along different axes": (
         spec({"x": {**I64, "shape": ["B", "L"]}, "y": {**I64, "shape": ["B"]}}, ["x <= y"]),
         {"x": torch.arange(PAIR).expand(PAIR, PAIR), "y": torch.arange(PAIR)}),
@@ -70,10 +72,12 @@ REFUSED = {
         spec({"a": {**I64, "shape": ["B", "L"], "optional": True}, "b": {**I64, "shape": ["B"]},
               "c": {**I64, "shape": ["L"]}}, ["b + c >= 0"]),
         {"b": torch.arange(2**11), "c": torch.arange(2**11)}),
-    # 2**26 samples of an empty field took 700 MiB before windows, and a window at a time since
-    "arange beside a reduction over an empty field": (
-        spec({"r": {**F32, "shape": ["B", "out"]}}, ["all(r > 0, dim=out) | (arange(B) < 3)"]),
-        {"r": torch.zeros(HUGE, 0)}),
+    # (lengths int64: its values could take the sum past int64, where it would wrap)
+    "arange past int64 on the way": (spec(CTC, ["targets != 0 where arange(S) + lengths > 0"]), ctc(HUGE)),
+    "arange times a dim past int64": (spec(CTC, ["targets != 0 where arange(S) * S > 0"]), ctc(HUGE)),
+    # piecewise along S it would be: one piece per value of lengths, times the 2**20 of them
+    "pieces past the limit": (spec(CTC, ["targets != 0 where arange(S) < lengths"]),
+                              {"targets": torch.tensor([[1]]).expand(2**20, 4), "lengths": torch.arange(2**20)}),
 }
 
 
@@ -87,14 +91,14 @@ def test_a_rule_that_would_walk_an_expanded_dim_is_refused_on_every_backend(back
         tc.check(batch, s, backend=backend)
     assert time.perf_counter() - t0 < 1.0
     text = str(err.value)
-    assert s.rules[0].rule in text and "expanded (zero-stride)" in text and ".contiguous()" in text
+    assert s.rules[0].rule in text and "expanded (zero-stride)" in text and ".contiguous()" in text, text
     assert f"max({WALK_LIMIT:,}" in text
     with pytest.raises(tc.UncheckableBatchError):  # validate too, and again (nothing cached lets it through)
         tc.validate(batch, s, backend=backend)
 
 
 def test_the_refusal_names_the_walk_and_what_the_batch_stores():
-    s, batch = REFUSED["arange along an expanded dim"]
+    s, batch = REFUSED["arange through a modulo"]
     with pytest.raises(tc.UncheckableBatchError, match=r"would walk 34,359,738,368 positions \(B=2 x S=17179869184\) "
                                                        r"where the batch stores 4 values"):
         tc.check(batch, s, backend="torch")
@@ -104,9 +108,9 @@ def test_the_refusal_names_the_walk_and_what_the_batch_stores():
 def test_a_walk_up_to_the_limit_is_checked_and_past_it_refused():
     """WALK_LIMIT positions beyond what the batch stores are checked exactly (the torch backend's
     windows, the C kernel's loop); one more sample past it is refused."""
-    s = spec(CTC, ["targets != 0 where arange(S) < lengths"])
+    s = spec(CTC, ["targets != 0 where arange(S) % 7 < lengths"])
     r, _ = checked(ctc(WALK_LIMIT // 2), s, "torch")
-    assert [(v.code, v.count) for v in r.violations] == [("rule_failed", 5)]
+    assert [(v.code, v.count) for v in r.violations] == [("rule_failed", WALK_LIMIT // 2 // 7 * 5 + min(WALK_LIMIT // 2 % 7, 5))]
     with pytest.raises(tc.UncheckableBatchError):
         tc.check(ctc(WALK_LIMIT // 2 + 1), s, backend="torch")
 
@@ -118,6 +122,86 @@ def test_a_materialized_batch_is_never_refused(backend):
     r, _ = checked(batch, s, backend)
     assert r.backend == backend and found(r) == found(checked(batch, s, "torch")[0])
     assert [(v.code, v.count) for v in r.violations] == [("rule_failed", 5)]
+
+
+# -- arange along a dim no field stores: evaluated piecewise, on every backend ----------------------
+
+X = {"x": {**I64, "shape": ["B"]}}
+PIECEWISE = {  # (spec, batch of logical size n)
+    "arange along an expanded dim": (spec(CTC, ["targets != 0 where arange(S) < lengths"]), ctc),
+    "arange in a reduction over it": (spec(CTC, ["any(arange(S) > lengths, dim=S)", "all(arange(S) < lengths, dim=S)"]),
+                                      ctc),
+    "arange through affine steps": (  # (lengths int32: arange(S) - lengths cannot leave int64, whatever its values)
+        spec({**CTC, "lengths": {"dtype": "int32", "shape": ["B"]}},
+             ["2 * arange(S) - lengths != 3 - targets", "-arange(S) + S > lengths"]),
+        lambda n: {**ctc(n), "lengths": torch.tensor([3, 5], dtype=torch.int32)}),
+    "arange along an expanded batch dim": (spec(X, ["x <= arange(B)", "x >= arange(B)"]),
+                                           lambda n: {"x": torch.tensor([3]).expand(n)}),
+    # 2**26 samples of an empty field took 700 MiB before windows, and a window at a time since
+    "arange beside a reduction over an empty field": (
+        spec({"r": {**F32, "shape": ["B", "out"]}}, ["all(r > 0, dim=out) & (arange(B) < 3)"]),
+        lambda n: {"r": torch.zeros(n, 0)}),
+}
+
+
+@pytest.mark.parametrize("case", list(PIECEWISE))
+def test_arange_along_a_dim_no_field_stores_is_checked_piecewise(backend, case):
+    """At 2**34 positions: under 1 s on every backend (a kernel hands the walk to the torch backend),
+    each report equal to torch's; at 2**21 (past WALK_LIMIT, so piecewise too), torch's report equals
+    the batch's materialized, whole."""
+    s, make = PIECEWISE[case]
+    reference, took = checked(make(HUGE), s, "torch")
+    assert took < 1.0 and reference.violations
+    r, took = checked(make(HUGE), s, backend)
+    assert took < 1.0 and found(r) == found(reference)
+    if backend == "torch":
+        batch = make(2**21)
+        whole = checked({k: t.contiguous() for k, t in batch.items()}, s, "torch")[0]
+        assert comparable(checked(batch, s, "torch")[0].to_dict()) == comparable(whole.to_dict())
+
+
+PIECE_RULES = ["t != 0 where arange(S) < x", "arange(S) <= x", "arange(S) * 3 - 7 >= x", "-arange(S) + 5 < x",
+               "x == arange(S) + 1", "x != 2 * arange(S)", "any(arange(S) * 2 > x, dim=S)",
+               "all(arange(S) != x, dim=S) | (t > 5)", "(arange(S) < x) & (arange(S) >= x - 3)", "arange(S) < x * 0.5",
+               "arange(S) < S - x", "t + arange(S) > x", "arange(S) - t <= sum(x)", "arange(S) - 2 == t",
+               "(arange(S) + t) * -2 < x", "S - arange(S) * 2 != x"]
+PIECE_VALUES = {"int64": [3, -2, 7, 0, 40, 2**62], "int16": [3, -2, 7, 0, 40, -32768],
+                "float32": [2.5, float("nan"), -float("inf"), 7.0, 1e30, 16777217.0],
+                "float16": [2.5, 65504.0, float("nan"), 36.0, -0.0, 0.1], "bool": [True, False, True, True, False, False],
+                "float64": [2.5, 36.000000001, 1e300, -1e-300, 35.99999, 9.0]}
+
+
+@pytest.mark.parametrize("dtype", list(PIECE_VALUES))
+def test_a_rule_evaluated_piecewise_gives_the_report_of_its_whole_walk(monkeypatch, dtype):
+    """Every rule, with x of each dtype (NaN, infinities, values past S, float16 rounding of the
+    positions it is compared with) and t int32 (up to its largest: `t + arange(S)` stays in int64), evaluated piecewise along S (the torch backend made to take that
+    path at S = 37) gives the report of the batch materialized, evaluated position by position."""
+    fields = {"t": {"dtype": "int32", "shape": ["B", "S"]}, "x": {"dtype": dtype, "shape": ["B"]}}
+    x = torch.tensor(PIECE_VALUES[dtype], dtype=getattr(torch, dtype))
+    t = torch.tensor([[1], [0], [5], [-3], [2], [2**31 - 1]], dtype=torch.int32)
+    batch = {"t": t.expand(6, 37), "x": x}
+    whole = {k: t.contiguous() for k, t in batch.items()}
+    wholes = {rule: tc.check(whole, spec(fields, [rule]), backend="torch").to_dict() for rule in PIECE_RULES}
+    pieces, piecewise = [], torch_backend._piecewise
+
+    def spy(check, ctx, along):
+        pieces.append(check.text)
+        return piecewise(check, ctx, along)
+
+    monkeypatch.setattr(torch_backend, "WALK_LIMIT", 0)
+    monkeypatch.setattr(torch_backend, "_piecewise", spy)
+    for rule in PIECE_RULES:
+        assert comparable(tc.check(batch, spec(fields, [rule]), backend="torch").to_dict()) == comparable(wholes[rule]), rule
+    assert pieces == PIECE_RULES
+
+
+def test_a_piece_of_samples_is_listed_in_constant_space():
+    """`x >= arange(B)` with x = 3 stored once fails at samples 4 .. B - 1: listed as one run."""
+    s, make = PIECEWISE["arange along an expanded batch dim"]
+    v = checked(make(HUGE), s, "torch")[0].violations[1]
+    assert (v.count, v.index, v.value, len(v.samples), v.samples[:3], v.samples[-1]) == (HUGE - 4, (4,), 3, HUGE - 4,
+                                                                                         (4, 5, 6), HUGE - 1)
+    assert v.to_dict()["rows_total"] == HUGE - 4 and "4, 5, 6, 7, 8, 9, 10, 11, 12, 13 ..." in v.message
 
 
 # -- checked from the stored values on every backend, whatever the logical size ----------------------
@@ -175,7 +259,7 @@ def test_the_command_line_says_why_in_one_line(tmp_path, capsys, backend_arg):
 
     (tmp_path / "w.yaml").write_text("name: w\nfields:\n  targets: {dtype: int64, shape: [B, S]}\n"
                                      "  lengths: {dtype: int64, shape: [B]}\nrules:\n"
-                                     "  - any(arange(S) > lengths, dim=S)\n")
+                                     "  - targets != 0 where arange(S) % 2 == 0\n")
     torch.save(ctc(HUGE), tmp_path / "b.pt")
     assert main(["check", str(tmp_path / "w.yaml"), str(tmp_path / "b.pt"), "--backend", backend_arg]) == 2
     err = capsys.readouterr().err

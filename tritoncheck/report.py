@@ -106,6 +106,52 @@ class SampleRange(Sequence[int]):
         return f"SampleRange({self.n})"
 
 
+class SampleRuns(Sequence[int]):
+    """Samples as sorted, disjoint runs `((start, stop), ...)`, in space that grows with the runs: the
+    bad samples of a rule evaluated piecewise along an expanded batch axis (`arange(B) > x` with x
+    stored once: samples x+1 .. B-1). Equal to any sequence of the same positions."""
+
+    __slots__ = ("runs", "n")
+
+    def __init__(self, runs: Sequence[tuple[int, int]]):
+        self.runs = tuple(runs)
+        self.n = sum(stop - start for start, stop in self.runs)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return tuple(itertools.islice(self, *i.indices(self.n)))
+        i = range(self.n)[i]
+        for start, stop in self.runs:
+            if i < stop - start:
+                return start + i
+            i -= stop - start
+        raise IndexError(i)
+
+    def __iter__(self):
+        return itertools.chain.from_iterable(range(start, stop) for start, stop in self.runs)
+
+    def __contains__(self, x: object) -> bool:
+        return any(x in range(start, stop) for start, stop in self.runs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SampleRuns):
+            return other.runs == self.runs
+        if isinstance(other, SampleRange):
+            return self.runs == (((0, other.n),) if other.n else ())
+        if isinstance(other, (tuple, list, range)):
+            return len(other) == self.n and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self)) if self.n <= 2**16 else hash((SampleRuns, self.runs))
+
+    def __repr__(self) -> str:
+        return f"SampleRuns({self.runs})"
+
+
 @dataclass(frozen=True)
 class Violation:
     """One broken rule of the contract.

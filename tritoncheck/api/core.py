@@ -51,7 +51,7 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", strict: boo
 
     Raises:
         UncheckableBatchError: a rule's exact verdict would walk far more positions than the
-            batch stores (an expanded view, e.g. `arange` along a stride-0 dim); every backend
+            batch stores (an expanded view, e.g. `arange` summed along a stride-0 dim); every backend
             refuses it alike, at once, and the message names the rule (docs/security.md).
     """
     warm = _warm.get(id(spec))  # (found: `spec` is the entry's, which keeps it alive)

@@ -29,16 +29,20 @@ from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unar
 from tritoncheck.kernel import sums
 from tritoncheck.kernel.ir import expr_axes
 from tritoncheck.plan.lower import (
+    WALK_LIMIT,
     Bound,
     DataCheck,
     Plan,
+    PositionAxis,
     RangeCheck,
     RuleCheck,
     compact,
     evaluate_scalar,
+    position_axis,
+    rule_walk,
 )
 from tritoncheck.checks.registry import violation
-from tritoncheck.report import SampleRange, Violation
+from tritoncheck.report import SampleRange, SampleRuns, Violation
 
 def run(plan: Plan, bound: Bound) -> list[Violation]:
     """Every data check of `plan` that `bind` found runnable, as violations."""
@@ -47,6 +51,10 @@ def run(plan: Plan, bound: Bound) -> list[Violation]:
     for check in bound.runnable:
         if any(ctx.sizes[a] == 0 for a in check.axes):
             continue  # no positions (a rule over an empty field's elements): nothing can fail, nothing to build
+        along = _position_axis(check, ctx)
+        if along is not None:
+            out.extend(_piecewise(check, ctx, along))
+            continue
         axis = _window_axis(check, ctx)
         if axis is not None:
             out.extend(_windowed(check, ctx, axis))
@@ -108,6 +116,41 @@ def _windowed(check: RuleCheck, ctx: Context, axis: str) -> list[Violation]:
     return [violation(check, ctx.bound, count, tuple(sorted(samples)), first[0], first[1])]
 
 
+def _position_axis(check: DataCheck, ctx: Context) -> PositionAxis | None:
+    """The dim to evaluate `check` along piecewise (`plan.lower.PositionAxis`): where its walk passes
+    WALK_LIMIT (where `bind` would refuse it otherwise) and it varies along the dim through `arange` alone."""
+    if not isinstance(check, RuleCheck):
+        return None
+    # decided from the batch's signature (shapes, strides, dtypes), as `bind` decides what it refuses:
+    # once per signature, kept in its memo
+    known = ctx.bound.memo.setdefault("torch.position_axis", {})
+    if id(check) not in known:
+        along, dims = None, ctx.bound.dim_values()
+        if (_aranges(check.expr) or _aranges(check.where)) and math.prod(
+                n for a, n in rule_walk(ctx.plan, check, ctx.bound.tensors, dims).items() if a in dims) > WALK_LIMIT:
+            along = position_axis(ctx.plan, check, ctx.bound.tensors, dims)
+        known[id(check)] = along
+    return known[id(check)]
+
+
+def _piecewise(check: RuleCheck, ctx: Context, along: PositionAxis) -> list[Violation]:
+    """`check` evaluated at the first position of each piece of `along.dim` (`Context.representatives`),
+    each piece counted at its length: counts, samples, the first index and its value are those of the
+    whole walk, in time and memory that grow with the pieces, not with the dim."""
+    if kind_of(check).settle(check, ctx):
+        return []
+    starts = ctx.representatives(along)
+    with ctx.positioned(along.dim, starts):
+        bad = kind_of(check).torch(check, ctx)
+        if bad is None:
+            return []
+        count, samples, index, local = locate_pieces(bad, check.axes, ctx.plan.batch_dim, ctx.sizes, along.dim, starts)
+        if not count:
+            return []
+        value = _python(_at(ctx.values(check.subject, check.axes), local))
+    return [violation(check, ctx.bound, count, samples, index, value)]
+
+
 def _aranges(expr: Expr | None) -> set[str]:
     if isinstance(expr, Arange):
         return {expr.dim}
@@ -148,6 +191,9 @@ class Context:
         self._summary: dict[str, tuple[Any, Any] | None] = {}
         self._compact: dict[str, torch.Tensor] = {}
         self.windows: dict[str, tuple[int, int]] = {}  # dim -> (start, stop): evaluate only there
+        # dim -> (positions, their axes): what `arange(dim)` evaluates to instead (`positioned`)
+        self.positions: dict[str, tuple[torch.Tensor, tuple[str, ...]]] = {}
+        self.fixed: dict[Expr, tuple[Any, tuple[str, ...]]] = {}  # values computed once, while positions change
         # where a constant's tensor is made: once reshaped to a rank, a CPU one cannot meet a CUDA field
         self.device = next((t.device for t in bound.tensors.values()), None)
 
@@ -162,6 +208,48 @@ class Context:
         finally:
             del self.windows[axis]
             self.sizes[axis] = size
+
+    @contextlib.contextmanager
+    def positioned(self, dim: str, positions: torch.Tensor, axes: tuple[str, ...] | None = None):
+        """Evaluate `arange(dim)` as `positions` (laid out over `axes`, (dim,) by default); the dim's
+        size stays its logical one (a sum over it of values it does not vary along counts each N times)."""
+        self.positions[dim] = (positions, axes or (dim,))
+        try:
+            yield
+        finally:
+            del self.positions[dim]
+
+    def representatives(self, along: PositionAxis) -> torch.Tensor:
+        """The first position of each piece of `along.dim` on which the rule is constant, sorted: 0, and
+        each position where one of `along.compares` changes for one of its values. A comparison of
+        a monotone function of the position changes at most once per value (`==` and `!=` are
+        `<=` and `>=` together), found by bisection in the dtype the rule evaluates it in."""
+        n = self.sizes[along.dim]
+        starts = [torch.zeros(min(n, 1), dtype=torch.int64, device=self.device)]
+        for e in along.compares:
+            for pred in ([e] if e.op not in ("==", "!=") else [Binary("<=", e.a, e.b), Binary(">=", e.a, e.b)]):
+                starts.append(self._changes(pred, along.dim, n).flatten())
+        return torch.unique(torch.cat(starts))
+
+    def _changes(self, pred: Binary, dim: str, n: int) -> torch.Tensor:
+        """Per value `pred` compares, the first position of `dim` where it differs from position 0
+        (none where it never does); `pred` is monotone along `dim` (`PositionAxis`)."""
+        other = pred.b if dim in _aranges(pred.a) else pred.a
+        axes = (dim, *(a for a in expr_axes(self.plan, pred) if a != dim))
+        self.fixed[other] = self._eval(other)  # (constant along dim: computed once, not per step)
+        try:
+            with self.positioned(dim, torch.zeros([1] * len(axes), dtype=torch.int64, device=self.device), axes):
+                first = self.values(pred, axes)
+            lo = torch.zeros(first.shape, dtype=torch.int64, device=self.device)
+            hi = torch.full(first.shape, n, dtype=torch.int64, device=self.device)
+            while bool((hi - lo > 1).any()):  # invariant: pred(lo) == pred(0); pred(hi) != pred(0), or hi == n
+                mid = (lo + hi) // 2
+                with self.positioned(dim, mid, axes):
+                    same = self.values(pred, axes).expand(first.shape) == first
+                lo, hi = torch.where(same, mid, lo), torch.where(same, hi, mid)
+            return hi[hi < n]
+        finally:
+            del self.fixed[other]
 
     def stored(self, name: str) -> torch.Tensor:
         """The field with its expanded axes cut to size 1 (see `compact`); an empty field holds no
@@ -293,11 +381,15 @@ class Context:
         return _align(value, own, axes, None)
 
     def _eval(self, expr: Expr) -> tuple[Any, tuple[str, ...]]:
+        if self.fixed and expr in self.fixed:
+            return self.fixed[expr]
         if isinstance(expr, Const):
             return expr.value, ()
         if isinstance(expr, Dim):
             return self.dims[expr.name], ()
         if isinstance(expr, Arange):
+            if expr.dim in self.positions:
+                return self.positions[expr.dim]
             if expr.dim in self.windows:
                 return torch.arange(*self.windows[expr.dim], device=self.device), (expr.dim,)
             return torch.arange(self.sizes[expr.dim], device=self.device), (expr.dim,)
@@ -373,7 +465,7 @@ class Context:
             return None
         reduced = body if expr.dims is None else expr.dims
         for d in sorted(_aranges(expr.x), key=lambda d: -self.sizes[d]):
-            if d in reduced and d in body and d not in self.windows:
+            if d in reduced and d in body and d not in self.windows and d not in self.positions:
                 return d
         return None
 
@@ -514,7 +606,7 @@ def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
     count *= math.prod(sizes[a] for a, n in zip(axes, bad.shape, strict=True) if n == 1)
     flat = bad.reshape(-1)
     first = int(torch.argmax(flat.to(torch.uint8)))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), bad.shape)) if bad.dim() else ()
+    index = _unravel(first, bad.shape)
     samples: Sequence[int] = ()
     if batch_dim in axes:
         b = axes.index(batch_dim)
@@ -522,8 +614,53 @@ def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
             samples = SampleRange(sizes[batch_dim])  # every sample, listed in constant space
         else:
             per_sample = bad.transpose(0, b).reshape(bad.shape[b], -1).any(dim=1)
-            samples = tuple(int(i) for i in per_sample.nonzero().flatten())
+            samples = tuple(per_sample.nonzero().flatten().tolist())
     return count, samples, index
+
+
+def locate_pieces(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str, sizes: Mapping[str, int], dim: str,
+                  starts: torch.Tensor) -> tuple[int, Sequence[int], tuple[int, ...], tuple[int, ...]]:
+    """`locate` for a mask whose entries along `dim` stand for pieces beginning at `starts` (the last
+    one ending at the dim's size): each entry counts for its piece's length, and the first offending
+    index is its piece's first position (the pieces are in order). Also returns that index in `bad`."""
+    k = axes.index(dim) if dim in axes else None
+    if k is None or bad.shape[k] == 1:  # (constant along dim: each entry stands for the whole dim)
+        count, samples, index = locate(bad, axes, batch_dim, sizes)
+        return count, samples, index, index
+    n = sizes[dim]
+    lengths = torch.diff(starts, append=torch.tensor([n], device=starts.device)).tolist()
+    per_piece = bad.movedim(k, 0).reshape(bad.shape[k], -1).sum(dim=1).tolist()
+    count = sum(c * m for c, m in zip(per_piece, lengths, strict=True))
+    if count == 0:
+        return 0, (), (), ()
+    count *= math.prod(sizes[a] for a, m in zip(axes, bad.shape, strict=True) if m == 1)
+    first = int(torch.argmax(bad.reshape(-1).to(torch.uint8)))
+    local = _unravel(first, bad.shape)
+    index = local[:k] + (int(starts[local[k]]),) + local[k + 1:]
+    samples: Sequence[int] = ()
+    if batch_dim == dim:
+        firsts = [*starts.tolist(), n]
+        runs: list[tuple[int, int]] = []  # the bad pieces, adjacent ones joined
+        for i, c in enumerate(per_piece):
+            if c and runs and runs[-1][1] == firsts[i]:
+                runs[-1] = (runs[-1][0], firsts[i + 1])
+            elif c:
+                runs.append((firsts[i], firsts[i + 1]))
+        total = sum(stop - start for start, stop in runs)
+        samples = (SampleRange(n) if runs == [(0, n)] else SampleRuns(runs) if total > 2**16
+                   else tuple(i for start, stop in runs for i in range(start, stop)))
+    elif batch_dim in axes:
+        samples = locate(bad, axes, batch_dim, sizes)[1]
+    return count, samples, index, local
+
+
+def _unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """The row-major index of entry `flat` (torch.unravel_index imports sympy on its first call: 0.9 s)."""
+    index = []
+    for n in reversed(shape):
+        flat, i = divmod(flat, n)
+        index.append(i)
+    return tuple(reversed(index))
 
 
 def make_violation(check: DataCheck, ctx: Context, count: int, samples: Sequence[int], index: tuple[int, ...]) -> Violation:

@@ -37,7 +37,7 @@ from tritoncheck.checks import (  # the node types are re-exported: every backen
     kind_of,
 )
 from tritoncheck.checks.registry import evaluate_scalar
-from tritoncheck.dtypes import dtype_name
+from tritoncheck.dtypes import INT64_MAX, INT64_MIN, dtype_name
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, ExprError, Present, RawIndex, Reduce, Ref, Sym, Unary
 from tritoncheck.report import Violation
 from tritoncheck.spec.schema import UNIT_TAIL, BatchSpec, SpecError, close_match, closest, number_error, split_where
@@ -817,12 +817,129 @@ def rule_walk(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor], dim
     return walk
 
 
+COMPARISONS = frozenset(("<", "<=", ">", ">=", "==", "!="))
+_INTEGER_DTYPES = frozenset((torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
+
+
+@dataclass(frozen=True)
+class PositionAxis:
+    """A dim `dim` along which rule `c` varies through `arange(dim)` alone: every field is stored once
+    along it (zero-stride, size 1, selected or empty), and `arange(dim)` enters only through
+    `compares`, each comparing a monotone integer function of it (`arange(S) + 1`, `2 * arange(S)`,
+    `arange(S) - offset` with offset int32: free of int64 overflow whatever the values) with a value
+    constant along `dim`. Each such comparison changes at most
+    once along `dim` per value (`==` and `!=` twice), so the rule is constant between those points,
+    and is evaluated at the first position of each piece, at most `size` of them, each standing for
+    its piece (the torch backend's `Context.representatives`). Within a sum over `dim` it is not:
+    the pieces' lengths would weight the sum."""
+
+    dim: str
+    compares: tuple[Binary, ...]
+    size: int  # at most this many pieces: 1 + per comparison, its points of change per value compared
+
+
+def position_axis(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int]) -> PositionAxis | None:
+    """The largest dim of rule `c` that it can be evaluated along piecewise (`PositionAxis`), or None."""
+    aranges = {n.dim for e in (c.expr, c.where) for n in _expr.nodes(e) if isinstance(n, Arange) and n.dim in dims}
+    for d in sorted(aranges, key=lambda d: -dims[d]):
+        found = _position_axis(plan, c, tensors, dims, d)
+        if found is not None:
+            return found
+    return None
+
+
+def _position_axis(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int],
+                   d: str) -> PositionAxis | None:
+    roots = [e for e in (c.expr, c.where) if e is not None]
+    for n in (n for e in roots for n in _expr.nodes(e)):
+        if isinstance(n, Ref) and n.field in tensors and tensors[n.field].numel():
+            t = tensors[n.field]
+            for axis, sel, size, stride in zip(plan.field(n.field).axes, n.index, t.shape, t.stride(), strict=True):
+                if axis == d and sel is None and size > 1 and stride != 0:
+                    return None  # a field stores values along d
+
+    def reads(e: Expr) -> bool:
+        return any(isinstance(n, Arange) and n.dim == d for n in _expr.nodes(e))
+
+    def interval(e: Expr) -> tuple[int, int] | None:
+        """Bounds of a chain from arange(d) (a monotone integer function of it), None if it is not one."""
+        if isinstance(e, Arange):
+            return (0, max(dims[d] - 1, 0)) if e.dim == d else None
+        if isinstance(e, Unary) and e.op == "neg":
+            x = interval(e.x)
+            return None if x is None else (-x[1], -x[0])
+        if not isinstance(e, Binary) or e.op not in ("+", "-", "*"):
+            return None
+        (chain, other), left = ((e.a, e.b), True) if reads(e.a) else ((e.b, e.a), False)
+        x, k = interval(chain), _integer_bounds(other, tensors, dims, scalar=e.op == "*")
+        if x is None or k is None:
+            return None
+        if e.op == "*":
+            ends = [x[0] * k[0], x[1] * k[0]]
+        elif e.op == "+":
+            ends = [x[0] + k[0], x[1] + k[1]]
+        else:
+            ends = [x[0] - k[1], x[1] - k[0]] if left else [k[0] - x[1], k[1] - x[0]]
+        lo, hi = min(ends), max(ends)
+        return (lo, hi) if INT64_MIN <= lo and hi <= INT64_MAX else None  # (a wrap would break monotony)
+
+    compares: list[Binary] = []
+
+    def fits(e: Expr, in_sum: bool) -> bool:
+        if not reads(e):
+            return True
+        if isinstance(e, Binary) and e.op in COMPARISONS:
+            for chain, other in ((e.a, e.b), (e.b, e.a)):
+                if reads(chain) and not _expr.has_arange(other) and interval(chain) is not None and not in_sum:
+                    compares.append(e)
+                    return True
+        if isinstance(e, Unary):
+            return fits(e.x, in_sum)
+        if isinstance(e, Binary):
+            return fits(e.a, in_sum) and fits(e.b, in_sum)
+        if isinstance(e, Reduce):  # (an any or all over d sees each piece once, as it must)
+            return fits(e.x, in_sum or (e.op == "sum" and (e.dims is None or d in e.dims)))
+        return False  # arange(d) outside a comparison
+
+    if not all(fits(e, False) for e in roots):
+        return None
+    sizes = axis_sizes(plan, tensors, dims)
+    size = 1
+    for e in compares:
+        own = set(expr_axes(e, lambda name: plan.field(name).axes)) - {d}
+        varies: dict[str, int] = {}
+        for n in _expr.nodes(e):
+            if isinstance(n, Ref) and n.field in tensors:
+                t = tensors[n.field]
+                for axis, sel, n_, stride in zip(plan.field(n.field).axes, n.index, t.shape, t.stride(), strict=True):
+                    if axis in own and sel is None and n_ > 1 and stride != 0:
+                        varies[axis] = sizes[axis]
+        size += (2 if e.op in ("==", "!=") else 1) * math.prod(varies.values())
+    return PositionAxis(d, tuple(compares), min(size, dims[d]))
+
+
+def _integer_bounds(e: Expr, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int],
+                    scalar: bool) -> tuple[int, int] | None:
+    """Bounds of an integer constant, dim or (unless `scalar`) integer field added to a chain, or None.
+    A field's are its dtype's, not its values': `bind` decides once per signature (shapes, strides
+    and dtypes), and so must this."""
+    if isinstance(e, Const) and isinstance(e.value, int) and INT64_MIN <= e.value <= INT64_MAX:
+        return e.value, e.value
+    if isinstance(e, Dim) and e.name in dims:
+        return dims[e.name], dims[e.name]
+    if scalar or not isinstance(e, Ref) or e.field not in tensors or tensors[e.field].dtype not in _INTEGER_DTYPES:
+        return None
+    dtype = tensors[e.field].dtype
+    return (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+
+
 def refuse_logical_walks(plan: Plan, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int],
                          runnable: list[DataCheck]) -> None:
     """Raise `UncheckableBatchError` where a rule's exact check would walk more than
     max(WALK_LIMIT, stored values) positions along named dims (fixed axes are the spec's constant
-    factors): a rule reading positions (`arange`) along an expanded (zero-stride) dim, or pairing
-    fields that each store a different axis of what it runs over.
+    factors): a rule reading positions (`arange`) along an expanded (zero-stride) dim that it
+    cannot be evaluated piecewise along (`position_axis`), or pairing fields that each store a
+    different axis of what it runs over.
     Every other check costs what the batch stores, whatever its logical size; such a rule's
     verdict would need its logical walk (2**34 positions of a view storing 2 values), so every
     backend refuses the batch alike, here, rather than take minutes (docs/security.md)."""
@@ -837,7 +954,10 @@ def refuse_logical_walks(plan: Plan, tensors: Mapping[str, torch.Tensor], dims: 
         if named <= WALK_LIMIT:
             continue
         stored = stored_elements(tensors) if stored is None else stored
-        if named > stored:
+        if named <= stored:
+            continue
+        along = position_axis(plan, c, tensors, dims)  # (evaluated piecewise along it, by the torch backend)
+        if along is None or named // walk.get(along.dim, 1) * min(along.size, walk.get(along.dim, 1)) > max(WALK_LIMIT, stored):
             positions = math.prod(walk.values())
             sizes = " x ".join(f"{a}={n}" for a, n in walk.items())
             raise UncheckableBatchError(
@@ -845,7 +965,8 @@ def refuse_logical_walks(plan: Plan, tensors: Mapping[str, torch.Tensor], dims: 
                 f"{c.text!r} would walk {positions:,} positions ({sizes}) where the batch stores {stored:,} values. "
                 "Fields are expanded (zero-stride) views along some of these dims, and the rule reads positions along "
                 "them (arange) or pairs fields stored along different ones, so an exact verdict would take that walk "
-                f"(the limit is max({WALK_LIMIT:,}, the stored values)). Pass the fields materialized (.contiguous()) "
+                "(arange is evaluated piecewise where it reaches comparisons through +, - and constant factors, outside "
+                f"a sum over its dim) (the limit is max({WALK_LIMIT:,}, the stored values)). Pass the fields materialized (.contiguous()) "
                 "or check a smaller batch")
 
 
