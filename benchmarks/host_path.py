@@ -73,7 +73,7 @@ def stages(stub: stub_cuda.Stub) -> dict[str, Callable[[], Any]]:
     bound = bind(plan, batch)
     memo = bound.memo
     launch, device = memo["triton"]
-    direct, guard = memo.get("triton_direct"), memo.get(("guard", "triton"))
+    direct, guard = tb.direct_of(memo), memo.get(("guard", "triton"))
     if not direct or guard is None:
         raise RuntimeError(f"no warm path: direct launch {direct}, guard {guard}")
     tensors = [bound.tensors[f] for f in launch.fields]

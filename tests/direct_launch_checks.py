@@ -110,7 +110,7 @@ direct = launcher_calls[-1]
 memo = bind(plan, batch).memo
 report("arguments", plain_head=list(plain[:6]), direct_head=list(direct[:6]), plain_args=list(map(str, plain[9:])),
        direct_args=list(map(str, direct[9:])), direct_meta=list(map(str, direct[6:9])),
-       hooks=[str(getattr(h, "calls", h)) for h in plain[7:9]], built=type(memo.get("triton_direct")).__name__)
+       hooks=[str(getattr(h, "calls", h)) for h in plain[7:9]], built=type(tb.direct_of(memo)).__name__)
 
 # warm deferred steps on a busy GPU: no JIT, one launch each, no wait; a buffer per launch in flight
 before = counts()
@@ -149,7 +149,7 @@ tc.check(batch, spec, backend="triton")
 report("launch hook", hooked=hooked, hook_calls=len(seen), unhooked=delta(before))
 
 # another current device than the batch's: the JIT launches inside the batch's device context
-launcher = memo["triton_direct"]
+launcher = tb.direct_of(memo)
 launcher.device_now = lambda: 1
 before = counts()
 tc.check(batch, spec, backend="triton")
@@ -163,5 +163,5 @@ spec2 = tc.load_spec("bert-sequence-classification", **dict(bench.BERT, num_labe
 stub_cuda.on_cuda(spec2, batch)
 before = counts()
 oks = [tc.check(batch, spec2, backend="triton").ok for _ in range(3)]
-report("other triton", oks=oks, built=str(bind(compile_plan(spec2), batch).memo.get("triton_direct")), **delta(before))
+report("other triton", oks=oks, built=str(tb.direct_of(bind(compile_plan(spec2), batch).memo)), **delta(before))
 triton.__version__ = version

@@ -33,6 +33,8 @@ from tritoncheck.spec.schema import spec_from_dict
 
 pytest.importorskip("triton", reason="pip install triton (in the test extra)")
 
+from test_gpu_path_fake_cuda import SPEC, fake_cuda, on_cuda  # noqa: E402,F401 (a fixture)
+
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_YAML = """
 name: warm-triton
@@ -187,3 +189,42 @@ def test_another_triton_launch_api_falls_back_to_the_jit(direct):
     got = direct["other triton"]
     assert got["built"] == "False" and got["oks"] == [True, True, True]
     assert got["jit"] == 3 and got["launches"] == 3
+
+
+def test_a_warm_entry_keeps_no_tensor_of_a_batch_alive():
+    import gc
+    import weakref
+
+    spec = fresh_spec()
+    batches = [batch(), batch(), batch(L=5)]
+    refs = [weakref.ref(t) for b in batches for t in b.values()]
+    for b in batches:
+        assert tc.check(b, spec, backend="triton").ok
+        tc.validate(b, spec, backend="triton", deferred=True)
+    tc.wait()
+    del batches, b
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+
+
+def test_a_deferred_warm_batch_is_decoded_as_submitted(fake_cuda, monkeypatch, request):
+    """On (fake) CUDA the verdict is read at a later step: a dict refilled with the next step's tensors
+    in the meantime must not be what the failing batch is decoded from."""
+    log = fake_cuda
+    spec = tc.BatchSpec.model_validate({"name": f"decoded-as-submitted-{request.node.name}", **SPEC})
+    good = {"ids": torch.ones(4, 16, dtype=torch.int64), "mask": torch.ones(4, 16, dtype=torch.bool)}
+    on_cuda(spec, good, monkeypatch)
+    tc.validate(good, spec, backend="triton", deferred=True)
+    tc.wait()
+    log.busy = True  # the GPU has not reached the next launch when the step after it comes
+    step = {k: v.clone() for k, v in good.items()}
+    step["ids"][2, 3] = 42
+    tc.validate(step, spec, backend="triton", deferred=True)
+    step.update(ids=torch.ones(2, 8, dtype=torch.int64), mask=torch.ones(2, 8, dtype=torch.bool))  # the next step's
+    log.busy = False
+    log.held.clear()
+    with pytest.raises(tc.BatchValidationError) as info:
+        tc.wait()
+    report = info.value.report
+    assert [(v.code, v.index, v.value) for v in report.violations] == [("above_max", (2, 3), 42)]
+    assert report.dims == {"B": (4, "ids"), "L": (16, "ids")}

@@ -50,10 +50,6 @@ class _Entry:
     def settled(self) -> bool:
         return self.finish is None and self.group is None
 
-    def ready(self) -> bool:
-        """Settling it now would not block the host (a group must settle at the next call on every rank)."""
-        return self.group is not None or self.event is None or self.event.query()
-
 
 def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None, strict: bool = False) -> Any:
     """Check this batch (its verdict is queued), then raise for the earliest bad earlier batch.
@@ -110,8 +106,9 @@ def _raise_earliest(entries: list[_Entry], *, block: bool) -> None:
     """
     bad: list[_Entry] = []
     for entry in entries:
-        if not entry.settled():
-            if not (block or entry.ready()):
+        if entry.finish is not None or entry.group is not None:  # (not settled)
+            # ready: settling it now would not block the host (a group must settle at the next call on every rank)
+            if not block and entry.group is None and entry.event is not None and not entry.event.query():
                 continue
             _settle(entry)
             if not entry.settled():

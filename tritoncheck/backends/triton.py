@@ -324,7 +324,7 @@ def launch(plan: Plan, bound: Bound) -> Pending:
         _require_interpreter(device)
     if spec is None:
         return Pending(bound, result=_torch_backend.run(plan, bound))
-    return _begin(memo, spec, device, [bound.tensors[f] for f in spec.fields], bound)
+    return _begin(memo, [bound.tensors[f] for f in spec.fields], bound)
 
 
 def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | Callable[[], Bound]) -> Pending:
@@ -337,22 +337,47 @@ def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | 
     compiles or finds the kernel; every later one through that compiled kernel's own launcher, its
     constant arguments packed once (`Direct`), where the launch allows (`Direct.__call__`).
     """
-    spec, device = memo["triton"]
-    return _begin(memo, spec, device, tensors, bound)
+    return _begin(memo, tensors, bound)
 
 
-def _begin(memo: dict[str, Any], spec: Launch, device: torch.device, tensors: Sequence[torch.Tensor],
-           bound: Bound | Callable[[], Bound]) -> Pending:
-    if device.type != "cuda":
+class _Runner:
+    """What the launches of one prepared signature (`memo["triton"]`: its `Launch` and device) reuse:
+    whether the device is CUDA (read once: `torch.device.type` costs 0.4 us), the pool's free list
+    for its result buffers, and its `Direct` launch (None until a first CUDA launch has compiled the
+    kernel; False where it does not apply)."""
+
+    __slots__ = ("prepared", "spec", "device", "cuda", "free", "direct")
+
+    def __init__(self, prepared: tuple[Launch, torch.device]):
+        self.prepared = prepared
+        self.spec, self.device = prepared
+        self.cuda = self.device.type == "cuda"
+        self.free = _pool.free_list(self.spec, self.device)
+        self.direct: Direct | bool | None = None
+
+
+def direct_of(memo: dict[str, Any]) -> Direct | bool | None:
+    """The `Direct` launch of a prepared signature: None before its first CUDA launch, False where it does not apply."""
+    runner = memo.get("triton_runner")
+    return None if runner is None or runner.prepared is not memo.get("triton") else runner.direct
+
+
+def _begin(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | Callable[[], Bound]) -> Pending:
+    prepared = memo["triton"]
+    runner = memo.get("triton_runner")
+    if runner is None or runner.prepared is not prepared:
+        runner = memo["triton_runner"] = _Runner(prepared)
+    spec, device = prepared
+    if not runner.cuda:
         with _interpreter_lock:
-            slot = _pool.acquire(spec, device)
+            slot = _pool.take(runner.free, spec, device)
             _launch_plain(spec, tensors, slot)
             if slot.scratch is not None:
                 slot.scratch.zero_()
         return Pending(bound, spec, slot)
     _torch_backend.refuse_capture()  # before anything is queued on the stream
-    slot = _pool.acquire(spec, device)
-    direct = memo.get("triton_direct")
+    slot = _pool.take(runner.free, spec, device)
+    direct = runner.direct
     if direct and direct(tensors, slot.device_ptr):  # (the batch's device is the current one)
         _read_back(slot)
         return Pending(bound, spec, slot, slot.event)
@@ -360,7 +385,7 @@ def _begin(memo: dict[str, Any], spec: Launch, device: torch.device, tensors: Se
     with torch.cuda.device(device):
         kernel = _launch_plain(spec, tensors, slot)
         if direct is None:
-            memo["triton_direct"] = direct_launcher(kernel, spec, device) or False
+            runner.direct = direct_launcher(kernel, spec, device) or False
         _read_back(slot)
     return Pending(bound, spec, slot, slot.event)
 
@@ -382,7 +407,7 @@ def _read_back(slot: _Slot) -> None:
     slot.event.record()
 
 
-_DATA_PTR = torch.Tensor.data_ptr
+_DATA_PTR, _reduce, _or = torch.Tensor.data_ptr, functools.reduce, operator.or_
 DIRECT_TRITON = ((3, 6), (3, 9))  # the Triton versions whose launch API `Direct` follows (their JITFunction.run)
 
 
@@ -421,7 +446,7 @@ class Direct:
         if getattr(enter, "calls", enter) or getattr(leave, "calls", leave):  # (a HookChain, or None, or a hook)
             return False
         ptrs = list(map(_DATA_PTR, tensors))
-        if functools.reduce(operator.or_, ptrs, out) & 15:
+        if _reduce(_or, ptrs, out) & 15:
             return False
         self.run(self.grid, 1, 1, self.stream_of(self.index), self.function, self.packed, None, None, None,
                  *ptrs, *self.rest, out, self.dtype)
@@ -454,7 +479,7 @@ class _Slot:
     (a device-side wait, not the host's)."""
 
     __slots__ = ("device", "event", "host", "key", "reset", "device_head", "host_head", "host_values", "scratch",
-                 "device_ptr")
+                 "device_ptr", "home")
 
     def __init__(self, device: torch.Tensor, host: torch.Tensor, key: tuple, event: Any):
         self.device, self.host, self.key, self.event, self.reset = device, host, key, event, None
@@ -463,6 +488,7 @@ class _Slot:
         self.scratch = device[head:] if head < len(device) else None
         self.host_values = self.host_head.numpy()
         self.device_ptr = device.data_ptr()
+        self.home: list[_Slot] = []  # the free list it goes back to (the pool sets it)
 
 
 class _Pool:
@@ -476,15 +502,21 @@ class _Pool:
     def __init__(self) -> None:
         self.free: dict[tuple, list[_Slot]] = {}
 
+    def free_list(self, spec: Launch, device: torch.device) -> list[_Slot]:
+        """The free slots of `spec`'s buffer size on `device` (one list per size, kept by the caller)."""
+        return self.free.setdefault((spec.length, spec.head, device), [])
+
     def acquire(self, spec: Launch, device: torch.device) -> _Slot:
-        key = (spec.length, spec.head, device)
-        free = self.free.get(key)
-        if free is None:
-            free = self.free.setdefault(key, [])
+        return self.take(self.free_list(spec, device), spec, device)
+
+    def take(self, free: list[_Slot], spec: Launch, device: torch.device) -> _Slot:
+        """A zeroed slot from `free` (`free_list`'s), or a new one."""
         try:
             slot = free.pop()  # (atomic: no lock)
         except IndexError:
-            return self.allocate(spec.length, device, key)
+            slot = self.allocate(spec.length, device, (spec.length, spec.head, device))
+            slot.home = free
+            return slot
         if slot.reset is not None:  # zeroed on another stream, perhaps: this stream waits for it (the host does not)
             torch.cuda.current_stream(device).wait_event(slot.reset)
             slot.reset = None
@@ -506,7 +538,7 @@ class _Pool:
                     slot.reset.record()
             else:
                 slot.device.zero_()
-        self.free.setdefault(slot.key, []).append(slot)
+        slot.home.append(slot)
 
 
 _pool = _Pool()
