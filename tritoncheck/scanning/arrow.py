@@ -16,6 +16,7 @@ is marked, and the scan reports it rather than checks it.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -175,9 +176,9 @@ def read_column(array: Any) -> Column:
         # a column of scalars: its values as they are (no copy of a signed integer or float column), row r is value r
         leaf = array.dictionary_decode() if types.is_dictionary(array.type) else array
         nulls = _nulls(leaf)  # (decoded: a dictionary may hold a null as a value, not only as an index)
-        none = torch.zeros(1, dtype=torch.bool).expand(n)  # (a view: no memory, nothing written per row)
-        return Column(_leaf_tensor(leaf), None, torch.zeros((n, 0), dtype=torch.long),
-                      none if nulls is None else torch.from_numpy(nulls), none, nulls is not None)
+        none, shape = _scalar_rows(n)
+        return Column(_leaf_tensor(leaf), None, shape, none if nulls is None else torch.from_numpy(nulls), none,
+                      nulls is not None)
     lo, hi = np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64)  # each row's span in `level`
     nulls, jagged, sizes = np.zeros(n, bool), np.zeros(n, bool), []
     level = array
@@ -206,6 +207,15 @@ def read_column(array: Any) -> Column:
     shape = _shapes(sizes, n)
     return Column(_leaf_tensor(leaf), torch.from_numpy(lo), shape, torch.from_numpy(nulls), torch.from_numpy(jagged),
                   bool(nulls.any() or jagged.any()))
+
+
+@functools.lru_cache(maxsize=8)
+def _scalar_rows(n: int) -> tuple[Any, Any]:
+    """For n rows of scalars: all-False marks (a view of one value: no memory, nothing written per row) and their
+    shapes [n, 0]; made once per chunk size and shared by a chunk's columns (nothing writes to either)."""
+    import torch
+
+    return torch.zeros(1, dtype=torch.bool).expand(n), torch.zeros((n, 0), dtype=torch.long)
 
 
 def _plain(kind: Any) -> Any:
@@ -268,9 +278,12 @@ def _leaf_tensor(leaf: Any) -> Any:
     """`_values(leaf)` as a tensor over the same memory."""
     import torch
 
-    with warnings.catch_warnings():  # a read-only buffer of the file's: nothing writes to it
+    values = _values(leaf)
+    if values.flags.writeable:
+        return torch.from_numpy(values)
+    with warnings.catch_warnings():  # a read-only buffer of the file's (a mapped Arrow file): nothing writes to it
         warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(_values(leaf))
+        return torch.from_numpy(values)
 
 
 def _values(leaf: Any) -> Any:

@@ -330,6 +330,7 @@ class _Scan:
         self.checks = self.samples = self.unread = 0  # unread: rows (or files) that could not be read
         self.said: set[tuple[Any, ...]] = set()
         self.backends: set[str] = set()  # what actually ran (auto: "c", or "torch" where no compiler exists)
+        self.places: dict[int, tuple[Any, dict[tuple[str, str, int], int]]] = {}  # id(spec) -> (spec, its places)
 
     def add(self, item: _Item) -> None:
         if isinstance(item.data, list):  # found while reading (a null, a refused column): ready as they are
@@ -354,12 +355,21 @@ class _Scan:
         self.checks += 1
         self.samples += size
         self.backends.add(ran)
-        for e in _entries(item, found, spec):  # a problem of a whole chunk (a column's dtype) is said once per file
+        for e in _entries(item, found, self._places(spec)):  # a problem of a whole chunk (a dtype) is said once per file
             key = (e["source"], e["field"], e["code"], e["message"])
             if e["row"] is None and key in self.said:
                 continue
             self.said.add(key)
             self.entries.append(e)
+
+    def _places(self, spec: Any) -> dict[tuple[str, str, int], int]:
+        """`_batch_coordinates` of the spec's plan, made once per spec (it was 70 us a chunk)."""
+        from tritoncheck.plan.lower import compile_plan
+
+        known = self.places.get(id(spec))
+        if known is None or known[0] is not spec:
+            known = self.places[id(spec)] = (spec, _batch_coordinates(compile_plan(spec)))
+        return known[1]
 
     def part(self) -> dict[str, Any]:
         """What `merge` takes: JSON-able, so that a shard's result travels from a Ray task as it is."""
@@ -403,13 +413,14 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
         # each sample's verdict is its own: the samples the batch's violations name are the bad ones, and the rest
         # need no second check; each bad one is checked alone, so that its reported value is its own
         each: list[tuple[int | None, Any]] = []
-        row = take if take is not None else _rows(batch, plan)
+        row = take  # (made at the first sample checked alone: most chunks have none)
         # (padded rows too: a field of one value per sample holds no padding)
         own_values = _own_values(batch, plan, report.violations)
         for pos in sorted({int(s) for v in report.violations for s in v.samples}):
             if own_values is not None and pos in own_values:
                 each += [(pos, v) for v in own_values[pos]]
                 continue
+            row = row or _rows(batch, plan)
             one = row([pos])
             own = check(one, spec, backend=backend).violations
             if not own and take is None:  # (not for a check of one sample's values; split_bad settles it if it does)
@@ -1317,14 +1328,12 @@ def _entry(source: str, field: str | None, code: str, message: str, rule: str) -
     return Violation(field, code, rule).to_dict(source=source, sample=None, row=None, message=message)  # type: ignore[arg-type]
 
 
-def _entries(item: _Item, found: list[tuple[int | None, Any]], spec: Any) -> list[dict[str, Any]]:
+def _entries(item: _Item, found: list[tuple[int | None, Any]], places: dict[tuple[str, str, int], int]
+             ) -> list[dict[str, Any]]:
     """The entries of an item's violations, every number counted from the first row of the dataset (of the
-    file where the global row is unknown): `sample`, `row`, and the violation's own samples, index and message.
-    `sample` is the global row (None for a problem of a whole batch, or where it is unknown), `row` its row in
-    `source` itself."""
-    from tritoncheck.plan.lower import compile_plan
-
-    places = _batch_coordinates(compile_plan(spec))
+    file where the global row is unknown): `sample`, `row`, and the violation's own samples, index and message
+    (the index moved where `places`, its spec's `_batch_coordinates`, says). `sample` is the global row (None for
+    a problem of a whole batch, or where it is unknown), `row` its row in `source` itself."""
     first = item.row if item.offset is None else item.offset
     out = []
     for pos, v in found:
