@@ -619,17 +619,20 @@ def test_a_scan_imports_no_pandas(tmp_path):
     table = pa.table(rows(0, 4, bad={1}))
     table = table.set_column(2, "labels", pa.array([0, 1, None, 0], pa.int64()))  # (a null: a row of its own)
     pq.write_table(table, tmp_path / "a.parquet")
+    # Off a terminal (a pipe), neither its progress nor its text needs rich (0.09 s of CPU to import).
     code = ("import os, sys; from tritoncheck.cli import main\n"
-            f"code = main(['scan', 'bert-sequence-classification', {str(tmp_path / 'a.parquet')!r}, *{BERT!r}, "
-            "'--format=json'])\n"
+            f"args = ['scan', 'bert-sequence-classification', {str(tmp_path / 'a.parquet')!r}, *{BERT!r}]\n"
+            "text = main([*args, '--format=text'])\n"
+            "code = main([*args, '--format=json'])\n"
             "import pyarrow as pa\n"
-            "print(code, 'pandas' in sys.modules, pa.default_memory_pool().backend_name, "
+            "print(code, text, 'pandas' in sys.modules, 'rich' in sys.modules, pa.default_memory_pool().backend_name, "
             "os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
-    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    env = {k: v for k, v in os.environ.items() if k not in ("ARROW_DEFAULT_MEMORY_POOL", "FORCE_TERMINAL")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     pool = "jemalloc" if sys.platform.startswith("linux") else pa.default_memory_pool().backend_name
-    assert out.stdout.splitlines()[-1] == f"1 False {pool} None", out.stderr
-    report = json.loads(out.stdout.rsplit("\n", 2)[0])
+    assert out.stdout.splitlines()[-1] == f"1 1 False False {pool} None", out.stderr
+    assert out.stdout.startswith("2 bad rows of 4 rows for ")
+    report = json.loads("{" + out.stdout.rsplit("\n", 2)[0].split("\n{", 1)[1])
     assert sorted((e["row"], e["field"], e["code"]) for e in report["violations"]) == [
         (1, "input_ids", "above_max"), (2, "labels", "null")]
 

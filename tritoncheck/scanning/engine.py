@@ -309,7 +309,11 @@ def _one_torch_thread() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _progress(what: str, total: int, show: bool) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr (only on a terminal) and the function that advances it."""
+    """A rich progress bar on stderr (only on a terminal) and the function that advances it. Off a terminal rich is
+    not imported at all (0.09 s of CPU, most of a 1M-row scan's own work)."""
+    if not (show and _terminal(sys.stderr)):
+        yield lambda n: None
+        return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -318,6 +322,15 @@ def _progress(what: str, total: int, show: bool) -> Iterator[Callable[[int], Non
     with Progress(*columns, console=err, transient=True, disable=not (show and err.is_terminal)) as bar:
         task = bar.add_task("scan", total=total)
         yield lambda n: bar.advance(task, n)
+
+
+def _terminal(stream: Any) -> bool:
+    """Whether rich may take `stream` for a terminal: it is one, or the environment says to act as if
+    (FORCE_TERMINAL, TTY_COMPATIBLE, as rich reads them); False means plain text, rich not needed."""
+    if os.environ.get("FORCE_TERMINAL") or os.environ.get("TTY_COMPATIBLE"):
+        return True
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty())
 
 
 class _Scan:
@@ -1425,9 +1438,8 @@ def _where(e: dict[str, Any], unit: str) -> str:
 
 
 def _show(report: dict[str, Any], table: bool) -> None:
-    """The summary for people, as text or with a table; all spec and data text is escaped (`say`, `Text`)."""
-    from rich.text import Text
-
+    """The summary for people, as text or with a table; all spec and data text is escaped (`say`, `Text`). Text
+    off a terminal is printed without rich (its import is 0.09 s of CPU)."""
     if report["unit"] == "rows":
         head = (f"{_plural(report['bad_samples'], 'bad row')} of {_plural(report['samples'], 'row')} "
                 f"for {report['spec']}")
@@ -1443,9 +1455,13 @@ def _show(report: dict[str, Any], table: bool) -> None:
     for src, fields in report["absent_fields"].items():
         if fields["optional"]:
             notes.append(f"  not in {src} (optional, so not checked): {', '.join(fields['optional'])}")
-    out = console()
     if not report["violations"]:
-        out.print(Text(printable(head), style="green"))
+        if table or _terminal(sys.stdout):
+            from rich.text import Text
+
+            console().print(Text(printable(head), style="green"))
+        else:
+            say(printable(head))
         for line in notes:
             say(line)
         return
@@ -1458,9 +1474,14 @@ def _show(report: dict[str, Any], table: bool) -> None:
         files[key[1:]] += 1
     summary = [(row["code"], row["field"], row["severity"], _counted(row["samples"], files[row["code"], row["field"],
                 row["severity"]], label)) for row in report["summary"]]
-    t = fitted_table(None, ("code", "field", "severity", "found in"),
-                     [tuple(Text(printable(c)) for c in row) for row in summary], out.width) if table else None
-    if t is not None:
+    t = out = None
+    if table:
+        from rich.text import Text
+
+        out = console()
+        t = fitted_table(None, ("code", "field", "severity", "found in"),
+                         [tuple(Text(printable(c)) for c in row) for row in summary], out.width)
+    if t is not None and out is not None:
         out.print(t)
     else:
         for code, field, severity, n in summary:
