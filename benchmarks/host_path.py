@@ -1,6 +1,6 @@
 """The Triton backend's host cost per check, measured on a machine without a GPU (issue 22).
 
-    python benchmarks/host_path.py --out benchmarks/results/host-path-cpu.md
+    python benchmarks/host_path.py      # writes benchmarks/results/host-path-triton-<version>.md
 
 One warm BERT 32x128 check (`bert-sequence-classification`, the benchmark's batch), as a training
 loop makes it: `tc.validate(batch, spec, backend="triton", deferred=True)`, the same batch
@@ -143,7 +143,7 @@ def page(rows: list[tuple[str, float, str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, help="write the Markdown page here too")
+    p.add_argument("--out", type=Path, help="the Markdown page (default: results/host-path-triton-<version>.md)")
     p.add_argument("--rounds", type=int, default=30)
     args = p.parse_args(argv)
     import torch
@@ -151,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     text = page(measure(args.rounds))
     print(text)
-    if args.out:
-        args.out.write_text(text)
+    import triton
+
+    out = args.out or Path(__file__).resolve().parent / "results" / f"host-path-triton-{triton.__version__}.md"
+    out.write_text(text)
     return 0
 
 
