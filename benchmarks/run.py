@@ -412,7 +412,7 @@ def host_block(paths: list[Path]) -> str:
     for path in paths:
         lines = path.read_text().splitlines()
         version = path.stem.removeprefix("host-path-triton-")
-        found = re.search(r"at (\S+), (\S+): .*?1-minute load average ([\d.]+)", lines[2])
+        found = re.search(r"at (\S+), (\S+): .*?1-minute load average (\d+(?:\.\d+)?)", lines[2])
         runs.append(f"triton {version} at {found[1]}, {found[2][:16]}, load {found[3]}" if found else f"triton {version}")
         for line in lines:
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
