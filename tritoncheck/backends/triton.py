@@ -277,7 +277,7 @@ class Pending:
                 self.event.synchronize()
             slot = self.slot
             if not numpy.count_nonzero(slot.host_values):  # a valid batch: nothing written, the buffer stays zeroed
-                _pool.release(slot, dirty=False)
+                slot.home.append(slot)  # (back to the pool as it is)
                 self._result = []
             else:
                 values = slot.host_head.clone()
@@ -324,20 +324,7 @@ def launch(plan: Plan, bound: Bound) -> Pending:
         _require_interpreter(device)
     if spec is None:
         return Pending(bound, result=_torch_backend.run(plan, bound))
-    return _begin(memo, [bound.tensors[f] for f in spec.fields], bound)
-
-
-def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | Callable[[], Bound]) -> Pending:
-    """Queue the kernel of a prepared signature (`memo`: bind's memo of it, after `launch` filled it) on
-    `tensors` (the launch's fields, in order), then the scratch's reset and the copy back, on the
-    batch's device and its current stream; return at once. `bound`: the batch's `Bound`, or a
-    callable that binds it (called only to decode a failing batch).
-
-    On CUDA the first launch of a signature goes through Triton's JIT (`fn[grid](...)`), which
-    compiles or finds the kernel; every later one through that compiled kernel's own launcher, its
-    constant arguments packed once (`Direct`), where the launch allows (`Direct.__call__`).
-    """
-    return _begin(memo, tensors, bound)
+    return _start(memo, [bound.tensors[f] for f in spec.fields], bound)
 
 
 class _Runner:
@@ -362,7 +349,16 @@ def direct_of(memo: dict[str, Any]) -> Direct | bool | None:
     return None if runner is None or runner.prepared is not memo.get("triton") else runner.direct
 
 
-def _begin(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | Callable[[], Bound]) -> Pending:
+def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | Callable[[], Bound]) -> Pending:
+    """Queue the kernel of a prepared signature (`memo`: bind's memo of it, after `launch` filled it) on
+    `tensors` (the launch's fields, in order), then the scratch's reset and the copy back, on the
+    batch's device and its current stream; return at once. `bound`: the batch's `Bound`, or a
+    callable that binds it (called only to decode a failing batch).
+
+    On CUDA the first launch of a signature goes through Triton's JIT (`fn[grid](...)`), which
+    compiles or finds the kernel; every later one through that compiled kernel's own launcher, its
+    constant arguments packed once (`Direct`), where the launch allows (`Direct.__call__`).
+    """
     prepared = memo["triton"]
     runner = memo.get("triton_runner")
     if runner is None or runner.prepared is not prepared:
@@ -388,6 +384,9 @@ def _begin(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound |
             runner.direct = direct_launcher(kernel, spec, device) or False
         _read_back(slot)
     return Pending(bound, spec, slot, slot.event)
+
+
+_start = start  # what `launch` calls (a test that wraps `start`, the warm path's entry, leaves `launch` as it is)
 
 
 def _launch_plain(spec: Launch, tensors: list[torch.Tensor], slot: _Slot) -> Any:
