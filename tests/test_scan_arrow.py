@@ -655,6 +655,26 @@ def test_ragged_rows_under_element_checks_are_checked_without_padding(tmp_path, 
     assert taken and max(taken) == 1  # every take is one row: nothing padded
 
 
+@pytest.mark.parametrize("lookup", [1 << 16, 24])
+def test_rules_over_the_lengths_of_ragged_rows_are_decided_per_row_across_chunks(tmp_path, monkeypatch, lookup):
+    # `L <= 20` and `L >= 3` at each row's own length, chunk after chunk (each new length decided once, kept in a
+    # table by length that grows as longer rows come), or per distinct length where a length is past the table's
+    # reach (a lookup of 24)
+    from tritoncheck.scanning import engine
+
+    monkeypatch.setattr(engine, "LOOKUP_SIZES", lookup)
+    import numpy as np
+
+    lengths = np.random.default_rng(1).integers(0, 12, 300) * np.repeat([1, 2, 3], 100)  # longer rows later on
+    ids = [[1] * int(n) for n in lengths]
+    pq.write_table(pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32()))}), tmp_path / "x.parquet")
+    spec = tc.BatchSpec.model_validate({**TOKENS, "rules": ["L <= 20", "L >= 3"]})
+    report = scan(spec, tmp_path / "x.parquet", backend="torch", batch_size=32)
+    found = sorted((e["sample"], e["value"]) for e in report["violations"])
+    assert found == [(r, int(n)) for r, n in enumerate(lengths) if n > 20 or n < 3] and report["batches"] == 10
+    assert any(n > 24 for n in lengths) and any(n < 3 for n in lengths)
+
+
 def test_narrow_integers_are_checked_as_the_int64_a_batch_holds(tmp_path):
     # the reader keeps int8/16/32 in their width (checked as they are where no padding is needed); every batch of
     # rows widens them, so a spec asking for int64 gets int64: uniform chunks, padded ones, and rows alone

@@ -104,6 +104,9 @@ MAX_CHUNK_ROWS = 1 << 20
 # Element checks of ragged rows read a column's values in blocks of this many (one result slot per block; a row
 # holding a value of a failing block is checked alone), under a dim of this name.
 ELEMENT_BLOCK, ELEMENTS = 1024, "tritoncheck_elements"
+# Rules over the dims of ragged rows (`L <= 512`) are decided per distinct size and kept in a table by size, where
+# one dim is free and every size is below this.
+LOOKUP_SIZES = 1 << 16
 # The rule of a scan's findings about files and columns (`unreadable`, `unsupported_type`), in words.
 READABLE = "the data can be read as Parquet, Arrow or a batch file"
 READ_TYPES = "a column of bools, integers or floats (any width), dictionary-encoded ones, or lists of them"
@@ -1291,19 +1294,34 @@ class _Ragged:
         if not self.plan.dim_checks or not names:
             return torch.zeros(len(members), dtype=torch.bool)
         own = torch.stack([self.sizes[d][:, 0].index_select(0, members) for d in names], dim=1)
-        combos, inverse = _distinct(own)
-        fails = []
         present = {presence_dim(f.name): f.name in self.columns for f in self.plan.fields}  # as bind sets them
         base = {d: size for d, (size, _) in dims.items() if d not in names} | present  # (names: each row's own)
         # each verdict kept for the shard's later chunks (their rows have the same few lengths)
-        known = self.scratch.memo.setdefault(("dim rules", id(self.plan), tuple(names), tuple(sorted(base.items()))), {})
-        for combo in map(tuple, combos.tolist()):
-            verdict = known.get(combo)
-            if verdict is None:
+        key = ("dim rules", id(self.plan), tuple(names), tuple(sorted(base.items())))
+        known = self.scratch.memo.setdefault(key, {})
+
+        def verdict(combo: tuple[int, ...]) -> bool:
+            found = known.get(combo)
+            if found is None:
                 values = base | dict(zip(names, combo, strict=True))
-                verdict = known[combo] = any(_fails(c, values, evaluate_scalar, holds) for c in self.plan.dim_checks)
-            fails.append(verdict)
-        return torch.tensor(fails).index_select(0, inverse)
+                found = known[combo] = any(_fails(c, values, evaluate_scalar, holds) for c in self.plan.dim_checks)
+            return found
+
+        if len(names) == 1 and len(own) and 0 <= int(own.min()) and int(own.max()) < LOOKUP_SIZES:
+            # one dim (a token list's length): the verdicts as a table by size, filled where a size is new, read
+            # for every row at once (a lookup per distinct length and chunk was 0.17 s of 1M token rows)
+            lengths = own[:, 0]
+            table = self.scratch.memo.get((*key, "table"))
+            if table is None or len(table) <= int(lengths.max()):
+                grown = torch.full((int(lengths.max()) + 1,), -1, dtype=torch.int8)
+                if table is not None:
+                    grown[:len(table)] = table
+                table = self.scratch.memo[(*key, "table")] = grown
+            for size in torch.unique(lengths[table.index_select(0, lengths) < 0]).tolist():
+                table[size] = verdict((size,))
+            return table.index_select(0, lengths) > 0
+        combos, inverse = _distinct(own)
+        return torch.tensor([verdict(combo) for combo in map(tuple, combos.tolist())]).index_select(0, inverse)
 
 
 def _distinct(keys: Any) -> tuple[Any, Any]:
