@@ -188,7 +188,7 @@ def test_a_rule_evaluated_piecewise_gives_the_report_of_its_whole_walk(monkeypat
         pieces.append(check.text)
         return piecewise(check, ctx, along)
 
-    monkeypatch.setattr(torch_backend, "WALK_LIMIT", 0)
+    monkeypatch.setattr(torch_backend, "PIECEWISE_FROM", 0)
     monkeypatch.setattr(torch_backend, "_piecewise", spy)
     for rule in PIECE_RULES:
         assert comparable(tc.check(batch, spec(fields, [rule]), backend="torch").to_dict()) == comparable(wholes[rule]), rule

@@ -116,9 +116,15 @@ def _windowed(check: RuleCheck, ctx: Context, axis: str) -> list[Violation]:
     return [violation(check, ctx.bound, count, tuple(sorted(samples)), first[0], first[1])]
 
 
+# a rule whose walk passes this many positions is evaluated piecewise where it can be: past WALK_LIMIT,
+# where `bind` would refuse it otherwise (the differential fuzz sets 0, comparing the pieces of every
+# such rule with the kernels' walk and with the batch materialized)
+PIECEWISE_FROM = WALK_LIMIT
+
+
 def _position_axis(check: DataCheck, ctx: Context) -> PositionAxis | None:
     """The dim to evaluate `check` along piecewise (`plan.lower.PositionAxis`): where its walk passes
-    WALK_LIMIT (where `bind` would refuse it otherwise) and it varies along the dim through `arange` alone."""
+    PIECEWISE_FROM and it varies along the dim through `arange` alone."""
     if not isinstance(check, RuleCheck):
         return None
     # decided from the batch's signature (shapes, strides, dtypes), as `bind` decides what it refuses:
@@ -127,7 +133,7 @@ def _position_axis(check: DataCheck, ctx: Context) -> PositionAxis | None:
     if id(check) not in known:
         along, dims = None, ctx.bound.dim_values()
         if (_aranges(check.expr) or _aranges(check.where)) and math.prod(
-                n for a, n in rule_walk(ctx.plan, check, ctx.bound.tensors, dims).items() if a in dims) > WALK_LIMIT:
+                n for a, n in rule_walk(ctx.plan, check, ctx.bound.tensors, dims).items() if a in dims) > PIECEWISE_FROM:
             along = position_axis(ctx.plan, check, ctx.bound.tensors, dims)
         known[id(check)] = along
     return known[id(check)]
@@ -566,12 +572,45 @@ def _div(op: str, a: Any, b: Any) -> torch.Tensor:
     a, b = (x if isinstance(x, torch.Tensor) else torch.tensor(x, device=device,
             dtype=torch.float64 if isinstance(x, float) else torch.int64) for x in (a, b))
     if a.is_floating_point() or b.is_floating_point():
-        return torch.div(a, b, rounding_mode="floor") if op == "//" else torch.remainder(a, b)
+        return torch.div(a, b, rounding_mode="floor") if op == "//" else _float_remainder(a, b)
     zero = b == 0
     safe = torch.where(zero, torch.ones_like(b), b)
     if op == "//":
         return torch.where(zero, 0, torch.div(a, safe, rounding_mode="floor"))
     return torch.where(zero, a, torch.remainder(a, safe))
+
+
+def _float_remainder(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.remainder's meaning, `fmod` moved into the divisor's sign (C's `tc_mod`), from an exact
+    `fmod` (`_fmod`): torch's own gave NaN or the exact value for one pair by where it sat in the tensor."""
+    dtype = torch.result_type(a, b)
+    a, b = a.to(dtype), b.to(dtype)
+    r = _fmod(a, b)
+    return torch.where((r != 0) & ((b < 0) != (r < 0)), r + b, r)
+
+
+def _fmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`fmod`, exact everywhere. torch's vectorized float64 loop gives NaN where the quotient overflows
+    (1e308 % 0.5: a - trunc(a / b) * b), its scalar tail the exact value (the differential fuzz, seed
+    2167296241: a strided and a contiguous batch disagreed). There x is first reduced modulo
+    y * 2**k, which keeps its residue modulo y, with k such that the quotient stays finite."""
+    r = torch.fmod(a, b)
+    over = torch.isnan(r) & torch.isfinite(a) & torch.isfinite(b) & (b != 0)
+    if not bool(over.any()):
+        return r
+    x, y = (t[over] for t in torch.broadcast_tensors(a, b))
+    while True:
+        q = torch.fmod(x, y)
+        left = torch.isnan(q)
+        if not bool(left.any()):
+            break
+        k = (torch.frexp(x).exponent - torch.frexp(y).exponent - 900).clamp(min=0)  # (quotient near 2**900)
+        big = y
+        for part in (k // 3, k // 3, k - 2 * (k // 3)):  # (torch.ldexp makes 2**k, infinite past 2**1023)
+            big = torch.ldexp(big, part)
+        x = torch.where(left, torch.fmod(x, big), x)
+    r[over] = q
+    return r
 
 
 def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: Mapping[str, int] | None) -> torch.Tensor:
