@@ -47,9 +47,6 @@ class _Entry:
     def __init__(self, step: int, report: Report | None, finish: Callable[[], Report] | None, event: Any, group: Any):
         self.step, self.report, self.finish, self.event, self.group = step, report, finish, event, group
 
-    def settled(self) -> bool:
-        return self.finish is None and self.group is None
-
 
 def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None, strict: bool = False) -> Any:
     """Check this batch (its verdict is queued), then raise for the earliest bad earlier batch.
@@ -111,12 +108,11 @@ def _raise_earliest(entries: list[_Entry], *, block: bool) -> None:
             if not block and entry.group is None and entry.event is not None and not entry.event.query():
                 continue
             _settle(entry)
-            if not entry.settled():
-                continue
         report = entry.report
-        if report.ok:
-            if report.violations:
-                core.log_warnings(report)  # as a synchronous validate logs a passing batch's warnings
+        if not report.violations:  # (the common case, read first)
+            _queue.remove(entry)
+        elif report.ok:
+            core.log_warnings(report)  # as a synchronous validate logs a passing batch's warnings
             _queue.remove(entry)
         else:
             if not bad:

@@ -250,14 +250,19 @@ class Pending:
     "triton", or "torch" where the kernel could not take the batch. `bound` may be a callable that
     binds the batch: the warm path (`api/core.py`) binds only to decode a failing batch."""
 
-    __slots__ = ("_bound", "spec", "slot", "event", "program", "backend", "_result")
+    __slots__ = ("_bound", "spec", "slot", "event", "_result")
 
     def __init__(self, bound: Bound | Callable[[], Bound], spec: Launch | None = None, slot: Any = None,
                  event: Any = None, result: list[Violation] | None = None):
-        self._bound, self.spec, self.slot, self.event = bound, spec, slot, event
-        self.program = spec.program if spec is not None else None
-        self.backend = "triton" if spec is not None else "torch"
-        self._result = result
+        self._bound, self.spec, self.slot, self.event, self._result = bound, spec, slot, event, result
+
+    @property
+    def program(self) -> Program | None:
+        return None if self.spec is None else self.spec.program
+
+    @property
+    def backend(self) -> str:
+        return "torch" if self.spec is None else "triton"
 
     @property
     def bound(self) -> Bound:
@@ -276,7 +281,7 @@ class Pending:
             if self.event is not None:
                 self.event.synchronize()
             slot = self.slot
-            if not numpy.count_nonzero(slot.host_values):  # a valid batch: nothing written, the buffer stays zeroed
+            if not _count_nonzero(slot.host_values):  # a valid batch: nothing written, the buffer stays zeroed
                 slot.home.append(slot)  # (back to the pool as it is)
                 self._result = []
             else:
@@ -371,12 +376,17 @@ def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | 
             if slot.scratch is not None:
                 slot.scratch.zero_()
         return Pending(bound, spec, slot)
-    _torch_backend.refuse_capture()  # before anything is queued on the stream
+    if torch.cuda.is_current_stream_capturing():  # before anything is queued on the stream
+        _torch_backend.refuse_capture()  # (raises, saying why)
     slot = _pool.take(runner.free, spec, device)
     direct = runner.direct
     if direct and direct(tensors, slot.device_ptr):  # (the batch's device is the current one)
-        _read_back(slot)
-        return Pending(bound, spec, slot, slot.event)
+        if slot.scratch is not None:  # as _read_back
+            slot.scratch.zero_()
+        slot.host_head.copy_(slot.device_head, True)
+        event = slot.event
+        event.record()
+        return Pending(bound, spec, slot, event)
     # the batch's device is the current one for the launch, the buffer and the copy; the stream is its current one
     with torch.cuda.device(device):
         kernel = _launch_plain(spec, tensors, slot)
@@ -406,7 +416,7 @@ def _read_back(slot: _Slot) -> None:
     slot.event.record()
 
 
-_DATA_PTR, _reduce, _or = torch.Tensor.data_ptr, functools.reduce, operator.or_
+_DATA_PTR, _reduce, _or, _count_nonzero = torch.Tensor.data_ptr, functools.reduce, operator.or_, numpy.count_nonzero
 DIRECT_TRITON = ((3, 6), (3, 9))  # the Triton versions whose launch API `Direct` follows (their JITFunction.run)
 
 
@@ -421,7 +431,7 @@ class Direct:
     """
 
     __slots__ = ("run", "function", "packed", "grid", "rest", "dtype", "index", "fn", "device_now", "stream_of",
-                 "runtime")
+                 "runtime", "enter", "leave", "enter_calls", "leave_calls")
 
     def __init__(self, kernel: Any, spec: Launch, index: int):
         self.run, self.function, self.packed = kernel.run, kernel.function, kernel.packed_metadata
@@ -434,6 +444,11 @@ class Direct:
         from triton import knobs
 
         self.runtime = knobs.runtime
+        # the launch hooks (HookChains in 3.6 to 3.9: lists of calls; a plain hook or None in others), read at a
+        # launch as `calls` lists; one replaced by another object sends the launch to the JIT
+        self.enter, self.leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        self.enter_calls = getattr(self.enter, "calls", self.enter is not None)
+        self.leave_calls = getattr(self.leave, "calls", self.leave is not None)
 
     def __call__(self, tensors: list[torch.Tensor], out: int) -> bool:
         """Launch on the current stream, or return False (nothing launched) where the JIT must: another
@@ -441,8 +456,9 @@ class Direct:
         the variant), a launch hook (a profiler's) or a pre-run hook set."""
         if self.device_now() != self.index or self.fn.pre_run_hooks:
             return False
-        enter, leave = self.runtime.launch_enter_hook, self.runtime.launch_exit_hook
-        if getattr(enter, "calls", enter) or getattr(leave, "calls", leave):  # (a HookChain, or None, or a hook)
+        runtime = self.runtime
+        if runtime.launch_enter_hook is not self.enter or runtime.launch_exit_hook is not self.leave or \
+                self.enter_calls or self.leave_calls:  # hooks set, or replaced since
             return False
         ptrs = list(map(_DATA_PTR, tensors))
         if _reduce(_or, ptrs, out) & 15:
