@@ -16,12 +16,12 @@ driver does nothing.
   host cost is counted, the DMA and the kernel are not.
 
 `install()` must run before `tritoncheck` generates a kernel and with `TRITON_INTERPRET` unset (the
-interpreter replaces Triton's language in-process): run it in a process of its own.
+interpreter replaces Triton's language in-process), and before anything starts the CUDA runtime (on a
+GPU machine it would find the stand-in): run it in a process of its own.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import subprocess
@@ -94,10 +94,10 @@ def install() -> Stub:
     driver.get_device_capability = lambda device=None: (9, 0)
     triton.runtime.driver.set_active(driver)
 
-    stubs = {"_cuda_getDevice": lambda: 0, "_cuda_getCurrentRawStream": lambda device: 0}
-    for name, fn in stubs.items():
-        if not hasattr(torch._C, name):
-            setattr(torch._C, name, fn)
+    # replaced even where this torch has them (a CUDA build on a GPU machine): the real ones would start the
+    # CUDA runtime, which would find the stand-in libcuda and fail
+    torch._C._cuda_getDevice = lambda: 0
+    torch._C._cuda_getCurrentRawStream = lambda device: 0
     torch.cuda._exchange_device = lambda device: 0 if device >= 0 else -1
     torch.cuda._maybe_exchange_device = lambda device: 0 if device >= 0 else -1
     torch.cuda.current_device = lambda: 0
@@ -136,12 +136,3 @@ def on_cuda(spec: Any, batch: dict[str, Any]) -> Any:
     bound.memo["triton"] = (tb._prepare(plan, bound, CUDA), CUDA)
     return plan
 
-
-@contextlib.contextmanager
-def quiet_fp_fusion_warning() -> Any:
-    """triton 3.9 warns once that TRITON_DEFAULT_FP_FUSION is unset (tritoncheck passes its own option)."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
-        yield
