@@ -1,6 +1,7 @@
 """What one `tc.check(..., backend="triton")` costs on a GPU, counted and timed with torch.profiler.
 
     python benchmarks/gpu_profile.py --out results/gpu-profile-cuda.md    # on a CUDA machine
+    python benchmarks/gpu_profile.py --no-big --jit-launch   # the host path before the direct launch, to compare
 
 Per case (issue 22's batches: BERT 32x128, BART 16x1024, causal LM 8x4096, LayoutLMv3 8x512, and
 1 GiB of LayoutLMv3 with float32 and bfloat16 pixels and of causal LM), on a warm kernel:
@@ -220,7 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-big", action="store_true", help="skip the 1 GiB cases")
     p.add_argument("--wave", type=int, help="split small batches' reductions into this many programs at least "
                    "(the backend's WAVE; 1: split only rows past MAX_STEPS), to weigh the split against one program")
+    p.add_argument("--jit-launch", action="store_true", help="launch through Triton's JIT every time (the backend's "
+                   "DIRECT off): the host path before the direct launch, to weigh the two on one GPU")
     args = p.parse_args(argv)
+    if args.jit_launch:
+        from tritoncheck.backends import triton as triton_backend
+
+        triton_backend.DIRECT = False  # before any kernel is launched: a signature's launch is decided at its first
     if args.wave is not None:
         from tritoncheck.backends import triton as triton_backend
 
@@ -249,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     page = "\n".join([
         f"# The Triton backend on {torch.cuda.get_device_name()}"
-        + ("" if args.wave is None else f", small batches split into >= {args.wave} programs (WAVE)"), "",
+        + ("" if args.wave is None else f", small batches split into >= {args.wave} programs (WAVE)")
+        + (", every launch through Triton's JIT" if args.jit_launch else ""), "",
         (f"`python benchmarks/gpu_profile.py` at {commit()}, {time.strftime('%Y-%m-%dT%H:%M:%S')}: torch {torch.__version__}, "
          f"triton {triton.__version__}, tritoncheck {tc.__version__}. Counts per check from torch.profiler over "
          f"{CALLS} warm checks (5 for the 1 GiB cases); kernel time: the median kernel event; bandwidth: batch bytes "

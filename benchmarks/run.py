@@ -312,7 +312,7 @@ def profile_rows(path: Path) -> list[dict[str, str]]:
 def profile_source(path: Path) -> tuple[str, str]:
     """The device a gpu_profile.py page was measured on, and when (its commit too, where it names one)."""
     lines = path.read_text().splitlines()
-    device = lines[0].removeprefix("# The Triton backend on ").split(", small batches")[0]
+    device = lines[0].removeprefix("# The Triton backend on ").split(", ")[0]  # (what follows says how it ran)
     found = re.search(r"`python benchmarks/gpu_profile.py`( at \S+)?, (\S+):", lines[2] if len(lines) > 2 else "")
     return device, (f"{found[2][:10]}{' ' + found[1].strip() if found[1] else ''}" if found else "date not recorded")
 

@@ -418,6 +418,7 @@ def _read_back(slot: _Slot) -> None:
 
 _DATA_PTR, _reduce, _or, _count_nonzero = torch.Tensor.data_ptr, functools.reduce, operator.or_, numpy.count_nonzero
 DIRECT_TRITON = ((3, 6), (3, 9))  # the Triton versions whose launch API `Direct` follows (their JITFunction.run)
+DIRECT = True  # False: Triton's JIT launches every time (`benchmarks/gpu_profile.py --jit-launch` weighs the two)
 
 
 class Direct:
@@ -476,7 +477,7 @@ def direct_launcher(kernel: Any, spec: Launch, device: torch.device) -> Direct |
     import triton
 
     version = tuple(int(v) for v in triton.__version__.split(".")[:2] if v.isdigit())
-    if not DIRECT_TRITON[0] <= version <= DIRECT_TRITON[1]:
+    if not DIRECT or not DIRECT_TRITON[0] <= version <= DIRECT_TRITON[1]:
         return None
     if not all(getattr(kernel, a, None) is not None for a in ("run", "function", "packed_metadata")):
         return None
