@@ -200,6 +200,7 @@ class Context:
         # dim -> (positions, their axes): what `arange(dim)` evaluates to instead (`positioned`)
         self.positions: dict[str, tuple[torch.Tensor, tuple[str, ...]]] = {}
         self.fixed: dict[Expr, tuple[Any, tuple[str, ...]]] = {}  # values computed once, while positions change
+        self.lengths: dict[str, torch.Tensor] = {}  # dim -> the length of the piece each of its positions starts
         # where a constant's tensor is made: once reshaped to a rank, a CPU one cannot meet a CUDA field
         self.device = next((t.device for t in bound.tensors.values()), None)
 
@@ -220,10 +221,13 @@ class Context:
         """Evaluate `arange(dim)` as `positions` (laid out over `axes`, (dim,) by default); the dim's
         size stays its logical one (a sum over it of values it does not vary along counts each N times)."""
         self.positions[dim] = (positions, axes or (dim,))
+        if axes is None:  # (each position starts a piece up to the next: its length weights a sum over dim)
+            self.lengths[dim] = torch.diff(positions, append=positions.new_tensor([self.sizes[dim]]))
         try:
             yield
         finally:
             del self.positions[dim]
+            self.lengths.pop(dim, None)
 
     def representatives(self, along: PositionAxis) -> torch.Tensor:
         """The first position of each piece of `along.dim` on which the rule is constant, sorted: 0, and
@@ -451,6 +455,11 @@ class Context:
             if expr.op == "sum":
                 # an expanded axis: each stored value stands for `spread` equal ones
                 spread = math.prod(self.sizes[axes[i]] for i in red if x.shape[i] == 1)
+                # a piece of positions (`positioned`): its value stands for the piece's length (an
+                # integer sum: `plan.lower.PositionAxis`)
+                for i in red:
+                    if axes[i] in self.lengths and x.shape[i] > 1:
+                        x = _number(x) * _align(self.lengths[axes[i]], (axes[i],), axes, None)
                 if x.is_floating_point():  # one value in any order (docs/semantics.md, "Sums")
                     out = sums.float_sum(x, red, spread)
                 else:  # int64, wrapping

@@ -830,8 +830,8 @@ class PositionAxis:
     constant along `dim`. Each such comparison changes at most
     once along `dim` per value (`==` and `!=` twice), so the rule is constant between those points,
     and is evaluated at the first position of each piece, at most `size` of them, each standing for
-    its piece (the torch backend's `Context.representatives`). Within a sum over `dim` it is not:
-    the pieces' lengths would weight the sum."""
+    its piece (the torch backend's `Context.representatives`). A sum over `dim` weights each piece
+    by its length, for integer values only (a float sum's value depends on each term it adds)."""
 
     dim: str
     compares: tuple[Binary, ...]
@@ -897,8 +897,10 @@ def _position_axis(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor]
             return fits(e.x, in_sum)
         if isinstance(e, Binary):
             return fits(e.a, in_sum) and fits(e.b, in_sum)
-        if isinstance(e, Reduce):  # (an any or all over d sees each piece once, as it must)
-            return fits(e.x, in_sum or (e.op == "sum" and (e.dims is None or d in e.dims)))
+        if isinstance(e, Reduce):  # (an any or all over d sees each piece once, as it must; an integer
+            # sum over d weights each by its length, exactly in int64's wrapping; a float sum could not)
+            over = e.dims is None or d in e.dims
+            return fits(e.x, in_sum or (e.op == "sum" and over and not _integer_valued(e.x, tensors)))
         return False  # arange(d) outside a comparison
 
     if not all(fits(e, False) for e in roots):
@@ -916,6 +918,23 @@ def _position_axis(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor]
                         varies[axis] = sizes[axis]
         size += (2 if e.op in ("==", "!=") else 1) * math.prod(varies.values())
     return PositionAxis(d, tuple(compares), min(size, dims[d]))
+
+
+def _integer_valued(e: Expr, tensors: Mapping[str, torch.Tensor]) -> bool:
+    """Whether `e` evaluates to integers or bools (as torch's promotion gives them), from the dtypes alone."""
+    if isinstance(e, Const):
+        return isinstance(e.value, int)
+    if isinstance(e, (Dim, Arange)):
+        return True
+    if isinstance(e, Ref):
+        return e.field in tensors and tensors[e.field].dtype in _INTEGER_DTYPES
+    if isinstance(e, Unary):
+        return e.op in ("not", "isfinite") or _integer_valued(e.x, tensors)
+    if isinstance(e, Binary):
+        return e.op in COMPARISONS or e.op in ("&", "|") or (_integer_valued(e.a, tensors) and _integer_valued(e.b, tensors))
+    if isinstance(e, Reduce):
+        return e.op != "sum" or _integer_valued(e.x, tensors)
+    return False
 
 
 def _integer_bounds(e: Expr, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int],
@@ -966,7 +985,7 @@ def refuse_logical_walks(plan: Plan, tensors: Mapping[str, torch.Tensor], dims: 
                 "Fields are expanded (zero-stride) views along some of these dims, and the rule reads positions along "
                 "them (arange) or pairs fields stored along different ones, so an exact verdict would take that walk "
                 "(arange is evaluated piecewise where it reaches comparisons through +, - and constant factors, outside "
-                f"a sum over its dim) (the limit is max({WALK_LIMIT:,}, the stored values)). Pass the fields materialized (.contiguous()) "
+                f"a float sum over its dim) (the limit is max({WALK_LIMIT:,}, the stored values)). Pass the fields materialized (.contiguous()) "
                 "or check a smaller batch")
 
 
