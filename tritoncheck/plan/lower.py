@@ -922,8 +922,8 @@ def _position_axis(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor]
 
 def _integer_valued(e: Expr, tensors: Mapping[str, torch.Tensor]) -> bool:
     """Whether `e` evaluates to integers or bools (as torch's promotion gives them), from the dtypes alone."""
-    if isinstance(e, Const):
-        return isinstance(e.value, int)
+    if isinstance(e, Const):  # (an integer past int64 is evaluated as a float)
+        return isinstance(e.value, int) and INT64_MIN <= e.value <= INT64_MAX
     if isinstance(e, (Dim, Arange)):
         return True
     if isinstance(e, Ref):
