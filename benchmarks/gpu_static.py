@@ -11,6 +11,8 @@ arguments for `TARGET` (so pointer alignment 16, divisibility by 16 of int argum
 arguments equal to 1 as constexprs, and every constexpr and option are what the JIT would use),
 and compiles that `ASTSource` with `triton.compile`. One CSV row per compiled kernel:
 
+- `indices`: int32, or int64 for the row of a batch past 2**31 elements (one per spec: the
+  REPRESENTATIVE signature at aligned sizes, compiled with the arguments of a wide launch).
 - `compile_s`: wall seconds of that `triton.compile`, ptxas included (on this machine, which may be
   busy: a figure to compare within one run). A kernel's first batch waits this long.
 - `registers`, `spills`: from ptxas's own log of that compile (`Used N registers`, `N bytes spill
@@ -41,17 +43,20 @@ and compiles that `ASTSource` with `triton.compile`. One CSV row per compiled ke
   their loop steps times a step's bytes, the last tile's padding included), over the batch's
   bytes: 1 where each field is read once; a field two groups read counts twice (the second read
   may come from the L2 cache, which the model does not see).
-- `bytes_in_flight_per_sm`, `est_bandwidth_fraction`: a Little's-law model of the group that reads
-  the most bytes of that 1 GB batch. Programs resident per SM are limited by registers (64 Ki
+- `bytes_in_flight_per_sm`, `est_bandwidth_fraction`: a Little's-law model; the bytes in flight are
+  those of the group that reads the most bytes of that 1 GB batch. Programs resident per SM are limited by registers (64 Ki
   32-bit registers per SM, allocated per warp in units of 256), threads (2048), blocks (32) and
   shared memory (228 KB, 1 KB reserved per block); each resident program has one tile's loads
   in flight (a tile's loads are issued together, and none across loop steps: the kernels' SASS
   has no asynchronous copies, LDGSTS, that pipelining would use). Little's law gives 3.35 TB/s x
   ~650 ns / 132 SMs = ~16 KB in flight per SM, but the H100 run at 745deb7 read bf16 LayoutLMv3
   pixels (16 KB in flight here) at 0.63 of its copy bandwidth and fp32 ones (32 KB) at 0.99: the
-  model takes 24 KB, so `est_bandwidth_fraction` = min(1, bytes in flight / 24 KB). It is
-  an estimate of the steady state: it ignores the serial tail that `max_tiles_per_program_1gb`
-  shows, L2 hits and the instruction cost per byte.
+  model takes 24 KB: a group reads at min(1, its bytes in flight / 24 KB) of copy bandwidth, and
+  `est_bandwidth_fraction` is the batch's bytes over the time every group takes to read its own
+  (`bandwidth_fraction`), so a field two groups read costs its bytes twice: the H100 read the
+  causal LM at 745deb7 (1.36-1.54 reads per byte) at 0.62 of copy bandwidth. It is an estimate of
+  the steady state: it ignores the serial tail that `max_tiles_per_program_1gb` shows, L2 hits
+  and the instruction cost per byte.
 
 Each compile runs in this process with `TRITON_INTERPRET` unset; the tests run it in a subprocess
 (`tests/test_gpu_static.py`), because the interpreter replaces Triton's language in-process.
@@ -78,7 +83,7 @@ from typing import Any
 import torch
 
 TARGET = ("cuda", 90, 32)  # GPUTarget arguments: an H100 (sm_90)
-COLUMNS = ["spec", "signature", "aligned", "triton", "compile_s", "registers", "spills", "load_bits_min", "int_div_on_valid_path",
+COLUMNS = ["spec", "signature", "aligned", "indices", "triton", "compile_s", "registers", "spills", "load_bits_min", "int_div_on_valid_path",
            "max_tiles_per_program", "max_tiles_per_program_1gb", "programs_1gb", "reads_per_byte_1gb", "bytes_in_flight_per_sm",
            "est_bandwidth_fraction"]
 
@@ -134,11 +139,18 @@ def signature_text(batch: dict[str, torch.Tensor]) -> str:
 # `geometry`, `Program.streamed`), so the report cannot drift from the launch.
 
 
-def launch_args(program: Any, bound: Any) -> tuple[list[Any], dict[str, Any]]:
-    """The positional arguments and keyword options `backend.launch` passes to `program.fn[grid]`."""
+def launch_args(program: Any, bound: Any, wide: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    """The positional arguments and keyword options `backend.launch` passes to `program.fn[grid]`.
+    `wide`: as for a batch past 2**31 elements (int64 indices and 64-bit magic numbers): the backend's
+    int32 limit lowered to 0 for this call, so the small batch gets the wide launch's arguments."""
     from tritoncheck.backends import triton as backend
-    out = torch.zeros(backend.launch_for(program, bound).length, dtype=torch.int64)
-    args, kwargs, _ = backend.launch_args(program, bound, out)
+    limit = backend.INT32_LIMIT
+    backend.INT32_LIMIT = 0 if wide else limit
+    try:
+        out = torch.zeros(backend.launch_for(program, bound).length, dtype=torch.int64)
+        args, kwargs, _ = backend.launch_args(program, bound, out)
+    finally:
+        backend.INT32_LIMIT = limit
     return args, kwargs
 
 
@@ -356,10 +368,23 @@ def occupancy(registers: int, num_warps: int, shared: int) -> int:
     return max(0, min(by_regs, SM_THREADS // (32 * num_warps), SM_BLOCKS, by_shared))
 
 
-def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], Any] | None:
-    """Compile one spec (a built-in name or a YAML path), signature and size set: its row without
-    the SASS figure, and what `finish` needs; None when the backend would not run a kernel (a plan
-    it does not lower goes to the torch backend)."""
+def bandwidth_fraction(launches: list[Any], resident: int, batch_bytes: int) -> float:
+    """The batch's bytes over the time the kernel's groups take to read theirs, as a share of copy
+    bandwidth: each group reads at min(1, its bytes in flight per SM / BYTES_NEEDED_PER_SM) of it,
+    and a field two groups read is read twice (at 1 GB the L2 cache holds none of it)."""
+    time = 0.0
+    for g in launches:
+        read = g.programs * g.tiles * g.tile_bytes
+        if read:
+            time += read / min(1.0, resident * g.tile_bytes / BYTES_NEEDED_PER_SM)
+    return min(1.0, batch_bytes / time) if time else 1.0
+
+
+def start(spec_name: str, variant: str, aligned: bool, wide: bool = False) -> tuple[dict[str, Any], Any] | None:
+    """Compile one spec (a built-in name or a YAML path), signature and size set (`wide`: with the
+    int64 indices of a batch past 2**31 elements): its row without the SASS figure, and what
+    `finish` needs; None when the backend would not run a kernel (a plan it does not lower goes to
+    the torch backend)."""
     import triton
 
     from tritoncheck.plan.lower import bind
@@ -371,7 +396,7 @@ def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], 
     program = backend.program_for(plan, bound)
     if program is None:
         return None
-    args, options = launch_args(program, bound)
+    args, options = launch_args(program, bound, wide)
     began = time.perf_counter()
     compiled, log = jit_compile(program.fn, args, options)
     seconds = time.perf_counter() - began
@@ -387,17 +412,19 @@ def start(spec_name: str, variant: str, aligned: bool) -> tuple[dict[str, Any], 
     big = bind(plan, make_batch(plan, variant, {**dims, batch_dim: max(1, GB // per_sample)}, empty=True))
     launches = geometry(program, big.dim_values())
     heaviest = max(launches, key=lambda g: g.programs * g.tiles * g.tile_bytes)
-    in_flight = occupancy(registers, compiled.metadata.num_warps, compiled.metadata.shared) * heaviest.tile_bytes
+    resident = occupancy(registers, compiled.metadata.num_warps, compiled.metadata.shared)
+    in_flight = resident * heaviest.tile_bytes
+    batch_bytes = sum(t.numel() * t.element_size() for t in big.tensors.values())
     row = {
-        "spec": spec_name, "signature": signature_text(batch), "aligned": aligned, "triton": triton.__version__,
+        "spec": spec_name, "signature": signature_text(batch), "aligned": aligned, "indices": "int64" if wide else "int32",
+        "triton": triton.__version__,
         "compile_s": round(seconds, 1), "registers": registers, "spills": spills, "load_bits_min": "", "int_div_on_valid_path": len(divs),
         "max_tiles_per_program": max(g.tiles for g in geometry(program, bound.dim_values())),
         "max_tiles_per_program_1gb": max(g.tiles for g in launches),
         "programs_1gb": sum(g.programs for g in launches),
-        "reads_per_byte_1gb": round(sum(g.programs * g.tiles * g.tile_bytes for g in launches)
-                                    / sum(t.numel() * t.element_size() for t in big.tensors.values()), 2),
+        "reads_per_byte_1gb": round(sum(g.programs * g.tiles * g.tile_bytes for g in launches) / batch_bytes, 2),
         "bytes_in_flight_per_sm": in_flight,
-        "est_bandwidth_fraction": round(min(1.0, in_flight / BYTES_NEEDED_PER_SM), 2),
+        "est_bandwidth_fraction": round(bandwidth_fraction(launches, resident, batch_bytes), 2),
     }
     return row, (program, compiled.asm["ptx"], Disassembly(compiled.asm["cubin"]))
 
@@ -410,9 +437,10 @@ def finish(row: dict[str, Any], pending: Any) -> dict[str, Any]:
     return {**row, "load_bits_min": min(widths) if widths else ""}
 
 
-def cases(specs: list[str], variants: list[str], sizes: list[bool]) -> Iterator[tuple[str, str, bool]]:
-    """(spec, variant, aligned) to compile; a variant giving a spec the same dtypes as an earlier
-    one (a spec without masks or floats) is left out."""
+def cases(specs: list[str], variants: list[str], sizes: list[bool]) -> Iterator[tuple[str, str, bool, bool]]:
+    """(spec, variant, aligned, wide) to compile; a variant giving a spec the same dtypes as an
+    earlier one (a spec without masks or floats) is left out; per spec, one row with int64 indices
+    (REPRESENTATIVE, aligned sizes) where those are compiled."""
     for spec_name in specs:
         for aligned in sizes:
             seen = set()
@@ -420,7 +448,9 @@ def cases(specs: list[str], variants: list[str], sizes: list[bool]) -> Iterator[
                 text = signature_text(make_batch(load_plan(spec_name, variant), variant, SIZES[aligned], empty=True))
                 if text not in seen:
                     seen.add(text)
-                    yield spec_name, variant, aligned
+                    yield spec_name, variant, aligned, False
+        if True in sizes and REPRESENTATIVE in variants:
+            yield spec_name, REPRESENTATIVE, True, True
 
 
 def rows(todo: Iterable[tuple[str, str, bool]], log: Any = sys.stderr) -> Iterator[dict[str, Any]]:

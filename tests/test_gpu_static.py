@@ -7,7 +7,8 @@ issue 12's bounds: no spills, at most 128 registers, 128-bit loads of the contig
 integer division on the valid path, at most 64 tiles per program for a 1 GB batch.
 
 The committed reports (benchmarks/results/gpu-static-triton-*.csv) are checked too: every row of
-the installed version's and of 3.6 within the bounds, and the installed one equal to what compiles today.
+the installed version's and of 3.6 within the bounds, the int64-index row of each spec included
+(no division on its valid path either), and the installed one equal to what compiles today.
 
 Parametrizations that fail on today's kernel are `xfail(strict=True)` per Triton version, with the
 figure in the reason: when the kernel is fixed they pass, the strict xfail fails, and the entry
@@ -68,14 +69,15 @@ _SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import gpu_static as gs
-print(json.dumps(list(gs.rows((s, v or gs.REPRESENTATIVE, a) for s, v, a in json.loads(sys.argv[2])))))
+print(json.dumps(list(gs.rows((s, v or gs.REPRESENTATIVE, a, w) for s, v, a, w in json.loads(sys.argv[2])))))
 """
 PROCESSES = 2  # compiles are single-threaded: two processes halve the wall time where two cores are free
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, run_tmp_path):
-    """Rows by spec: every built-in with the representative signature, plus "scalar" and "dividing".
+    """Rows by spec: every built-in with the representative signature, plus "scalar", "dividing" and
+    "causal-lm-int64" (the int64-index kernel of a batch past 2**31 elements).
     Compiled once per run: a pytest-xdist worker that finds them compiled by another reads them."""
     done = run_tmp_path / "gpu_static_report.json"
     with open(run_tmp_path / "gpu_static_report.lock", "w") as lock:
@@ -87,9 +89,10 @@ def report(tmp_path_factory, run_tmp_path):
 
 def _compile_report(tmp: Path) -> dict:
     (tmp / "dividing.yaml").write_text(DIVIDING)
-    names = [*SPECS, "scalar", "dividing"]
+    names = [*SPECS, "scalar", "dividing", "causal-lm-int64"]
     # None: gpu_static.REPRESENTATIVE
-    todo = [(s, None, True) for s in SPECS] + [SCALAR, (str(tmp / "dividing.yaml"), "i64", True)]
+    todo = [(s, None, True, False) for s in SPECS] + [(*SCALAR, False), (str(tmp / "dividing.yaml"), "i64", True, False),
+                                                      ("causal-lm", None, True, True)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITONCHECK_CACHE_DIR"] = str(tmp)
     procs = [subprocess.Popen([sys.executable, "-c", _SCRIPT, str(ROOT / "benchmarks"), json.dumps(todo[i::PROCESSES])],
@@ -133,6 +136,8 @@ def test_the_report_sees_narrow_loads_and_valid_path_division(report):
     assert report["scalar"]["load_bits_min"] == 8 and not report["scalar"]["aligned"]
     assert report["dividing"]["int_div_on_valid_path"] > 0
     assert report["dividing"]["load_bits_min"] == 128
+    # int64 indices: positions (the causal LM's arange(L)) by 64-bit magic numbers, no division
+    assert report["causal-lm-int64"]["indices"] == "int64" and report["causal-lm-int64"]["int_div_on_valid_path"] == 0
     assert all(r["registers"] > 0 and r["programs_1gb"] > 0 for r in report.values())
 
 
@@ -148,7 +153,8 @@ def test_committed_report_shows_every_spec_within_the_bounds(version):
     path = RESULTS / f"gpu-static-triton-{version}.csv"
     assert path.exists(), f"no static report for triton {version}: python benchmarks/gpu_static.py --out {path}"
     rows = _committed(path)
-    assert {(r["spec"], r["aligned"]) for r in rows} == {(s, a) for s in SPECS for a in ("True", "False")}
+    assert {(r["spec"], r["aligned"], r["indices"]) for r in rows} == {
+        (s, a, "int32") for s in SPECS for a in ("True", "False")} | {(s, "True", "int64") for s in SPECS}
     for row in rows:
         assert row["triton"] == version
         for figure, (words, ok) in BOUNDS.items():
@@ -163,8 +169,8 @@ def test_committed_report_is_todays_kernel(report):
     CI-signature row compiled here equals its committed row (regenerate it after changing the kernel)."""
     path = RESULTS / f"gpu-static-triton-{triton.__version__}.csv"
     assert path.exists(), f"no static report for triton {triton.__version__}: python benchmarks/gpu_static.py --out {path}"
-    committed = {(r["spec"], r["signature"], r["aligned"]): r for r in _committed(path)}
-    for spec in SPECS:
-        row = report[spec]
-        want = committed[(spec, row["signature"], str(row["aligned"]))]
-        assert {c: str(row[c]) for c in COMPARED} == {c: want[c] for c in COMPARED}, spec
+    committed = {(r["spec"], r["signature"], r["aligned"], r["indices"]): r for r in _committed(path)}
+    for name in [*SPECS, "causal-lm-int64"]:
+        row = report[name]
+        want = committed[(row["spec"], row["signature"], str(row["aligned"]), row["indices"])]
+        assert {c: str(row[c]) for c in COMPARED} == {c: want[c] for c in COMPARED}, name

@@ -198,8 +198,7 @@ def launch_for(program: Program, bound: Bound) -> Launch:
         if not f.contiguous:
             rest.extend(tensors[f.name].stride())
     rest.extend(walked[d] for d in kernel.sizes)
-    for d in program.divisors:
-        rest.extend(divisor_magic(walked[d]))
+    magic_at = len(rest)  # the divisors' magic numbers go here, in the width of the indices (`wide`, below)
     rest.extend(kernel.scalars[s].value(values) for s in kernel.int_slots)
     rest.extend(struct.unpack("<q", struct.pack("<d", kernel.scalars[s].value(values)))[0] for s in kernel.float_slots)
     end, counts, aligns = 0, [], []
@@ -222,19 +221,19 @@ def launch_for(program: Program, bound: Bound) -> Launch:
         t = tensors[f.name]
         counts.append(sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n))
     wide = any(c >= INT32_LIMIT for c in counts)
+    rest[magic_at:magic_at] = [m for d in program.divisors for m in divisor_magic(walked[d], 64 if wide else 32)]
     return Launch(program, tuple(f.name for f in kernel.fields), tuple(rest), (end,), length, head, wide, walked)
 
 
-def divisor_magic(d: int) -> tuple[int, int]:
-    """(magic, shift) such that n // d == (umulhi(n, magic) + n) >> shift for 0 <= n < 2**31
-    (Granlund and Montgomery's division by an invariant integer; magic as the int32 of its bits,
-    so the JIT always sees an i32). d = 0 (an empty dim: nothing is divided) gives d = 1's."""
+def divisor_magic(d: int, bits: int = 32) -> tuple[int, int]:
+    """(magic, shift) such that n // d == (umulhi(n, magic) + n) >> shift for 0 <= n < 2**(bits - 1),
+    in unsigned `bits`-bit arithmetic (Granlund and Montgomery's division by an invariant integer;
+    magic as the signed int of its bits, so the JIT sees an int32 for 32 bits). d = 0 (an empty dim:
+    nothing is divided) gives d = 1's."""
     d = max(d, 1)
-    if d >= 2**31:  # then indices are int64, and the kernel divides
-        return 0, 0
     shift = (d - 1).bit_length()
-    magic = (1 << (32 + shift)) // d - (1 << 32) + 1
-    return (magic - (1 << 32) if magic >= 1 << 31 else magic), shift
+    magic = (1 << (bits + shift)) // d - (1 << bits) + 1
+    return (magic - (1 << bits) if magic >= 1 << (bits - 1) else magic), shift
 
 
 def launch_args(program: Program, bound: Bound, out: torch.Tensor) -> tuple[list[Any], dict[str, Any], tuple[int]]:

@@ -16,7 +16,7 @@ thread in flight and a 128-bit load of its narrowest field:
   over the group's axes loads 128 bits at a time at the flat index `offs`; the ragged last tile
   loads masked. Positions along the axes (for broadcasts, selections, `arange`, strided fields)
   are unravelled only where needed, and with `_divmod` -- a multiply-high and a shift by
-  magic numbers from the host -- never a division instruction;
+  magic numbers from the host, in 32 or 64 bits as the indices -- never a division instruction;
 - a group with a reduction gives each program a block of output rows and loops over the reduced
   axes `step` elements per row a step, the full steps unmasked along the row. A row longer than
   `MAX_STEPS` steps is split across 2**split programs (`combine` says how their partials meet
@@ -175,13 +175,16 @@ def _floordiv_d(a, b):
     "_divmod": '''
 @triton.jit
 def _divmod(n, d, magic, shift, IDX: tl.constexpr):
-    # (n // d, n % d) for 0 <= n < 2**31, d >= 1: with int32 indices no division instruction, but
-    # q = (umulhi(n, magic) + n) >> shift, magic and shift from the host (`backend.divisor_magic`)
+    # (n // d, n % d) for d >= 1 and 0 <= n < 2**31 (int32 indices) or 2**63 (int64): no division
+    # instruction, but q = (umulhi(n, magic) + n) >> shift in IDX's width, unsigned (the sum stays
+    # below 2n), magic and shift from the host for that width (`backend.divisor_magic`)
     if IDX == tl.int32:
         nu = n.to(tl.uint32, bitcast=True)
         q = ((tl.umulhi(nu, magic.to(tl.uint32, bitcast=True)) + nu) >> shift.to(tl.uint32)).to(tl.int32, bitcast=True)
     else:
-        q = n // d
+        nu = n.to(tl.uint64, bitcast=True)
+        m = tl.cast(magic, tl.int64).to(tl.uint64, bitcast=True)  # (an int32 argument where the magic fits one)
+        q = ((tl.umulhi(nu, m) + nu) >> shift.to(tl.uint64)).to(tl.int64, bitcast=True)
     return q, n - q * d
 ''',
     "_pow2": '''
