@@ -103,6 +103,10 @@ def test_the_refusal_names_the_walk_and_what_the_batch_stores():
                                                        r"where the batch stores 4 values"):
         tc.check(batch, s, backend="torch")
     assert issubclass(tc.UncheckableBatchError, ValueError)
+    s, batch = REFUSED["pieces past the limit"]
+    with pytest.raises(tc.UncheckableBatchError, match=r"Evaluated piecewise along S \(where arange\(S\) crosses the "
+                                                       r"values it is compared with\), it would still take 4,194,304\."):
+        tc.check(batch, s, backend="torch")
 
 
 def test_a_walk_up_to_the_limit_is_checked_and_past_it_refused():

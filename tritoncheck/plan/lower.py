@@ -976,17 +976,20 @@ def refuse_logical_walks(plan: Plan, tensors: Mapping[str, torch.Tensor], dims: 
         if named <= stored:
             continue
         along = position_axis(plan, c, tensors, dims)  # (evaluated piecewise along it, by the torch backend)
-        if along is None or named // walk.get(along.dim, 1) * min(along.size, walk.get(along.dim, 1)) > max(WALK_LIMIT, stored):
+        pieces = None if along is None else named // walk.get(along.dim, 1) * min(along.size, walk.get(along.dim, 1))
+        if pieces is None or pieces > max(WALK_LIMIT, stored):
             positions = math.prod(walk.values())
             sizes = " x ".join(f"{a}={n}" for a, n in walk.items())
+            why = "" if along is None else (f" Evaluated piecewise along {along.dim} (where arange({along.dim}) crosses "
+                                            f"the values it is compared with), it would still take {pieces:,}.")
             raise UncheckableBatchError(
                 f"tritoncheck cannot check this batch of {plan.spec_name} at a cost bounded by what it stores: rule "
                 f"{c.text!r} would walk {positions:,} positions ({sizes}) where the batch stores {stored:,} values. "
                 "Fields are expanded (zero-stride) views along some of these dims, and the rule reads positions along "
                 "them (arange) or pairs fields stored along different ones, so an exact verdict would take that walk "
                 "(arange is evaluated piecewise where it reaches comparisons through +, - and constant factors, outside "
-                f"a float sum over its dim) (the limit is max({WALK_LIMIT:,}, the stored values)). Pass the fields materialized (.contiguous()) "
-                "or check a smaller batch")
+                f"a float sum over its dim) (the limit is max({WALK_LIMIT:,}, the stored values)).{why} Pass the fields "
+                "materialized (.contiguous()) or check a smaller batch")
 
 
 def _check_dims(c: DataCheck) -> set[str]:
