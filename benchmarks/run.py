@@ -419,7 +419,7 @@ def host_block(paths: list[Path]) -> str:
             if line.startswith("| ") and len(cells) == 3 and cells[0] != "stage":
                 rows.setdefault(cells[0], {})[version] = cells[1]
             if line.startswith("Issue 22's bound"):
-                bounds.append(f"triton {version}: {line.split(': ', 1)[1]}")
+                bounds.append(f"triton {version}: {line.split(': ', 1)[1].rstrip('.')}")
     versions = [p.stem.removeprefix("host-path-triton-") for p in paths]
     table = ["| stage | " + " | ".join(f"triton {v}, us" for v in versions) + " |",
              "|---|" + "---:|" * len(versions)]
@@ -430,7 +430,7 @@ def host_block(paths: list[Path]) -> str:
          "through Triton's own launcher into a stand-in libcuda), thread CPU time, median of interleaved rounds; "
          "each stage timed alone, the last rows differences of medians; " + "; ".join(runs) + "."),
         "", *table, "", "Issue 22's host bound, <= 10 us per BERT 32x128 check with the driver call stubbed: "
-        + "; ".join(bounds)])
+        + "; ".join(bounds) + "."])
 
 
 def write_readme(rows: list[bench.Result]) -> None:
