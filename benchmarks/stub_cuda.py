@@ -22,8 +22,10 @@ GPU machine it would find the stand-in): run it in a process of its own.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -82,6 +84,7 @@ def install() -> Stub:
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("stub_cuda.install(): TRITON_INTERPRET=1 is set; run in a process without it")
     folder = tempfile.mkdtemp(prefix="tritoncheck-stub-cuda-")
+    atexit.register(shutil.rmtree, folder, True)  # (Triton links against it while the process compiles)
     lib = ctypes.CDLL(build_libcuda(folder), mode=ctypes.RTLD_GLOBAL)  # loaded first: `libcuda.so.1` is this one
     os.environ["TRITON_LIBCUDA_PATH"] = folder  # where Triton links its driver module and launchers
     import torch
