@@ -195,7 +195,7 @@ def _arrow_pool() -> Iterator[None]:
     pyarrow is not loaded yet (its pool is chosen once, from ARROW_DEFAULT_MEMORY_POOL, when it loads) and the
     variable is not set. Its default, mimalloc, keeps more of what each chunk's read frees: peak RSS of `scan` on
     one thread, 10M numeric rows 353 -> 328 MiB, 1M token rows 340 -> 320 MiB, the same CPU time
-    (benchmarks/scan/README.md); glibc's malloc (pyarrow's "system" pool) gave 328 and 361 MiB, and 4% more CPU
+    (benchmarks/scan/README.md); glibc's malloc (pyarrow's "system" pool) gave 328 and 361 MiB, and 6% more CPU
     time on the token table. Choosing the pool after pyarrow loads (`pyarrow.set_memory_pool`) left the Parquet
     reader's buffers in mimalloc, both pools holding memory: 362 MiB."""
     chosen = (sys.platform.startswith("linux") and "pyarrow" not in sys.modules
