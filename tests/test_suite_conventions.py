@@ -19,7 +19,9 @@ tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml: Python 3.
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-LOCAL = {p.stem for p in (ROOT / "tests").glob("*.py")} | {"tritoncheck", "gpu_static"}
+# the suite's own modules, and the benchmarks' that tests and their child scripts put on sys.path
+LOCAL = {p.stem for p in (ROOT / "tests").glob("*.py")} | {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
+LOCAL |= {"tritoncheck"}
 SUITE = {"pytest", "hypothesis"}  # what the suite is built on, like pytest itself
 
 
@@ -45,6 +47,12 @@ def modules() -> dict[str, ast.Module]:
     return {p.name: ast.parse(p.read_text(), str(p)) for p in sorted((ROOT / "tests").glob("*.py"))}
 
 
+def imported_by_pytest(name: str, trees: dict[str, ast.Module]) -> bool:
+    """A test module, conftest, or a module one of them imports; not a script a test runs as a child."""
+    stems = set().union(*(imports(tree)[0] for tree in trees.values()))
+    return name.startswith("test_") or name == "conftest.py" or name.removesuffix(".py") in stems
+
+
 def third_party(name: str) -> bool:
     return name not in sys.stdlib_module_names and name not in LOCAL
 
@@ -67,7 +75,10 @@ def test_optional_packages_are_imported_through_importorskip():
     core = {distribution(r) for r in PYPROJECT["project"]["dependencies"]} | SUITE
     to_dist = importlib.metadata.packages_distributions()
     direct_optional = {}
-    for name, tree in modules().items():
+    trees = modules()
+    for name, tree in trees.items():
+        if not imported_by_pytest(name, trees):
+            continue  # a child script a test starts after its own importorskip: importorskip means nothing there
         for package in filter(third_party, imports(tree)[0]):
             if not {d.lower() for d in to_dist.get(package, [package])} & core:
                 direct_optional.setdefault(name, []).append(package)
