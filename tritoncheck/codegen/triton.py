@@ -5,8 +5,10 @@ and kinds, the host scalars, the result buffer's `Layout`. `TritonCodegen` is th
 handler over it (Inductor's `TritonKernel` to the C generator's `CppKernel`): one method per IR
 op, each spelling the op for Triton, nothing re-decided here.
 
-The kernel has one flat grid. The IR's groups are split where their checks read disjoint
-fields of different widths (`split_group`), and each resulting group is a `@triton.jit`
+The kernel has one flat grid. An element-wise check whose field a reduction of another group
+reads whole over the same elements runs inside that reduction's loop, on the loaded values, so
+each field is read once per kernel (`program_groups`). The IR's groups are split where their
+checks read disjoint fields of different widths (`split_group`), and each resulting group is a `@triton.jit`
 function the kernel calls for its contiguous range of program ids (`end_<g>` arguments); its
 tile sizes come from the bytes its loads read per element (`per_thread`), about 64 bytes a
 thread in flight and a 128-bit load of its narrowest field:
@@ -25,7 +27,9 @@ thread in flight and a 128-bit load of its narrowest field:
 A valid batch writes nothing: each group computes one combined "anything wrong?" reduction,
 and only a program that finds something counts per check (per sample for checks over the batch
 axis) and keeps the first offending flat index (`atomic_max` of BIG - index), into the buffer
-laid out by `Layout`. Every value is a block of its scope's shape (constants and host scalars
+laid out by `Layout`. The fused checks' path walks their rows again, one element a thread a step
+(`fused_store`), so it costs few registers: a kernel's registers are its heaviest path's, and
+they bound how many programs an SM holds. Every value is a block of its scope's shape (constants and host scalars
 are broadcast): Triton's CPU interpreter mistypes a 0-d comparison once broadcast.
 
 Sizes, host scalars, magic numbers and program ranges are runtime arguments the JIT does not
@@ -56,7 +60,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -354,6 +358,7 @@ class _Red:
     mask: str  # the [rows, step] mask of this step
     jdx: dict[str, str]
     rn: str  # the reduced length
+    loads: dict[tuple, str] = field(default_factory=dict)  # (field, index, prev, kind) -> its variable this step
 
 
 class TritonCodegen:
@@ -373,8 +378,13 @@ class TritonCodegen:
                            for f in kernel.fields if not f.contiguous for i in range(len(f.axes))}
         self.size_arg = {a: self.ns.create_name(f"size_{a}") for a in kernel.sizes}
         self.scalar_arg = {s: self.ns.create_name(f"scalar_{s}") for s in (*kernel.int_slots, *kernel.float_slots)}
-        # the program groups: each IR group split where its checks read disjoint fields of different widths
-        self.groups = [part for g in kernel.groups for part in split_group(kernel, g)]
+        # the program groups: element-wise checks fused into a reduction that reads their fields
+        # (`program_groups`), each IR group split where its checks read disjoint fields of different widths
+        parts = program_groups(kernel)
+        self.groups = [g for g, _ in parts]
+        self.fused: dict[int, Fused] = {g_i: f for g_i, (_, f) in enumerate(parts) if f is not None}
+        self.fusing: Fused | None = None  # the group being written: its fused checks
+        self.fused_late: tuple | None = None  # (fused, the flag that one failed, the steps) until the group's end
         self.group_args: list[tuple[str, ...]] = []
         for g_i, g in enumerate(self.groups):
             names = ("end", "split", "parts", "scratch") if g.reduce else ("end", "full")
@@ -482,6 +492,11 @@ class TritonCodegen:
                        f"a program ({'longer rows split across programs' if p.splittable else 'a float sum: never split'})")
             else:
                 how = f"{p.block} elements per program"
+            fused = self.fused.get(g_i)
+            if fused is not None:
+                how += f", and at each element its reduction walks checks {[c for c, _ in fused.group.checks]} (fused)"
+                reads = ", ".join(f"{comment(f)} ({k.field(f).dtype.itemsize} B/elem)"
+                                  for f in dict.fromkeys((*g.fields, *fused.group.fields)))
             lines.append(f"  {g_i}: [{_words(g.axes)}], {how}, checks {[c for c, _ in g.checks]}; reads {reads or 'nothing'}")
         total = [f"{f.dtype.itemsize}*{self.shape_words(f.axes, '*') or '1'}" for f in k.fields]
         lines.append(f"bytes read, at least (each field once): {' + '.join(total) or '0'}; "
@@ -547,14 +562,22 @@ class TritonCodegen:
         return self.sc[slot]
 
     # -- one group ----------------------------------------------------------------------------------
-    def plan_for(self, g: Group) -> GroupPlan:
-        """Tile sizes from the bytes the group's loads read per element (`per_thread`)."""
+    def plan_for(self, g: Group, fused: Fused | None = None) -> GroupPlan:
+        """Tile sizes from the bytes the group's loads read per element (`per_thread`); a reduction
+        with fused element-wise checks also reads their fields that it does not load itself."""
         if not g.reduce:
             sizes = [self.k.field(op.args[0]).dtype.itemsize for op in g.ops if op.name in ("load", "load_prev")]
             return GroupPlan(g.axes, False, per_thread(sizes) * 32 * WARPS, load_bytes=sum(sizes))
         reductions = [op for op in g.ops if op.name == "reduction"]
-        heaviest = max(([self.k.field(op.args[0]).dtype.itemsize for op in _loads(r.args[2])] for r in reductions),
-                       key=sum, default=[])
+
+        def reads(r: Op) -> list[int]:
+            loads = list(_loads(r.args[2]))
+            if fused is not None and fused.op == r.id:
+                whole = {op.args[0] for op in loads if op.name == "load" and all(i is None for i in op.args[1])}
+                loads += [op for op in _loads(fused.group.ops) if op.args[0] not in whole]
+            return [self.k.field(op.args[0]).dtype.itemsize for op in loads]
+
+        heaviest = max((reads(r) for r in reductions), key=sum, default=[])
         elements = per_thread(heaviest) * 32 * WARPS
         rows, step = (1, elements) if not g.axes else (max(1, elements // 128), 128)
         float_sum = any(r.args[0] == "sum" and r.kind in ("f", "d") for r in reductions)
@@ -564,7 +587,8 @@ class TritonCodegen:
     def group(self, g_i: int, g: Group) -> tuple[GroupPlan, IndentedBuffer, list[str]]:
         """The group's function, and the kernel lines that call it."""
         k = self.k
-        self.g, self.plan = g, self.plan_for(g)
+        self.fusing = self.fused.get(g_i)
+        self.g, self.plan = g, self.plan_for(g, self.fusing)
         self.used, self.prelude, self.n, self.st, self.sc, self.idx, self.accs = {}, {}, {}, {}, {}, {}, []
         self.buf = IndentedBuffer(level=1)
         self.positions, self.loads, self.reduce_buf = (IndentedBuffer(level=1) for _ in range(3))
@@ -611,6 +635,9 @@ class TritonCodegen:
             bads.append(bad)
             w(f"{bad} = tl.where({settled}, {env[v.id]}, False)  # {comment(describe(k.checks[c]))}")
         self.store(g, bads)
+        if self.fused_late is not None:  # after the group's own store: fewer values live across it
+            self.fused_store(*self.fused_late)
+            self.fused_late = None
         # the function: its arguments, then the values cast once
         fn = IndentedBuffer()
         what = "; ".join(comment(describe(k.checks[c])) for c, _ in g.checks)
@@ -734,22 +761,34 @@ class TritonCodegen:
                 w("settled = settled | last")
         return "settled"
 
-    def store(self, g: Group, bads: list[str]) -> None:
-        """The violation path. The valid path keeps one int32 word of check bits per element
-        (`FLAG_BITS` checks a word) rather than a bool block per check: the checks' values die at
-        the word, so registers stay those of one word whatever the number of checks (triton 3.6
-        kept every check's block live into this branch: 148-159 registers for fp16 bce)."""
-        w = self.buf.writeline
-        k = self.k
+    def words(self, bads: list[str]) -> list[str]:
+        """The checks' flags as int32 words, `FLAG_BITS` checks a word."""
         words = []
         for start in range(0, len(bads), FLAG_BITS):
             words.append(word := self.ns.create_name("flags"))
-            w(f"{word} = " + " | ".join(f"({bad}.to(tl.int32) << {bit})" if bit else f"{bad}.to(tl.int32)"
-                                        for bit, bad in enumerate(bads[start:start + FLAG_BITS])))
-        w("# store: one reduction on a valid batch; only a program that found a violation writes")
-        w(f"if tl.max({' | '.join(words)}, axis=0) > 0:")
+            self.buf.writeline(f"{word} = " + " | ".join(f"({bad}.to(tl.int32) << {bit})" if bit else f"{bad}.to(tl.int32)"
+                                                         for bit, bad in enumerate(bads[start:start + FLAG_BITS])))
+        return words
+
+    def store(self, g: Group, bads: list[str] | None, flat: str = "offs", words: list[str] | None = None,
+              rows: bool = False) -> None:
+        """The violation path. The valid path keeps one int32 word of check bits per element
+        (`FLAG_BITS` checks a word) rather than a bool block per check: the checks' values die at
+        the word, so registers stay those of one word whatever the number of checks (triton 3.6
+        kept every check's block live into this branch: 148-159 registers for fp16 bce).
+        `words` (and `flat`, the flat index they are at): fused checks computed again on the
+        violation path (`fused_store`), whose sample index is computed there; `rows`: blocks of
+        [rows, step], reduced over both axes."""
+        w = self.buf.writeline
+        k = self.k
+        again = words is not None
+        axis = "" if rows else ", axis=0"
+        if words is None:
+            words = self.words(bads)
+            w("# store: one reduction on a valid batch; only a program that found a violation writes")
+        w(f"if tl.max({' | '.join(words)}{axis}) > 0:")
         with self.buf.indent():
-            if self.plan.reduce and self.plan.splittable:
+            if self.plan.reduce and self.plan.splittable and not again:
                 w("if split > 0:  # a row settled by several programs is written by the first to claim it")
                 with self.buf.indent():
                     w(f"mine = tl.atomic_xchg(out_ptr + scratch + {self.numel(g.axes)} + offs, 1, "
@@ -757,22 +796,23 @@ class TritonCodegen:
                     for word in words:
                         w(f"{word} = tl.where(mine, {word}, 0)")
             b = k.batch_dim
-            if any(k.layout.sample_base(c)[1] >= 0 for c, _ in g.checks) and b not in self.idx:
-                self.unravel(self.buf, "offs", g.axes, self.idx)  # the sample index, on this path only
+            idx = {} if again else self.idx
+            if any(k.layout.sample_base(c)[1] >= 0 for c, _ in g.checks) and b not in idx:
+                self.unravel(self.buf, flat, g.axes, idx)  # the sample index, on this path only
             for i, (c, _) in enumerate(g.checks):
                 hit = self.ns.create_name(f"hit_{c}")
                 word, bit = words[i // FLAG_BITS], i % FLAG_BITS
                 w(f"{hit} = (({word} >> {bit}) & 1) != 0  # {comment(describe(k.checks[c]))}")
-                w(f"n_bad = tl.sum({hit}.to(tl.int32), axis=0)")
+                w(f"n_bad = tl.sum({hit}.to(tl.int32){axis})")
                 w("if n_bad > 0:")
                 with self.buf.indent():
                     base, row = k.layout.sample_base(c)
                     if row >= 0:
-                        w(f"tl.atomic_add(out_ptr + ({base} + {row} * {self.size(b)}) + {self.idx[b]}, "
+                        w(f"tl.atomic_add(out_ptr + ({base} + {row} * {self.size(b)}) + {idx[b]}, "
                           f"{hit}.to(tl.int64), mask={hit})")
                     else:
                         w(f"tl.atomic_add(out_ptr + {k.layout.count(c)}, n_bad.to(tl.int64))")
-                    w(f"first = tl.min(tl.where({hit}, offs.to(tl.int64), {BIG}), axis=0)")
+                    w(f"first = tl.min(tl.where({hit}, {flat}.to(tl.int64), {BIG}){axis})")
                     w(f"tl.atomic_max(out_ptr + {k.layout.first(c)}, {BIG} - first)  # {BIG} = 2**62: max keeps the first")
                     if self.record(g, c) is None:
                         continue
@@ -844,7 +884,7 @@ class TritonCodegen:
             elif red is not None and axes == red.axes:
                 flat = f"{red.r}[None, :]"
             elif red is not None and axes == self.g.axes + red.axes and not set(self.g.axes) & set(red.axes):
-                flat = f"(offs[:, None] * {red.rn} + {red.r}[None, :])"
+                flat = f"({self.offs}[:, None] * {red.rn} + {red.r}[None, :])"
             if flat is not None:
                 text = " + ".join([f"{flat}{scale}" if scale else flat, *fixed])
                 if red is not None and axes == red.axes and self.plan.block > 1:  # the same along every row
@@ -872,6 +912,10 @@ class TritonCodegen:
 
     def load(self, op: Op, fname: str, index: tuple, prev: str | None = None) -> str:
         f = self.k.field(fname)
+        key = (fname, index, prev, op.kind)
+        if self.red is not None and not self.inline and key in self.red.loads:  # loaded at this step already
+            self.names[op.id] = self.red.loads[key]
+            return self.red.loads[key]
         offset, streamed = self.offset(f, index, prev)
         mask = self.live if self.red is None else self.red.mask
         if self.inline:  # (see `record`): one element, through a scalar pointer, broadcast back to a block
@@ -897,6 +941,8 @@ class TritonCodegen:
             self.loads_full.writeline(f"{name} = {value.replace(f', mask={mask}, other=0)', ')')}  # {comment(fname)}")
         if streamed and (self.red is None or self.red.mask.startswith("tl.broadcast_to")):
             self.streamed[name] = fname  # a FULL tile's load, or a reduction's full step
+        if self.red is not None:
+            self.red.loads[key] = name
         return name
 
     def load_prev(self, op: Op, fname: str, axis: str) -> str:
@@ -1020,20 +1066,91 @@ class TritonCodegen:
         # sum: in the value's kind (int64, wrapping); any/all: the max of (value, resp. not value) seen so far
         kind = _TL[op.kind] if red == "sum" else "tl.int32"
         w(f"{acc2} = tl.zeros([{p.block}, {p.step}], dtype={kind})")
+        fused = self.fusing if self.fusing is not None and self.fusing.op == op.id else None
+        # an any/all keeps 0/1 per element: the fused checks' flags ride in its accumulator's higher
+        # bits (`packed`), so they cost no register of their own (up to 30 checks, the sign bit clear)
+        packed = fused is not None and red != "sum" and len(fused.group.checks) < FLAG_BITS
+        seen = acc2 if packed else self.ns.create_name("fused_bad")
+        if fused is not None and not packed:
+            w(f"{seen} = tl.zeros([{p.block}, {p.step}], dtype=tl.int32)  # the fused element-wise checks' flags, or-ed")
+        if fused is not None:
+            body = self.fused_body(body, fused, seen, 1 if packed else 0)
 
         def add(value: str, ragged: str | None) -> None:
             hit = value if red == "sum" else f"{value}.to(tl.int32)" if red == "any" else f"({value} == 0).to(tl.int32)"
             if ragged is not None:
                 hit = f"tl.where({ragged}, {hit}, 0)"
-            w(f"{acc2} += {hit}" if red == "sum" else f"{acc2} = tl.maximum({acc2}, {hit})")
+            if packed:
+                w(f"{acc2} = {acc2} | {hit}")
+            else:
+                w(f"{acc2} += {hit}" if red == "sum" else f"{acc2} = tl.maximum({acc2}, {hit})")
 
         self.steps(steps, body, add)
-        w(f"{acc} = {'tl.sum' if red == 'sum' else 'tl.max'}({acc2}, axis=1)")
+        w(f"{acc} = {'tl.sum' if red == 'sum' else 'tl.max'}({f'{acc2} & 1' if packed else acc2}, axis=1)")
+        if fused is not None:
+            failed = self.ns.create_name("fused_failed")
+            w(f"{failed} = tl.max({f'({seen} >> 1)' if packed else seen})  # any fused element-wise check failed here")
+            self.fused_late = (fused, failed, steps)  # its violation path comes last in the group (`fused_store`)
         self.accs.append((acc, red, kind))
         self.buf = outer
         if red == "sum":
             return acc
         return self.let(op, f"{acc} {'>' if red == 'any' else '=='} 0")
+
+    def fused_words(self, fused: Fused) -> list[str]:
+        """The fused element-wise checks at this step's elements, as flag words (`FLAG_BITS` checks
+        each, masked by the step's mask); loads the reduction made here are reused (`_Red.loads`)."""
+        env: dict[int, Any] = {}
+        walk(fused.group.ops, self, env)
+        bads = [f"tl.where({self.red.mask}, {env[v.id]}, False)" for _, v in fused.group.checks]
+        words = []
+        for start in range(0, len(bads), FLAG_BITS):
+            words.append(word := self.ns.create_name("fused_flags"))
+            self.buf.writeline(f"{word} = " + " | ".join(
+                f"({bad}.to(tl.int32) << {bit})" if bit else f"{bad}.to(tl.int32)"
+                for bit, bad in enumerate(bads[start:start + FLAG_BITS])))
+        return words
+
+    def fused_body(self, body: Callable[[], str], fused: Fused, seen: str, shift: int) -> Callable[[], str]:
+        """The reduction's body, then the fused checks on the same elements, or-ed into `seen` (shifted
+        left by `shift`): on a valid batch they cost no write and no reduction across threads in the loop."""
+        def both() -> str:
+            value = body()
+            self.buf.writeline(f"# fused: {_words(describe(self.k.checks[c]) for c, _ in fused.group.checks)}")
+            flags = " | ".join(self.fused_words(fused))
+            self.buf.writeline(f"{seen} = {seen} | " + (f"(({flags}) << {shift})" if shift else flags))
+            return value
+        return both
+
+    def fused_store(self, fused: Fused, seen: str, steps: tuple) -> None:
+        """The violation path of the fused checks: where any element failed, this program walks its
+        rows again, one element a thread a step (`rows` x 128 / rows), every step masked (few
+        registers: the kernel's registers are its heaviest path's, and they set how many programs
+        an SM holds on the valid path too), and at each step holding a failure counts and locates as
+        an element-wise group would, at the flat index over the element-wise group's axes."""
+        axes, rn, lo, hi, _ = steps
+        p, w = self.plan, self.buf.writeline
+        step = max(1, 32 * WARPS // p.block)
+        r0, r, mask, flat = (self.ns.create_name(n) for n in ("r0", "r", "live2", "flat"))
+        w(f"if {seen} > 0:  # a fused element-wise check failed here: walk these elements again to write it")
+        with self.buf.indent():
+            w(f"for {r0} in range({lo}, {hi}, {step}):")
+            with self.buf.indent():
+                w(f"{r} = {r0} + tl.arange(0, {step}).to(IDX)")
+                w(f"{mask} = live[:, None] & ({r} < {hi})[None, :]")
+                outer = (self.g, self.plan)
+                self.plan = dataclasses.replace(p, step=step)
+                self.red = _Red(axes, r, mask, {}, rn)
+                try:
+                    words = self.fused_words(fused)
+                finally:
+                    self.red = None
+                w(f"{flat} = offs[:, None] * {rn} + {r}[None, :]  # the flat index over [{_words(fused.group.axes)}]")
+                self.g, self.plan = fused.group, dataclasses.replace(self.plan, reduce=False)
+                try:
+                    self.store(fused.group, None, flat=flat, words=words, rows=True)
+                finally:
+                    self.g, self.plan = outer
 
     def steps(self, steps: tuple, body: Callable[[], str], add: Callable[[str, str | None], None]) -> None:
         """The loop over the reduced axes: `add(value, ragged)` writes what each step gathers
@@ -1103,14 +1220,72 @@ class TritonCodegen:
         w(f"{acc} = _fsum_finish({special}, {g}, tl.sum({ha}, axis=1), tl.sum({la}, axis=1))")
 
 
-def split_group(kernel: Kernel, g: Group) -> list[Group]:
-    """`g` as the groups the kernel runs: its checks joined where they read a common field (so
-    each field is still read once), then joined where their narrowest fields are as wide. A tile
-    then holds as many elements of a 1-byte mask as 128-bit loads need, without holding as many
-    of the int64 fields checked beside it (which would cost registers)."""
+@dataclass(frozen=True)
+class Fused:
+    """Element-wise checks a reduction group runs at each element that its reduction `op` walks
+    (`program_groups`): `group` is their part of the element-wise group over the same elements."""
+
+    group: Group
+    op: int  # the id of the reduction whose loop walks those elements
+
+
+def program_groups(kernel: Kernel) -> list[tuple[Group, Fused | None]]:
+    """The groups the kernel runs, in order, each with the element-wise checks fused into it.
+
+    An element-wise check reading a field that a reduction of another group loads whole, over the
+    same elements (the group's axes then the reduced ones: `any(attention_mask != 0, dim=L)` over
+    [B] and `attention_mask in [0, 1]` over [B, L]), runs inside that reduction's loop on the same
+    loaded values, so the field is read once per kernel, not once per group. Checks joined by a
+    common field move together. Only a splittable reduction takes them (no float sum, whose
+    group is never split: the element-wise checks would lose their parallelism), only for a field
+    of 4 bytes or more an element (a bool mask read twice is a few percent of a batch's bytes,
+    and fused it made ptxas spill), and not for a per-sample field (few bytes). Then each group
+    is split as `split_group` says, the fused checks going with the part that holds the reduction.
+    """
+    hosts: list[tuple[int, Op, set[str]]] = []  # (IR group, reduction, fields it loads whole)
+    for g_i, g in enumerate(kernel.groups):
+        reductions = [op for op in g.ops if op.name == "reduction"]
+        if not g.reduce or any(r.args[0] == "sum" and r.kind in ("f", "d") for r in _nested(g.ops)):
+            continue
+        for r in reductions:
+            whole = {op.args[0] for op in _loads(r.args[2])
+                     if op.name == "load" and all(i is None for i in op.args[1])}
+            hosts.append((g_i, r, whole))
+    moved: dict[int, list[tuple[int, Val]]] = {}  # reduction id -> element-wise checks it takes
+    kept: dict[int, list[tuple[int, Val]]] = {}  # element-wise IR group -> checks it keeps
+    for e_i, e in enumerate(kernel.groups):
+        if e.reduce or not e.elementwise or e.axes == (kernel.batch_dim,):  # a per-sample field's bytes are few
+            continue
+        kept[e_i] = []
+        for names, checks in _components(e):
+            # a field of 1 or 2 bytes an element is left read twice: a few percent of the bytes, and its
+            # reduction's tile (16 elements a thread) has no registers to spare (ptxas spilled bool masks)
+            wide = {f for f in names if kernel.field(f).dtype.itemsize >= 4}
+            host = next((r for g_i, r, whole in hosts
+                         if kernel.groups[g_i].axes + tuple(r.args[1]) == e.axes and whole & wide), None)
+            (moved.setdefault(host.id, []) if host is not None else kept[e_i]).extend(checks)
+    out: list[tuple[Group, Fused | None]] = []
+    for g_i, g in enumerate(kernel.groups):
+        if g_i in kept:
+            if len(kept[g_i]) < len(g.checks):
+                g = _subgroup(g, kept[g_i]) if kept[g_i] else None
+            if g is None:
+                continue
+        for part in split_group(kernel, g):
+            fused = None
+            for op in part.ops:
+                if op.name == "reduction" and op.id in moved:
+                    e = next(e for e in kernel.groups if not e.reduce and e.axes == part.axes + tuple(op.args[1]))
+                    fused = Fused(_subgroup(e, moved[op.id]), op.id)
+            out.append((part, fused))
+    return out
+
+
+def _components(g: Group) -> list[tuple[set[str], list[tuple[int, Val]]]]:
+    """The group's checks joined where they read a common field: (fields, checks) per component."""
     fields = {c: {op.args[0] for op in _loads(_needed(g.ops, v))} for c, v in g.checks}
     parts: list[tuple[set[str], list[tuple[int, Val]]]] = []
-    for c, v in g.checks:  # connected by shared fields
+    for c, v in g.checks:
         joined = [p for p in parts if p[0] & fields[c]]
         merged = (set(fields[c]), [])
         for p in joined:
@@ -1119,18 +1294,39 @@ def split_group(kernel: Kernel, g: Group) -> list[Group]:
             parts.remove(p)
         merged[1].append((c, v))
         parts.append(merged)
+    return parts
+
+
+def _subgroup(g: Group, checks: list[tuple[int, Val]]) -> Group:
+    """`g` with only these checks (in g's order) and the ops they need."""
+    order = [c for c, _ in g.checks]
+    checks = sorted(checks, key=lambda cv: order.index(cv[0]))
+    keep = {op.id for _, v in checks for op in _needed(g.ops, v)}
+    ops = tuple(op for op in g.ops if op.id in keep)
+    used = tuple(dict.fromkeys(op.args[0] for op in _loads(ops)))
+    return Group(g.axes, g.reduce, ops, tuple(checks), g.elementwise, used)
+
+
+def _nested(ops: tuple[Op, ...]) -> list[Op]:
+    """Every reduction among `ops`, nested ones included."""
+    out = []
+    for op in ops:
+        if op.name == "reduction":
+            out.append(op)
+            out.extend(_nested(op.args[2]))
+    return out
+
+
+def split_group(kernel: Kernel, g: Group) -> list[Group]:
+    """`g` as the groups the kernel runs: its checks joined where they read a common field (so
+    each field is still read once), then joined where their narrowest fields are as wide. A tile
+    then holds as many elements of a 1-byte mask as 128-bit loads need, without holding as many
+    of the int64 fields checked beside it (which would cost registers)."""
     by_width: dict[int, list[tuple[int, Val]]] = {}
-    for names, checks in parts:
+    for names, checks in _components(g):  # connected by shared fields
         width = min((kernel.field(f).dtype.itemsize for f in names), default=0)
         by_width.setdefault(width, []).extend(checks)
-    out = []
-    for checks in by_width.values():
-        checks.sort(key=lambda cv: [c for c, _ in g.checks].index(cv[0]))
-        keep = {op.id for _, v in checks for op in _needed(g.ops, v)}
-        ops = tuple(op for op in g.ops if op.id in keep)
-        used = tuple(dict.fromkeys(op.args[0] for op in _loads(ops)))
-        out.append(Group(g.axes, g.reduce, ops, tuple(checks), g.elementwise, used))
-    return out
+    return [_subgroup(g, checks) for checks in by_width.values()]
 
 
 def _needed(ops: tuple[Op, ...], value: Val) -> list[Op]:
