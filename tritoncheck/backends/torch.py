@@ -599,27 +599,25 @@ def _float_remainder(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _fmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """`fmod`, exact everywhere. torch's vectorized float64 loop gives NaN where the quotient overflows
-    (1e308 % 0.5: a - trunc(a / b) * b), its scalar tail the exact value (the differential fuzz, seed
-    2167296241: a strided and a contiguous batch disagreed). There x is first reduced modulo
-    y * 2**k, which keeps its residue modulo y, with k such that the quotient stays finite."""
+    """`fmod`, exact everywhere. torch's vectorized loop gives NaN where the quotient overflows
+    (1e308 % 0.5 in float64, 3e38 % 1e-38 in float32), its scalar tail the exact value (the differential
+    fuzz, seed 2167296241: a strided and a contiguous batch disagreed). There the pair is taken to float64
+    (exact for every narrower float; a float32 quotient is under 2**280 there) and x first reduced modulo
+    y * 2**k, which keeps its residue modulo y, with k such that each quotient stays under 2**901."""
     r = torch.fmod(a, b)
     over = torch.isnan(r) & torch.isfinite(a) & torch.isfinite(b) & (b != 0)
     if not bool(over.any()):
         return r
-    x, y = (t[over] for t in torch.broadcast_tensors(a, b))
-    while True:
-        q = torch.fmod(x, y)
-        left = torch.isnan(q)
-        if not bool(left.any()):
-            break
-        k = (torch.frexp(x).exponent - torch.frexp(y).exponent - 900).clamp(min=0)  # (quotient near 2**900)
+    # whole tensors through torch.where, no boolean indexing: the same ops on every device
+    x, y = torch.broadcast_tensors(a.to(torch.float64), b.to(torch.float64))
+    x, y = torch.where(over, x, 0.0), torch.where(over, y, 1.0)
+    for _ in range(2):  # (exponents differ by at most 1024 + 1074 bits; each pass takes 900 off)
+        k = (torch.frexp(x).exponent - torch.frexp(y).exponent - 900).clamp(min=0)
         big = y
         for part in (k // 3, k // 3, k - 2 * (k // 3)):  # (torch.ldexp makes 2**k, infinite past 2**1023)
             big = torch.ldexp(big, part)
-        x = torch.where(left, torch.fmod(x, big), x)
-    r[over] = q
-    return r
+        x = torch.fmod(x, big)
+    return torch.where(over, torch.fmod(x, y).to(r.dtype), r)
 
 
 def _align(t: torch.Tensor, own: tuple[str, ...], axes: tuple[str, ...], sizes: Mapping[str, int] | None) -> torch.Tensor:
