@@ -61,8 +61,7 @@ def check(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", strict: boo
         if report is not None:
             return report
         # another signature: one seen before has a warm check of its own (dynamic padding: one per length)
-        key, memo = seen(warm.plan, batch)
-        pair = None if memo is None else memo.get(("warm", warm.ran, strict))
+        key, pair = _seen_warm(warm, batch)
         report = None if pair is None else pair[0](batch)
         if report is not None:
             _warm[id(spec)] = Warm(backend, strict, warm.ran, *pair, spec, warm.plan)
@@ -85,12 +84,17 @@ def warm_start(batch: Any, spec: BatchSpec, backend: str, strict: bool) -> tuple
         return None
     started = warm.start(batch)
     if started is None:  # dynamic padding: the warm launch of a signature seen before
-        _, memo = seen(warm.plan, batch)
-        pair = None if memo is None else memo.get(("warm", warm.ran, strict))
+        _, pair = _seen_warm(warm, batch)
         started = None if pair is None else pair[1](batch)
         if started is not None:
             _warm[id(spec)] = Warm(backend, strict, warm.ran, *pair, spec, warm.plan)
     return started
+
+
+def _seen_warm(warm: Warm, batch: Any) -> tuple[Any, tuple[Callable, Callable] | None]:
+    """(bind's key of the batch's signature, the warm (check, start) pair kept for it, if any)."""
+    key, memo = seen(warm.plan, batch)
+    return key, None if memo is None else memo.get(("warm", warm.ran, warm.strict))
 
 
 def _report(plan: Any, bound: Any, data: list[Violation], ran: str, strict: bool) -> Report:

@@ -67,7 +67,7 @@ import torch
 
 from tritoncheck.dtypes import dtype_name
 from tritoncheck.expr import to_text
-from tritoncheck.kernel.ir import BIG, FieldSig, Group, Kernel, Op, Unsupported, Val, positional_axes, walk
+from tritoncheck.kernel.ir import BIG, FieldSig, Group, Kernel, Op, Unsupported, Val, positional_axes, reductions, walk
 from tritoncheck.plan.lower import describe
 from tritoncheck.codegen.source import RESERVED, IndentedBuffer, NameSpace, comment
 
@@ -1244,10 +1244,10 @@ def program_groups(kernel: Kernel) -> list[tuple[Group, Fused | None]]:
     """
     hosts: list[tuple[int, Op, set[str]]] = []  # (IR group, reduction, fields it loads whole)
     for g_i, g in enumerate(kernel.groups):
-        reductions = [op for op in g.ops if op.name == "reduction"]
-        if not g.reduce or any(r.args[0] == "sum" and r.kind in ("f", "d") for r in _nested(g.ops)):
+        outer = [op for op in g.ops if op.name == "reduction"]
+        if not g.reduce or any(r.args[0] == "sum" and r.kind in ("f", "d") for r in reductions(g.ops)):
             continue
-        for r in reductions:
+        for r in outer:
             whole = {op.args[0] for op in _loads(r.args[2])
                      if op.name == "load" and all(i is None for i in op.args[1])}
             hosts.append((g_i, r, whole))
@@ -1305,16 +1305,6 @@ def _subgroup(g: Group, checks: list[tuple[int, Val]]) -> Group:
     ops = tuple(op for op in g.ops if op.id in keep)
     used = tuple(dict.fromkeys(op.args[0] for op in _loads(ops)))
     return Group(g.axes, g.reduce, ops, tuple(checks), g.elementwise, used)
-
-
-def _nested(ops: tuple[Op, ...]) -> list[Op]:
-    """Every reduction among `ops`, nested ones included."""
-    out = []
-    for op in ops:
-        if op.name == "reduction":
-            out.append(op)
-            out.extend(_nested(op.args[2]))
-    return out
 
 
 def split_group(kernel: Kernel, g: Group) -> list[Group]:

@@ -236,7 +236,7 @@ class Kernel:
     @functools.cached_property
     def float_rows(self) -> tuple[tuple[str, ...], ...]:
         """The reduced axes of each float sum (a row of values whose int64 folds add up; `kernel/sums.py`)."""
-        return tuple(op.args[1] for g in self.groups for op in _reductions(g.ops)
+        return tuple(op.args[1] for g in self.groups for op in reductions(g.ops)
                      if op.args[0] == "sum" and op.kind == "d")
 
     @property
@@ -823,13 +823,13 @@ def _group_work(kernel: Kernel, group: Group, hoists: bool) -> tuple[tuple[str, 
     return tuple(group.axes + t for t in per) + tuple(once)
 
 
-def _reductions(ops: tuple[Op, ...]) -> list[Op]:
+def reductions(ops: tuple[Op, ...]) -> list[Op]:
     """Every reduction op among `ops`, nested ones included."""
     out = []
     for op in ops:
         if op.name == "reduction":
             out.append(op)
-            out.extend(_reductions(op.args[2]))
+            out.extend(reductions(op.args[2]))
     return out
 
 
