@@ -184,10 +184,14 @@ CASES = {
                                                       {"p": torch.tensor([[3], [1]]).expand(2, huge)}),
     "a selection along an expanded dim": (spec({"x": {"dtype": I, "shape": ["B", "L"]}}, ["x[:, -1] > 0"]),
                                           {"x": torch.tensor([[1], [0]]).expand(2, huge)}),
-    # refused alike on every backend (an exact verdict needs the walk along S): at once, allocating nothing
+    # checked piecewise from the stored values (issue 27, cause 8): sample 1 breaks it at S = 0..4, 5 elements
     "arange along an expanded dim": (spec({"t": {"dtype": I, "shape": ["B", "S"]}, "n": {"dtype": I, "shape": ["B"]}},
                                           ["t != 0 where arange(S) < n"]),
                                      {"t": torch.tensor([[1], [0]]).expand(2, huge), "n": torch.tensor([3, 5])}),
+    # refused alike on every backend (arange through %: no pieces; docs/security.md): at once, allocating nothing
+    "arange through % along an expanded dim": (
+        spec({"t": {"dtype": I, "shape": ["B", "S"]}, "n": {"dtype": I, "shape": ["B"]}}, ["t != 0 where arange(S) % 7 < n"]),
+        {"t": torch.tensor([[1], [0]]).expand(2, huge), "n": torch.tensor([3, 5])}),
 }
 tc.check({"x": torch.zeros(3)}, spec({"x": {"dtype": F, "shape": ["B"], "min": 0}}), backend=backend)  # imports
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -213,7 +217,8 @@ print(json.dumps(out))
 def test_a_batch_that_stores_under_1_mib_checks_in_64_mib_and_1_s_on_every_backend():
     """Issue 27: whatever its logical size (2**40 samples, a dim past 2**31), on torch, C and Triton
     (its interpreter here), each backend's report equal to torch's. A rule that reads positions along
-    an expanded dim (arange) is refused alike by every backend, at once (docs/security.md)."""
+    an expanded dim (arange) is checked piecewise, and one where arange goes through `%` is refused alike
+    by every backend, at once (docs/security.md)."""
     import json
     import subprocess
 
@@ -230,7 +235,9 @@ def test_a_batch_that_stores_under_1_mib_checks_in_64_mib_and_1_s_on_every_backe
                 assert case["took"] < 1.0, (b, name, case)
                 assert case["found"] == runs["torch"][name]["found"], (b, name)
     assert all(runs["torch"][name]["found"] for name in runs["torch"] if name not in ("grew_kib", "x <= sum(x), expanded"))
-    assert runs["torch"]["arange along an expanded dim"]["found"].startswith("refused: ")
+    code, count, listed, first, index, value = runs["torch"]["arange along an expanded dim"]["found"][0]
+    assert (code, count, listed, first, index, value) == ("rule_failed", 5, 1, [1], [1, 0], 0), runs["torch"]  # as materialized
+    assert runs["torch"]["arange through % along an expanded dim"]["found"].startswith("refused: ")
 
 
 # -- docs/security.md: a spec file cannot run code --------------------------------------------------
