@@ -27,7 +27,7 @@ from tritoncheck.checks import hint, kind_of, message, range_limit
 from tritoncheck.dtypes import FLIPPED, INT64_MAX, INT64_MIN, comparable_values, compute_dtype, exact_comparison
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary
 from tritoncheck.kernel import sums
-from tritoncheck.kernel.ir import expr_axes
+from tritoncheck.kernel.ir import expr_axes, unravel
 from tritoncheck.plan.lower import (
     WALK_LIMIT,
     Bound,
@@ -652,7 +652,7 @@ def locate(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str,
     count *= math.prod(sizes[a] for a, n in zip(axes, bad.shape, strict=True) if n == 1)
     flat = bad.reshape(-1)
     first = int(torch.argmax(flat.to(torch.uint8)))
-    index = _unravel(first, bad.shape)
+    index = unravel(first, bad.shape)
     samples: Sequence[int] = ()
     if batch_dim in axes:
         b = axes.index(batch_dim)
@@ -681,7 +681,7 @@ def locate_pieces(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str, size
         return 0, (), (), ()
     count *= math.prod(sizes[a] for a, m in zip(axes, bad.shape, strict=True) if m == 1)
     first = int(torch.argmax(bad.reshape(-1).to(torch.uint8)))
-    local = _unravel(first, bad.shape)
+    local = unravel(first, bad.shape)
     index = local[:k] + (int(starts[local[k]]),) + local[k + 1:]
     samples: Sequence[int] = ()
     if batch_dim == dim:
@@ -698,15 +698,6 @@ def locate_pieces(bad: torch.Tensor, axes: tuple[str, ...], batch_dim: str, size
     elif batch_dim in axes:
         samples = locate(bad, axes, batch_dim, sizes)[1]
     return count, samples, index, local
-
-
-def _unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
-    """The row-major index of entry `flat` (torch.unravel_index imports sympy on its first call: 0.9 s)."""
-    index = []
-    for n in reversed(shape):
-        flat, i = divmod(flat, n)
-        index.append(i)
-    return tuple(reversed(index))
 
 
 def make_violation(check: DataCheck, ctx: Context, count: int, samples: Sequence[int], index: tuple[int, ...]) -> Violation:

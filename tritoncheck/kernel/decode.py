@@ -24,7 +24,7 @@ from tritoncheck.dtypes import compute_dtype
 from tritoncheck.plan.lower import Bound, RuleCheck
 from tritoncheck.checks.registry import violation
 from tritoncheck.report import SampleRange, Violation
-from tritoncheck.kernel.ir import BIG, KIND_DTYPE, Kernel, Op, walk
+from tritoncheck.kernel.ir import BIG, KIND_DTYPE, Kernel, Op, unravel, walk
 from tritoncheck.kernel.sums import float_sum
 
 
@@ -67,12 +67,7 @@ def decode(kernel: Kernel, values: Any, bound: Bound, walked: Mapping[str, int] 
         count *= math.prod(collapsed[a] for a in check.axes if a in collapsed)
         if row >= 0 and kernel.batch_dim in collapsed:
             samples = SampleRange(collapsed[kernel.batch_dim])
-        flat = BIG - int(buf[layout.first(k)])
-        index = []
-        for size in reversed([axis_size(kernel, a, loop) for a in check.axes]):
-            index.append(flat % size if size else 0)
-            flat = flat // size if size else 0
-        index = tuple(reversed(index))
+        index = unravel(BIG - int(buf[layout.first(k)]), [axis_size(kernel, a, loop) for a in check.axes])
         seen = recorded_value(kernel, k, bound, recorded[k]) if recorded and k in recorded else \
             point_value(kernel, k, index, bound)
         out.append(violation(check, bound, count, samples, index, seen))

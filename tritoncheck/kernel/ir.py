@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -672,6 +672,16 @@ def lower(plan: Plan, checks: tuple[DataCheck, ...], fields: Mapping[str, FieldS
     ordered = tuple(fields[f.name] for f in plan.fields if f.name in used)
     return Kernel(plan.spec_name, plan.batch_dim, tuple(checks), ordered, fixed, tuple(sizes),
                   tuple(lw.scalars), tuple(groups), subjects, layout)
+
+
+def unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """The row-major index of entry `flat` of `shape` (0 along an empty axis). Not torch.unravel_index:
+    it imports sympy on its first call, 0.9 s."""
+    index = []
+    for n in reversed(shape):
+        flat, i = divmod(flat, n) if n else (0, 0)
+        index.append(i)
+    return tuple(reversed(index))
 
 
 def positional_axes(kernel: Kernel) -> frozenset[str]:
