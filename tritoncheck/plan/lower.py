@@ -808,13 +808,17 @@ def rule_walk(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor], dim
         elif isinstance(n, Arange) and n.dim in dims:  # (a rule over an unbound dim never runs)
             walk[n.dim] = dims[n.dim]
         elif isinstance(n, Ref) and n.field in tensors:
-            t = tensors[n.field]
-            if t.numel() == 0:
+            if tensors[n.field].numel() == 0:
                 continue  # an empty field holds no value along any axis (the torch backend cuts it to size 1)
-            for axis, sel, size, stride in zip(plan.field(n.field).axes, n.index, t.shape, t.stride(), strict=True):
-                if sel is None and size > 1 and stride != 0:
-                    walk[axis] = size
+            walk.update(stored_axes(plan, n, tensors[n.field]))
     return walk
+
+
+def stored_axes(plan: Plan, ref: Ref, t: torch.Tensor) -> dict[str, int]:
+    """The axes along which `ref` (reading tensor `t`) takes more than one stored value, with their
+    sizes: unselected, longer than 1 and not expanded (zero-stride)."""
+    return {axis: size for axis, sel, size, stride in zip(plan.field(ref.field).axes, ref.index, t.shape, t.stride(), strict=True)
+            if sel is None and size > 1 and stride != 0}
 
 
 COMPARISONS = frozenset(("<", "<=", ">", ">=", "==", "!="))
@@ -852,11 +856,8 @@ def _position_axis(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor]
                    d: str) -> PositionAxis | None:
     roots = [e for e in (c.expr, c.where) if e is not None]
     for n in (n for e in roots for n in _expr.nodes(e)):
-        if isinstance(n, Ref) and n.field in tensors and tensors[n.field].numel():
-            t = tensors[n.field]
-            for axis, sel, size, stride in zip(plan.field(n.field).axes, n.index, t.shape, t.stride(), strict=True):
-                if axis == d and sel is None and size > 1 and stride != 0:
-                    return None  # a field stores values along d
+        if isinstance(n, Ref) and n.field in tensors and tensors[n.field].numel() and d in stored_axes(plan, n, tensors[n.field]):
+            return None  # a field stores values along d
 
     def reads(e: Expr) -> bool:
         return any(isinstance(n, Arange) and n.dim == d for n in _expr.nodes(e))
@@ -912,10 +913,7 @@ def _position_axis(plan: Plan, c: RuleCheck, tensors: Mapping[str, torch.Tensor]
         varies: dict[str, int] = {}
         for n in _expr.nodes(e):
             if isinstance(n, Ref) and n.field in tensors:
-                t = tensors[n.field]
-                for axis, sel, n_, stride in zip(plan.field(n.field).axes, n.index, t.shape, t.stride(), strict=True):
-                    if axis in own and sel is None and n_ > 1 and stride != 0:
-                        varies[axis] = sizes[axis]
+                varies.update((axis, sizes[axis]) for axis in stored_axes(plan, n, tensors[n.field]) if axis in own)
         size += (2 if e.op in ("==", "!=") else 1) * math.prod(varies.values())
     return PositionAxis(d, tuple(compares), min(size, dims[d]))
 
