@@ -98,3 +98,22 @@ def test_fused_checks_report_as_the_torch_backend(monkeypatch, max_steps):
         failing += any(v.field in ("attention_mask", "labels") and v.code in ("not_in_set", "below_min", "above_max")
                        for v in ref.violations)
     assert failing >= 16  # the fused checks' violation path ran
+
+
+def test_two_reductions_of_one_group_lose_no_element_wise_check():
+    """`any(a != 0)` and `any(b != 0)` over L are one group of two reductions, each loading a field whose
+    bounds are element-wise checks over [B, L]: a part of a group runs one set of fused checks, so one
+    reduction takes them and the other field's stay in their own group. (Both reductions took theirs
+    and the printer ran the last one's: `a`'s bounds ran nowhere, and Triton passed a = 7.)"""
+    spec = tc.BatchSpec.model_validate({"name": "two", "rules": ["any(a != 0, dim=L)", "any(b != 0, dim=L)"], "fields": {
+        "a": {"dtype": "int32", "shape": ["B", "L"], "min": 0, "max": 1},
+        "b": {"dtype": "int32", "shape": ["B", "L"], "min": 0, "max": 1}}})
+    a, b = torch.ones(4, 300, dtype=torch.int32), torch.ones(4, 300, dtype=torch.int32)
+    a[1, 3], b[2, 5] = 7, -1
+    plan = compile_plan(spec)
+    kernel = tb.program_for(plan, bind(plan, {"a": a, "b": b})).kernel
+    ran = [c for part, fused in codegen.program_groups(kernel) for c, _ in part.checks + (fused.group.checks if fused else ())]
+    assert sorted(ran) == list(range(len(kernel.checks)))
+    ref = tc.check({"a": a, "b": b}, spec, backend="torch")
+    got = tc.check({"a": a, "b": b}, spec, backend="triton")
+    assert {v.field for v in ref.violations} == {"a", "b"} and _key(got) == _key(ref)

@@ -1251,8 +1251,9 @@ def program_groups(kernel: Kernel) -> list[tuple[Group, Fused | None]]:
             whole = {op.args[0] for op in _loads(r.args[2])
                      if op.name == "load" and all(i is None for i in op.args[1])}
             hosts.append((g_i, r, whole))
-    moved: dict[int, list[tuple[int, Val]]] = {}  # reduction id -> element-wise checks it takes
+    moved: dict[int, tuple[int, list[tuple[int, Val]]]] = {}  # reduction id -> (element-wise IR group, checks it takes)
     kept: dict[int, list[tuple[int, Val]]] = {}  # element-wise IR group -> checks it keeps
+    hosting: dict[int, int] = {}  # IR group -> its one reduction that takes checks (a part runs one Fused)
     for e_i, e in enumerate(kernel.groups):
         if e.reduce or not e.elementwise or e.axes == (kernel.batch_dim,):  # a per-sample field's bytes are few
             continue
@@ -1261,9 +1262,14 @@ def program_groups(kernel: Kernel) -> list[tuple[Group, Fused | None]]:
             # a field of 1 or 2 bytes an element is left read twice: a few percent of the bytes, and its
             # reduction's tile (16 elements a thread) has no registers to spare (ptxas spilled bool masks)
             wide = {f for f in names if kernel.field(f).dtype.itemsize >= 4}
-            host = next((r for g_i, r, whole in hosts
-                         if kernel.groups[g_i].axes + tuple(r.args[1]) == e.axes and whole & wide), None)
-            (moved.setdefault(host.id, []) if host is not None else kept[e_i]).extend(checks)
+            host = next(((g_i, r) for g_i, r, whole in hosts
+                         if kernel.groups[g_i].axes + tuple(r.args[1]) == e.axes and whole & wide
+                         and hosting.get(g_i, r.id) == r.id and moved.get(r.id, (e_i,))[0] == e_i), None)
+            if host is None:
+                kept[e_i].extend(checks)
+                continue
+            hosting[host[0]] = host[1].id
+            moved.setdefault(host[1].id, (e_i, []))[1].extend(checks)
     out: list[tuple[Group, Fused | None]] = []
     for g_i, g in enumerate(kernel.groups):
         if g_i in kept:
@@ -1275,8 +1281,8 @@ def program_groups(kernel: Kernel) -> list[tuple[Group, Fused | None]]:
             fused = None
             for op in part.ops:
                 if op.name == "reduction" and op.id in moved:
-                    e = next(e for e in kernel.groups if not e.reduce and e.axes == part.axes + tuple(op.args[1]))
-                    fused = Fused(_subgroup(e, moved[op.id]), op.id)
+                    e_i, checks = moved[op.id]
+                    fused = Fused(_subgroup(kernel.groups[e_i], checks), op.id)
             out.append((part, fused))
     return out
 
