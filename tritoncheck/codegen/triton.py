@@ -761,11 +761,11 @@ class TritonCodegen:
                 w("settled = settled | last")
         return "settled"
 
-    def words(self, bads: list[str]) -> list[str]:
+    def words(self, bads: list[str], name: str = "flags") -> list[str]:
         """The checks' flags as int32 words, `FLAG_BITS` checks a word."""
         words = []
         for start in range(0, len(bads), FLAG_BITS):
-            words.append(word := self.ns.create_name("flags"))
+            words.append(word := self.ns.create_name(name))
             self.buf.writeline(f"{word} = " + " | ".join(f"({bad}.to(tl.int32) << {bit})" if bit else f"{bad}.to(tl.int32)"
                                                          for bit, bad in enumerate(bads[start:start + FLAG_BITS])))
         return words
@@ -1102,14 +1102,7 @@ class TritonCodegen:
         each, masked by the step's mask); loads the reduction made here are reused (`_Red.loads`)."""
         env: dict[int, Any] = {}
         walk(fused.group.ops, self, env)
-        bads = [f"tl.where({self.red.mask}, {env[v.id]}, False)" for _, v in fused.group.checks]
-        words = []
-        for start in range(0, len(bads), FLAG_BITS):
-            words.append(word := self.ns.create_name("fused_flags"))
-            self.buf.writeline(f"{word} = " + " | ".join(
-                f"({bad}.to(tl.int32) << {bit})" if bit else f"{bad}.to(tl.int32)"
-                for bit, bad in enumerate(bads[start:start + FLAG_BITS])))
-        return words
+        return self.words([f"tl.where({self.red.mask}, {env[v.id]}, False)" for _, v in fused.group.checks], "fused_flags")
 
     def fused_body(self, body: Callable[[], str], fused: Fused, seen: str, shift: int) -> Callable[[], str]:
         """The reduction's body, then the fused checks on the same elements, or-ed into `seen` (shifted
