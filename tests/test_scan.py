@@ -231,7 +231,7 @@ def test_progress_counts_rows_against_rows_and_output_says_rows(tmp_path, monkey
 
     monkeypatch.setattr(Progress, "add_task", record_add)
     monkeypatch.setattr(Progress, "advance", record_advance)
-    monkeypatch.setenv("FORCE_TERMINAL", "1")  # (off a terminal there is no progress bar, nor rich)
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # (off a terminal there is no progress bar, nor rich)
     path = save_ds(tmp_path, {"input_ids": [[1, 2, 3][: 1 + i % 3] for i in range(50)], "labels": [0] * 49 + [9]})
     assert main(["scan", "bert-sequence-classification", path, *BERT, "--batch-size=16"]) == 1
     assert seen == {"total": 50, "done": 50}

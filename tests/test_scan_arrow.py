@@ -627,7 +627,7 @@ def test_a_scan_imports_no_pandas(tmp_path):
             "import pyarrow as pa\n"
             "print(code, text, 'pandas' in sys.modules, 'rich' in sys.modules, pa.default_memory_pool().backend_name, "
             "os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
-    env = {k: v for k, v in os.environ.items() if k not in ("ARROW_DEFAULT_MEMORY_POOL", "FORCE_TERMINAL")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ARROW_DEFAULT_MEMORY_POOL", "FORCE_COLOR", "TTY_COMPATIBLE")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     pool = "jemalloc" if sys.platform.startswith("linux") else pa.default_memory_pool().backend_name
     assert out.stdout.splitlines()[-1] == f"1 1 False False {pool} None", out.stderr

@@ -328,12 +328,20 @@ def _progress(what: str, total: int, show: bool) -> Iterator[Callable[[int], Non
 
 
 def _terminal(stream: Any) -> bool:
-    """Whether rich may take `stream` for a terminal: it is one, or the environment says to act as if
-    (FORCE_TERMINAL, TTY_COMPATIBLE, as rich reads them); False means plain text, rich not needed."""
-    if os.environ.get("FORCE_TERMINAL") or os.environ.get("TTY_COMPATIBLE"):
-        return True
+    """Whether rich takes `stream` for a terminal, decided as rich's `Console.is_terminal` does
+    (TTY_COMPATIBLE 0 or 1, then FORCE_COLOR set and not empty, then isatty) without importing it;
+    False means plain text, rich not needed."""
+    tty_compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if tty_compatible in ("0", "1"):
+        return tty_compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
     isatty = getattr(stream, "isatty", None)
-    return bool(isatty is not None and isatty())
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # (a closed stream)
+        return False
 
 
 class _Scan:
