@@ -246,13 +246,18 @@ def found_tritoncheck(table: str, path: str, *options: str) -> dict[str, list[in
 
 
 def found_read_floor(table: str, path: str) -> dict[str, list[int]]:
-    """Read the columns the checks name as the scan's reader does (`_open_shard`, in chunks of about the scan's
-    rows), nothing checked: no findings."""
+    """Read the columns the checks name as the scan's reader does (`_open_shard`, `_chunks`: chunks of 8 MiB by
+    the row width from the metadata, 8 bytes a leaf value and 24 a column, plus 8 bytes a row for each check),
+    nothing checked: no findings."""
     import pyarrow.parquet as pq
 
     columns = sorted({column for column, _, _ in CHECKS[table].values()} | ({"hi"} if table != "tokens" else set()))
     with pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False) as pf:
-        for _ in pf.iter_batches(batch_size=40_000, columns=columns, use_threads=False):
+        group = pf.metadata.row_group(0)
+        leaves = sum(group.column(i).num_values for i in range(group.num_columns)
+                     if pf.metadata.schema.column(i).path.split(".")[0] in columns)
+        width = (8 * leaves + 24 * len(columns)) / max(group.num_rows, 1) + 8 * len(CHECKS[table])
+        for _ in pf.iter_batches(batch_size=max(1, int((8 << 20) // width)), columns=columns, use_threads=False):
             pass
     return {}
 
