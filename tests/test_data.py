@@ -362,3 +362,25 @@ def test_a_raised_too_long_batch_names_the_dataset_index_of_the_long_sample(work
         list(without_indices)
     assert info.value.__notes__ == ["bad samples of this batch: 1, 2 (wrap the dataset in tc.IndexedDataset to see "
                                     "their dataset indices)"]
+
+
+def test_a_moved_violation_drops_an_index_whose_batch_coordinate_is_not_certain():
+    """relocate/renumber move a violation's index along the batch dim where every check of its field and code
+    iterates the same axes; where two such checks iterate different axes, which coordinate is the sample's is not
+    known, and the index is dropped rather than left counting from the sub-batch it was found in (a false row)."""
+    from types import SimpleNamespace
+
+    from tritoncheck.integrations.data import relocate, renumber
+    from tritoncheck.report import Violation
+
+    def plan(*axes):
+        return SimpleNamespace(batch_dim="B", checks=[SimpleNamespace(field="x", code="bad", axes=a) for a in axes])
+
+    v = Violation("x", "bad", "x >= 0", samples=(0,), count=1, index=(0, 2), value=-1)
+    assert relocate(v, 5, plan(("B", "L"))).index == (5, 2)
+    assert relocate(v, 5, plan(("B", "L"))).samples == (5,)
+    assert relocate(v, 5, plan(("B", "L"), ("L", "B"))).index is None
+    w = Violation("x", "bad", "x >= 0", samples=(0, 1), count=2, index=(1, 3), value=-1)
+    assert renumber(w, [4, 9], plan(("B", "L"))).index == (9, 3)
+    assert renumber(w, [4, 9], plan(("B", "L"), ("B",))).index == (9, 3)  # (an index of two: only (B, L) fits it)
+    assert renumber(w, [4, 9], plan(("B", "L"), ("L", "B"))).index is None

@@ -172,13 +172,14 @@ def hint(check: Any, value: Any) -> str | None:
 
 
 def violation(check: Any, bound: Any, count: int, samples: Sequence[int], index: tuple[int, ...],
-              value: Any) -> Violation:
+              value: Any, rule: str | None = None) -> Violation:
     """A failing check as the report shows it: the kind's message (a range check's bound resolved
     against the batch's dims, and where those dims came from), the value found at the first
     offending index, and the kind's hint. Every backend builds its violations here, so their
-    reports cannot drift apart."""
-    return Violation(check.field, check.code, message(check, bound), samples, count, index, value, hint(check, value),
-                     check.severity)
+    reports cannot drift apart. `rule`: the kind's message for `bound`, where the caller made it once
+    for many violations of one check (it reads no value)."""
+    return Violation(check.field, check.code, message(check, bound) if rule is None else rule, samples, count, index,
+                     value, hint(check, value), check.severity)
 
 
 def expr_fields(expr: Expr | None) -> set[str]:

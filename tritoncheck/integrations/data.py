@@ -35,9 +35,9 @@ import re
 import sys
 import tempfile
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import replace
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -410,29 +410,36 @@ def split_bad(
 
 def relocate(v: Violation, position: int, plan: Plan) -> Violation:
     """A violation found in a one-sample batch, moved to `position` of the full batch."""
-    return _moved(v, plan, lambda p: position)
+    return moved(v, lambda p: position, batch_coordinates(plan))
 
 
 def renumber(v: Violation, positions: Sequence[int], plan: Plan) -> Violation:
     """A violation found in the batch of the samples at `positions` of the full batch, moved to their places."""
-    return _moved(v, plan, positions.__getitem__)
+    return moved(v, positions.__getitem__, batch_coordinates(plan))
 
 
-def _moved(v: Violation, plan: Plan, place: Callable[[int], int]) -> Violation:
-    """`v` with each of its samples `p` at `place(p)`.
+def batch_coordinates(plan: Plan) -> dict[tuple[str, str, int], int]:
+    """Per (field, code, index length): where a violation's index holds its batch coordinate, where that is
+    certain: every check of that field and code whose index has that length iterates the same axes, the batch dim
+    among them. A caller that moves many violations makes it once (per violation, 10,000 bad rows of a scan took
+    0.1 s)."""
+    axes: dict[tuple[str, str, int], set[tuple[str, ...]]] = defaultdict(set)
+    for c in plan.checks:
+        axes[(c.field, c.code, len(c.axes))].add(c.axes)
+    return {key: only.index(plan.batch_dim) for key, found in axes.items() if len(found) == 1
+            for only in found if plan.batch_dim in only}
 
-    The batch coordinate of `v.index` is rewritten only where the check's axes are certain: every
-    check with this field and code iterates the same axes, of the index's length.
-    """
-    if not v.samples:
+
+def moved(v: Violation, place: Callable[[int], int], coordinates: Mapping[tuple[str, str, int], int]) -> Violation:
+    """`v` with each of its samples `p` at `place(p)`, and its index's batch coordinate too where `coordinates`
+    (`batch_coordinates`) says where it is; an index whose batch coordinate is not certain is dropped rather than
+    left counting from the batch it was found in."""
+    if not v.samples or all(place(s) == s for s in v.samples):
         return v
     index = v.index
-    axes = {c.axes for c in plan.checks if c.field == v.field and c.code == v.code}
-    if index is not None and len(axes) == 1:
-        (only,) = axes
-        if len(only) == len(index) and plan.batch_dim in only:
-            k = only.index(plan.batch_dim)
-            index = index[:k] + (place(index[k]),) + index[k + 1:]
+    if index is not None:
+        k = coordinates.get((v.field, v.code, len(index)))
+        index = None if k is None else index[:k] + (place(index[k]),) + index[k + 1:]
     return replace(v, samples=tuple(dict.fromkeys(map(place, v.samples))), index=index)
 
 

@@ -74,7 +74,7 @@ from tritoncheck.cli.commands import (
     spec_from_args,
     write_json,
 )
-from tritoncheck.integrations.data import relocate
+from tritoncheck.integrations.data import batch_coordinates, moved, relocate
 from tritoncheck.report import WARNING_PREFIX, Violation, fitted_table, printable, report_json
 from tritoncheck.scanning.arrow import Column, Scratch, read_column, refusal
 from tritoncheck.spec.schema import close_match, closest
@@ -370,7 +370,7 @@ class _Scan:
         spec = item.spec or self.spec
         try:
             if isinstance(item.data, _Ragged):
-                found, size, ran = item.data.scan(spec, self.backend)
+                found, size, ran = item.data.scan(spec, self.backend, self._places(spec))
             else:
                 found, size, ran = scan_batch(item.data, spec, self.backend)
         except Exception as exc:  # a bug in one batch's check must not hide the rest of the data
@@ -387,12 +387,12 @@ class _Scan:
             self.entries.append(e)
 
     def _places(self, spec: Any) -> dict[tuple[str, str, int], int]:
-        """`_batch_coordinates` of the spec's plan, made once per spec (it was 70 us a chunk)."""
+        """`batch_coordinates` of the spec's plan, made once per spec (it was 70 us a chunk)."""
         from tritoncheck.plan.lower import compile_plan
 
         known = self.places.get(id(spec))
         if known is None or known[0] is not spec:
-            known = self.places[id(spec)] = (spec, _batch_coordinates(compile_plan(spec)))
+            known = self.places[id(spec)] = (spec, batch_coordinates(compile_plan(spec)))
         return known[1]
 
     def part(self) -> dict[str, Any]:
@@ -485,7 +485,7 @@ def _own_values(batch: Mapping, plan: Any, violations: list[Any]) -> dict[int, l
     import torch
 
     from tritoncheck.backends.torch import Context
-    from tritoncheck.checks.registry import hint, message
+    from tritoncheck.checks.registry import message, violation
     from tritoncheck.dtypes import compute_dtype
     from tritoncheck.plan.lower import RuleCheck, bind
 
@@ -520,7 +520,7 @@ def _own_values(batch: Mapping, plan: Any, violations: list[Any]) -> dict[int, l
         values = (values if isinstance(c, RuleCheck) else values.to(compute_dtype(t.dtype))).tolist()
         rule = message(c, bound)  # (the same for every sample: it reads no value)
         for pos, value in zip(positions, values, strict=True):
-            found[pos].append(Violation(c.field, c.code, rule, (pos,), 1, (pos,), value, hint(c, value), c.severity))
+            found[pos].append(violation(c, bound, 1, (pos,), (pos,), value, rule))
     return found or None
 
 
@@ -1148,8 +1148,10 @@ class _Ragged:
                                            "is not a tensor; the row is not checked further", samples=(r,))))
         return found
 
-    def scan(self, spec: Any, backend: str) -> tuple[list[tuple[int | None, Any]], int, str]:
-        """The bad rows, each as checking it alone finds it; see the module docstring for why that holds."""
+    def scan(self, spec: Any, backend: str, places: dict[tuple[str, str, int], int]
+             ) -> tuple[list[tuple[int | None, Any]], int, str]:
+        """The bad rows, each as checking it alone finds it; see the module docstring for why that holds. `places`:
+        the plan's `batch_coordinates`, made once per spec."""
         import torch
 
         from tritoncheck.api import check
@@ -1157,7 +1159,6 @@ class _Ragged:
         from tritoncheck.plan.lower import bind, expr_dims
 
         plan = self.plan
-        places = _batch_coordinates(plan)
         found: list[tuple[int | None, Any]] = self.flaws()
         checked = torch.ones(self.n, dtype=torch.bool)
         for c in self.columns.values():
@@ -1172,7 +1173,7 @@ class _Ragged:
             batch = {name: c.values.index_select(0, rows) if c.values.dtype in stored.get(name, ()) else
                      c.take(rows, _pad_value(name, self.spec)) for name, c in self.columns.items()}
             bad, _, ran = scan_batch(batch, spec, backend)
-            found += [(None, _moved(v, members.__getitem__, places)) if p is None else
+            found += [(None, moved(v, members.__getitem__, places)) if p is None else
                       (members[p], relocate(v, members[p], plan)) for p, v in bad]
             return sorted(found, key=lambda f: -1 if f[0] is None else f[0]), self.n, ran
         for d, sizes in self.sizes.items():
@@ -1201,7 +1202,7 @@ class _Ragged:
                 batch = self.take(members, reuse=True)  # (its group's only padded batch: the next reuses it)
                 rows, _, ran = scan_batch(batch, spec, backend,
                                           take=lambda pos, m=members: self.take([m[p] for p in pos]))
-                found += [(None, _moved(v, members.__getitem__, places)) if p is None else
+                found += [(None, moved(v, members.__getitem__, places)) if p is None else
                           (members[p], relocate(v, members[p], plan)) for p, v in rows]
                 if any(p is None for p, _ in rows):
                     continue  # a metadata problem of the whole group: no row is to blame
@@ -1315,19 +1316,24 @@ class _Ragged:
                 found = known[combo] = any(_fails(c, values, evaluate_scalar, holds) for c in self.plan.dim_checks)
             return found
 
-        if len(names) == 1 and len(own) and 0 <= int(own.min()) and int(own.max()) < LOOKUP_SIZES:
+        shortest, longest = (int(x) for x in torch.aminmax(own)) if len(own) else (0, 0)
+        if len(names) == 1 and len(own) and 0 <= shortest and longest < LOOKUP_SIZES:
             # one dim (a token list's length): the verdicts as a table by size, filled where a size is new, read
             # for every row at once (a lookup per distinct length and chunk was 0.17 s of 1M token rows)
             lengths = own[:, 0]
             table = self.scratch.memo.get((*key, "table"))
-            if table is None or len(table) <= int(lengths.max()):
-                grown = torch.full((int(lengths.max()) + 1,), -1, dtype=torch.int8)
+            if table is None or len(table) <= longest:
+                grown = torch.full((longest + 1,), -1, dtype=torch.int8)
                 if table is not None:
                     grown[:len(table)] = table
                 table = self.scratch.memo[(*key, "table")] = grown
-            for size in torch.unique(lengths[table.index_select(0, lengths) < 0]).tolist():
-                table[size] = verdict((size,))
-            return table.index_select(0, lengths) > 0
+            looked = table.index_select(0, lengths)
+            new = looked < 0
+            if bool(new.any()):  # (a later chunk of the shard: its lengths mostly seen, one lookup)
+                for size in torch.unique(lengths[new]).tolist():
+                    table[size] = verdict((size,))
+                looked = table.index_select(0, lengths)
+            return looked > 0
         combos, inverse = _distinct(own)
         return torch.tensor([verdict(combo) for combo in map(tuple, combos.tolist())]).index_select(0, inverse)
 
@@ -1371,44 +1377,14 @@ def _entries(item: _Item, found: list[tuple[int | None, Any]], places: dict[tupl
              ) -> list[dict[str, Any]]:
     """The entries of an item's violations, every number counted from the first row of the dataset (of the
     file where the global row is unknown): `sample`, `row`, and the violation's own samples, index and message
-    (the index moved where `places`, its spec's `_batch_coordinates`, says). `sample` is the global row (None for
+    (the index moved where `places`, its spec's `batch_coordinates`, says). `sample` is the global row (None for
     a problem of a whole batch, or where it is unknown), `row` its row in `source` itself."""
     first = item.row if item.offset is None else item.offset
     out = []
     for pos, v in found:
-        v = _moved(v, lambda s: s + first, places)
+        v = moved(v, lambda s: s + first, places)
         sample = None if pos is None or item.offset is None else item.offset + pos
         out.append(v.to_dict(source=item.source, sample=sample, row=None if pos is None else item.row + pos))
-    return out
-
-
-def _moved(v: Any, where: Callable[[int], int], places: dict[tuple[str, str, int], int]) -> Any:
-    """A violation found in a batch, its samples and the batch coordinate of its index mapped by `where` (into
-    its chunk, or onto the dataset's rows); an index whose batch coordinate is not certain (`places`, from
-    `_batch_coordinates`) is dropped rather than left counting from the batch it was found in."""
-    from dataclasses import replace
-
-    if not v.samples or all(where(s) == s for s in v.samples):
-        return v
-    index = v.index
-    if index is not None:
-        k = places.get((v.field, v.code, len(index)))
-        index = None if k is None else index[:k] + (where(index[k]),) + index[k + 1:]
-    return replace(v, samples=tuple(where(s) for s in v.samples), index=index)
-
-
-def _batch_coordinates(plan: Any) -> dict[tuple[str, str, int], int]:
-    """Per (field, code, index length): where a violation's index holds its batch coordinate, where that is certain
-    (as `relocate` decides it: every check of that field and code iterates the same axes, the batch dim among
-    them). Made once per chunk, not once per violation (10,000 bad rows: 0.1 s)."""
-    axes: dict[tuple[str, str], set[tuple[str, ...]]] = defaultdict(set)
-    for c in plan.checks:
-        axes[(c.field, c.code)].add(c.axes)
-    out = {}
-    for (field, code), found in axes.items():
-        only = found.pop() if len(found) == 1 else ()
-        if plan.batch_dim in only:
-            out[(field, code, len(only))] = only.index(plan.batch_dim)
     return out
 
 
