@@ -73,12 +73,13 @@ def stages(stub: stub_cuda.Stub) -> dict[str, Callable[[], Any]]:
         raise RuntimeError(f"3 deferred checks reached the driver {stub.launches - before} times")
     bound = bind(plan, batch)
     memo = bound.memo
-    launch, device = memo["triton"]
+    launch = memo["triton"][0]
     direct, guard = tb.direct_of(memo), memo.get(("guard", "triton"))
     if not direct or guard is None:
         raise RuntimeError(f"no warm path: direct launch {direct}, guard {guard}")
     tensors = [bound.tensors[f] for f in launch.fields]
-    slot = tb._pool.acquire(launch, device)
+    held = tb.start(memo, tensors, bound)  # a launch as a check makes it: its slot serves the stages below
+    slot = held.slot
     args, kwargs = launch.args(tensors, slot.device)
     ptrs = [t.data_ptr() for t in tensors]
 
@@ -104,7 +105,7 @@ def stages(stub: stub_cuda.Stub) -> dict[str, Callable[[], Any]]:
         SUBMIT: lambda: deferred.submit(batch, spec, backend="triton"),
         WHOLE: deferred_check,
     }
-    fns["_cleanup"] = lambda: (tc.wait(), tb._pool.release(slot, dirty=False))
+    fns["_cleanup"] = lambda: (tc.wait(), held.result())  # (a valid batch's verdict: the slot goes back to the pool)
     return fns
 
 

@@ -118,8 +118,8 @@ def _route_buffers_to_cpu() -> None:
     import torch
     from tritoncheck.backends import triton as tb
 
-    def allocate(self: Any, length: int, device: Any, key: tuple) -> Any:
-        return tb._Slot(torch.zeros(length, dtype=torch.int64), torch.zeros(length, dtype=torch.int64), key,
+    def allocate(self: Any, length: int, head: int, device: Any) -> Any:
+        return tb._Slot(torch.zeros(length, dtype=torch.int64), torch.zeros(length, dtype=torch.int64), head,
                         torch.cuda.Event())
 
     tb._Pool.allocate = allocate

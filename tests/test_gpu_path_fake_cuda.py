@@ -86,13 +86,13 @@ def fake_cuda(monkeypatch):
     buffers: list[torch.Tensor] = []
     real_allocate = tb._Pool.allocate
 
-    def allocate(self, length, device, key):
+    def allocate(self, length, head, device):
         if device != CUDA:  # the first check of a signature, on the CPU
-            return real_allocate(self, length, device, key)
+            return real_allocate(self, length, head, device)
         log.allocations += 1
         buf = torch.zeros(length, dtype=torch.int64)
         buffers.append(buf)
-        return tb._Slot(buf, torch.zeros(length, dtype=torch.int64), key, torch.cuda.Event())
+        return tb._Slot(buf, torch.zeros(length, dtype=torch.int64), head, torch.cuda.Event())
 
     monkeypatch.setattr(tb._Pool, "allocate", allocate)
     monkeypatch.setattr(tb, "_pool", tb._Pool())  # this test's buffers only
@@ -216,7 +216,7 @@ def test_capture_is_refused_before_anything_is_queued(spec, fake_cuda, monkeypat
     fake_cuda.capturing = True
     before = vars(fake_cuda).copy()
     launches = []
-    monkeypatch.setattr(tb._Pool, "acquire", lambda *a: launches.append(a))
+    monkeypatch.setattr(tb._Pool, "take", lambda *a: launches.append(a))
     for call in (lambda: tc.check(batch(), spec, backend="triton"),
                  lambda: tc.validate(batch(), spec, backend="triton"),
                  lambda: tc.validate(batch(), spec, backend="triton", deferred=True)):

@@ -285,7 +285,7 @@ class Pending:
                 self._result = []
             else:
                 values = slot.host_head.clone()
-                _pool.release(slot, dirty=True)
+                _pool.release(slot)
                 self._result = decode(self.program.kernel, values, self.bound, self.spec.walked, self.recorded(values))
         return self._result
 
@@ -333,9 +333,9 @@ def launch(plan: Plan, bound: Bound) -> Pending:
 
 class _Runner:
     """What the launches of one prepared signature (`memo["triton"]`: its `Launch` and device) reuse:
-    whether the device is CUDA (read once: `torch.device.type` costs 0.4 us), the pool's free list
-    for its result buffers, and its `Direct` launch (None until a first CUDA launch has compiled the
-    kernel; False where it does not apply)."""
+    the two, whether the device is CUDA (read once: `torch.device.type` costs 0.4 us), the pool's
+    free list for its result buffers, and its `Direct` launch (None until a first CUDA launch has
+    compiled the kernel; False where it does not apply)."""
 
     __slots__ = ("prepared", "spec", "device", "cuda", "free", "direct")
 
@@ -367,32 +367,34 @@ def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | 
     runner = memo.get("triton_runner")
     if runner is None or runner.prepared is not prepared:
         runner = memo["triton_runner"] = _Runner(prepared)
-    spec, device = prepared
     if not runner.cuda:
         with _interpreter_lock:
-            slot = _pool.take(runner.free, spec, device)
-            _launch_plain(spec, tensors, slot)
+            slot = _pool.take(runner)
+            _launch_plain(runner.spec, tensors, slot)
             if slot.scratch is not None:
                 slot.scratch.zero_()
-        return Pending(bound, spec, slot)
+        return Pending(bound, runner.spec, slot)
     if torch.cuda.is_current_stream_capturing():  # before anything is queued on the stream
         _torch_backend.refuse_capture()  # (raises, saying why)
-    slot = _pool.take(runner.free, spec, device)
+    slot = _pool.take(runner)
     direct = runner.direct
     if direct and direct(tensors, slot.device_ptr):  # (the batch's device is the current one)
-        if slot.scratch is not None:  # as _read_back
+        # `_read_back`, written out: the JIT launch below runs it inside the batch's device context (the
+        # event records on the current device's stream), which this path has no need to enter, so the two
+        # share no tail; a call to `_read_back` here would add a Python call (about 15 ns) to each warm check
+        if slot.scratch is not None:
             slot.scratch.zero_()
         slot.host_head.copy_(slot.device_head, True)
         event = slot.event
         event.record()
-        return Pending(bound, spec, slot, event)
+        return Pending(bound, runner.spec, slot, event)
     # the batch's device is the current one for the launch, the buffer and the copy; the stream is its current one
-    with torch.cuda.device(device):
-        kernel = _launch_plain(spec, tensors, slot)
+    with torch.cuda.device(runner.device):
+        kernel = _launch_plain(runner.spec, tensors, slot)
         if direct is None:
-            runner.direct = direct_launcher(kernel, spec, device) or False
+            runner.direct = direct_launcher(kernel, runner.spec, runner.device) or False
         _read_back(slot)
-    return Pending(bound, spec, slot, slot.event)
+    return Pending(bound, runner.spec, slot, slot.event)
 
 
 _start = start  # what `launch` calls (a test that wraps `start`, the warm path's entry, leaves `launch` as it is)
@@ -489,16 +491,15 @@ def direct_launcher(kernel: Any, spec: Launch, device: torch.device) -> Direct |
 class _Slot:
     """A result buffer on the device, its pinned host copy and the event that marks the copy done
     (None on the CPU, where `host` is the buffer itself), with the views a launch uses: the head the
-    host reads back, the scratch after it (None without split rows), the host head as a numpy array.
-    `reset`: an event after the buffer was zeroed on a stream, which the next user's stream waits for
-    (a device-side wait, not the host's)."""
+    host reads back (`head` slots), the scratch after it (None without split rows), the host head as
+    a numpy array. `reset`: an event after the buffer was zeroed on a stream, which the next user's
+    stream waits for (a device-side wait, not the host's)."""
 
-    __slots__ = ("device", "event", "host", "key", "reset", "device_head", "host_head", "host_values", "scratch",
+    __slots__ = ("device", "event", "host", "reset", "device_head", "host_head", "host_values", "scratch",
                  "device_ptr", "home")
 
-    def __init__(self, device: torch.Tensor, host: torch.Tensor, key: tuple, event: Any):
-        self.device, self.host, self.key, self.event, self.reset = device, host, key, event, None
-        head = key[1]
+    def __init__(self, device: torch.Tensor, host: torch.Tensor, head: int, event: Any):
+        self.device, self.host, self.event, self.reset = device, host, event, None
         self.device_head, self.host_head = device[:head], host[:head]
         self.scratch = device[head:] if head < len(device) else None
         self.host_values = self.host_head.numpy()
@@ -510,49 +511,47 @@ class _Pool:
     """Persistent zeroed result buffers, one per concurrent use, so launches never share one.
 
     A buffer goes back zeroed: a valid batch leaves it so (the scratch where split rows meet is
-    zeroed on the stream right after the kernel), and after a failing batch it is zeroed on the
-    stream (`zero_`: a memset queued behind the read, never a blocking copy from the host).
+    zeroed on the stream right after the kernel; `Pending.result` puts it back as it is), and after
+    a failing batch it is zeroed on the stream (`release`).
     """
 
     def __init__(self) -> None:
         self.free: dict[tuple, list[_Slot]] = {}
 
     def free_list(self, spec: Launch, device: torch.device) -> list[_Slot]:
-        """The free slots of `spec`'s buffer size on `device` (one list per size, kept by the caller)."""
+        """The free slots of `spec`'s buffer size on `device` (one list per size, kept by its `_Runner`)."""
         return self.free.setdefault((spec.length, spec.head, device), [])
 
-    def acquire(self, spec: Launch, device: torch.device) -> _Slot:
-        return self.take(self.free_list(spec, device), spec, device)
-
-    def take(self, free: list[_Slot], spec: Launch, device: torch.device) -> _Slot:
-        """A zeroed slot from `free` (`free_list`'s), or a new one."""
+    def take(self, runner: _Runner) -> _Slot:
+        """A zeroed slot from the runner's free list, or a new one."""
         try:
-            slot = free.pop()  # (atomic: no lock)
+            slot = runner.free.pop()  # (atomic: no lock)
         except IndexError:
-            slot = self.allocate(spec.length, device, (spec.length, spec.head, device))
-            slot.home = free
+            slot = self.allocate(runner.spec.length, runner.spec.head, runner.device)
+            slot.home = runner.free
             return slot
         if slot.reset is not None:  # zeroed on another stream, perhaps: this stream waits for it (the host does not)
-            torch.cuda.current_stream(device).wait_event(slot.reset)
+            torch.cuda.current_stream(runner.device).wait_event(slot.reset)
             slot.reset = None
         return slot
 
-    def allocate(self, length: int, device: torch.device, key: tuple) -> _Slot:
+    def allocate(self, length: int, head: int, device: torch.device) -> _Slot:
         """A new slot: the only allocation of the launch path (the first batch of a size, or a pool miss)."""
         buf = torch.zeros(length, dtype=torch.int64, device=device)
         if device.type != "cuda":
-            return _Slot(buf, buf, key, None)
-        return _Slot(buf, torch.empty(length, dtype=torch.int64, pin_memory=True), key, torch.cuda.Event())
+            return _Slot(buf, buf, head, None)
+        return _Slot(buf, torch.empty(length, dtype=torch.int64, pin_memory=True), head, torch.cuda.Event())
 
-    def release(self, slot: _Slot, dirty: bool) -> None:
-        if dirty:  # failure path only
-            if slot.event is not None:
-                with torch.cuda.device(slot.device.device):
-                    slot.device.zero_()
-                    slot.reset = torch.cuda.Event()
-                    slot.reset.record()
-            else:
+    def release(self, slot: _Slot) -> None:
+        """Put back a slot a failing batch wrote into, zeroed on the stream (a memset queued behind the
+        read, never a blocking copy from the host)."""
+        if slot.event is not None:
+            with torch.cuda.device(slot.device.device):
                 slot.device.zero_()
+                slot.reset = torch.cuda.Event()
+                slot.reset.record()
+        else:
+            slot.device.zero_()
         slot.home.append(slot)
 
 
