@@ -93,6 +93,20 @@ def test_a_warm_check_binds_nothing_and_a_failing_one_reports_like_torch(binds, 
         assert like_torch(batch(device=device), spec).ok
 
 
+def test_a_field_bound_as_a_view_is_bound_at_every_check(binds, device):
+    """`bind` drops a field's optional size-1 axis as a view (`x[..., 0]`): not the tensor the launch was made
+    for (a launch through Triton's JIT reads its shape and strides), so `core.remember` keeps no warm path."""
+    spec = spec_from_dict({"name": "unit", "fields": {"x": {"dtype": "int64", "shape": ["B", "1?"], "min": 0}}},
+                          "unit.yaml")
+    for _ in range(2):
+        assert like_torch({"x": torch.zeros(3, 1, dtype=torch.int64, device=device)}, spec).ok
+    binds.clear()
+    assert tc.check({"x": torch.zeros(3, 1, dtype=torch.int64, device=device)}, spec, backend="triton").ok and binds
+    bad = torch.zeros(3, 1, dtype=torch.int64, device=device)
+    bad[2, 0] = -1
+    assert [(v.code, v.index) for v in like_torch({"x": bad}, spec).violations] == [("below_min", (2,))]
+
+
 def test_dynamic_padding_strictness_and_another_signature_stay_exact(binds, device):
     spec = fresh_spec()
     for L in (4, 5, 8):  # L = 8: the dim rule warns

@@ -80,6 +80,21 @@ def test_a_warm_check_binds_nothing_and_finds_what_the_kernel_finds(monkeypatch)
     assert like_torch(batch(), spec).ok
 
 
+def test_a_field_bound_as_a_view_of_its_data_keeps_the_warm_path(monkeypatch):
+    """`bind` drops a field's optional size-1 axis as a view (`x[..., 0]`) at the batch tensor's data pointer,
+    which is what the C kernel reads: the warm path stays (`core.remember` compares data pointers for C)."""
+    spec = spec_from_dict({"name": "unit", "fields": {"x": {"dtype": "int64", "shape": ["B", "1?"], "min": 0}}},
+                          "unit.yaml")
+    assert like_torch({"x": torch.zeros(3, 1, dtype=torch.int64)}, spec).ok
+    calls = []
+    bind = core.bind
+    monkeypatch.setattr(core, "bind", lambda *args: calls.append(1) or bind(*args))
+    assert tc.check({"x": torch.zeros(3, 1, dtype=torch.int64)}, spec, backend="c").ok and calls == []
+    bad = torch.zeros(3, 1, dtype=torch.int64)
+    bad[2, 0] = -1
+    assert [(v.code, v.index) for v in like_torch({"x": bad}, spec).violations] == [("below_min", (2,))]
+
+
 def test_each_length_of_dynamic_padding_has_its_warm_check(monkeypatch):
     spec = warmed()
     assert like_torch(batch(L=5), spec).ok and like_torch(batch(L=3), spec).ok

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import os
 import threading
 import warnings
@@ -177,6 +178,10 @@ _warm_lock = threading.Lock()
 _data_ptr = torch.Tensor.data_ptr
 
 
+def _same_data(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return _data_ptr(a) == _data_ptr(b)
+
+
 def remember(spec: BatchSpec, plan: Any, batch: Any, bound: Any, backend: str, ran: str, strict: bool) -> None:
     """Let the next check of `spec` on a batch of this one's signature take the warm path, where it can: a dict
     whose signature `bind` keys, every field a tensor read where `bind` left it (C: no copy, no view that moves
@@ -184,17 +189,15 @@ def remember(spec: BatchSpec, plan: Any, batch: Any, bound: Any, backend: str, r
     What it needs is made once per signature and backend, in `bound.memo`."""
     memo = bound.memo
     if ("guard", ran) not in memo:
-        guard = None
-        if ran == "c" and memo.get("c") is not None:
-            fields = memo["c"].ptr_fields
-            guard = signature_guard(plan, batch, fields)
-            if guard is not None and any(batch[f].data_ptr() != bound.tensors[f].data_ptr() for f in fields):
-                guard = None
-        elif ran == "triton" and memo.get("triton", (None,))[0] is not None:
-            fields = memo["triton"][0].fields
-            guard = signature_guard(plan, batch, fields)
-            if guard is not None and any(batch[f] is not bound.tensors[f] for f in fields):
-                guard = None
+        if ran == "c":  # (ran is one of WARM_BACKENDS)
+            program = memo.get("c")
+            fields, same = program and program.ptr_fields, _same_data
+        else:
+            launch = memo.get("triton", (None,))[0]
+            fields, same = launch and launch.fields, operator.is_
+        guard = None if fields is None else signature_guard(plan, batch, fields)
+        if guard is not None and not all(same(batch[f], bound.tensors[f]) for f in fields):
+            guard = None
         memo[("guard", ran)] = guard
     guard = memo[("guard", ran)]
     if guard is None or (ran == "c" and "c_launch" not in memo):
