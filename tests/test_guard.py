@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
+from tritoncheck.integrations import guard as guard_module
 from tritoncheck.integrations.guard import _deferred_available
 
 transformers = pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
@@ -128,7 +129,8 @@ def test_a_forward_taking_one_mapping_is_checked(spec):
     handle.remove()
 
 
-def test_deferred_raises_at_wait(bert, spec, calls):
+def test_deferred_raises_at_wait(bert, spec, calls, monkeypatch):
+    monkeypatch.setattr(guard_module, "_on_cuda", lambda inputs: True)  # as if the inputs were on a GPU
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # where deferred mode is unavailable guard falls back, with a warning
         handle = tc.guard(bert, spec, deferred=True, strict=True)
@@ -147,6 +149,27 @@ def test_deferred_raises_at_wait(bert, spec, calls):
         handle.remove()
 
 
+def test_deferred_guard_checks_cpu_inputs_at_once_with_one_warning(bert, spec, calls):
+    """Deferred checking waits for nothing on the CPU: a bad CPU batch raises before forward (not at the
+    next call, after the model's own IndexError), and the fallback is said once."""
+    with pytest.warns(UserWarning) as said:
+        handle = tc.guard(bert, spec, deferred=True)
+        try:
+            with pytest.raises(tc.BatchValidationError, match="input_ids") as info:
+                bert(**bad())
+            assert calls[0] == 0 and not hasattr(info.value, "step")
+            bert(**good())
+            with pytest.raises(tc.BatchValidationError):
+                bert(**bad())
+        finally:
+            handle.remove()
+    assert [str(w.message) for w in said] == [
+        "tc.guard(deferred=True): the inputs of BertForSequenceClassification are on no CUDA device, where deferred "
+        "checking has nothing to wait for; checking them synchronously (a bad batch raises before forward runs)"]
+    assert said[0].filename == __file__
+    tc.wait()  # nothing was queued
+
+
 def test_guard_rejects_what_is_not_a_module(spec):
     with pytest.raises(TypeError, match="nn.Module"):
         tc.guard(lambda x: x, spec)
@@ -154,8 +177,9 @@ def test_guard_rejects_what_is_not_a_module(spec):
         tc.guard(DictModel(), {"fields": {}})
 
 
-def test_deferred_guard_checks_every_call_even_one_that_raises(bert, spec, calls):
+def test_deferred_guard_checks_every_call_even_one_that_raises(bert, spec, calls, monkeypatch):
     """A loop that catches the error and goes on: each bad call raises once, at the next call."""
+    monkeypatch.setattr(guard_module, "_on_cuda", lambda inputs: True)  # as if the inputs were on a GPU
     handle = tc.guard(bert, spec, deferred=True, strict=True)
     masks = []
     try:

@@ -189,3 +189,23 @@ def test_a_verdict_agreed_across_ranks_is_settled_at_the_next_call(tmp_path):
         tc.wait()
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("cpu_backend", ["torch", "c"])
+def test_a_bad_cpu_batch_is_not_silent_before_it_raises(cpu_backend):
+    """A verdict known at once (no GPU to wait for) is queued as documented, but a bad one warns at once,
+    naming its step, since the caller goes on with the batch before the error is raised."""
+    import warnings
+
+    spec = make_spec()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        tc.validate(good(), spec, deferred=True, backend=cpu_backend)
+        tc.validate(bad(), spec, deferred=True, backend=cpu_backend)
+    assert len(said) == 1 and said[0].filename == __file__
+    with pytest.raises(tc.BatchValidationError) as info:
+        tc.wait()
+    assert str(said[0].message) == (
+        f"tc.validate(deferred=True): the batch of step {info.value.step} is bad for ids (ids[1, 2]: above_max); "
+        "its verdict was known at once (no CUDA launch to wait for), and raises at the next deferred validate or "
+        "tc.wait(); validate CPU batches with deferred=False to stop a bad one before it is used")

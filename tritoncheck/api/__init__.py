@@ -37,7 +37,8 @@ def validate(batch: Any, spec: BatchSpec, *, backend: Backend = "auto", group: A
             none is left waiting in the next collective. Every rank must call `validate`.
         deferred: check the batch and return at once, without waiting for the GPU; a bad batch
             raises at the next deferred `validate` (of any spec) or at `tc.wait()`, naming the
-            step it was submitted at (see `tritoncheck/api/deferred.py`).
+            step it was submitted at (see `tritoncheck/api/deferred.py`). A bad batch whose verdict is
+            known at once (CPU tensors) also warns at once, naming its step.
 
     Inside a `torch.compile`d function (`fullgraph=True` included) the check is one custom op that
     runs at every call of the compiled code, without a graph break (`tritoncheck/api/graph_op.py`).

@@ -11,7 +11,10 @@ names its step in a note ("batch submitted at step 17 (deferred)") and in `exc.s
 
 What a queued verdict holds:
 - computed at once (the torch backend, or Triton's interpreter on CPU): only the `Report`; the
-  batch is not kept alive.
+  batch is not kept alive. Such a verdict is queued like any other, but a bad one is not silent:
+  `submit` warns at once (a `UserWarning` naming the step and the first error), since the caller
+  goes on with the batch before the error is raised. To stop a bad CPU batch where it is, validate
+  it with `deferred=False` (`tc.guard(deferred=True)` does so for inputs on no CUDA device).
 - launched on CUDA: the launch (its bound tensors and result buffer) until its event has completed
   and the verdict has been read at the next deferred `validate` or `tc.wait()`; reading it needs
   the tensors to name the first offending value. It never blocks: an unfinished launch stays
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -63,10 +67,26 @@ def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None, s
         done, finish, event = _launch(batch, spec, backend, strict)
     with _lock:
         earlier = len(_queue)
-        _queue.append(_Entry(next(_steps), done, finish, event, group))
+        step = next(_steps)
+        _queue.append(_Entry(step, done, finish, event, group))
+        if done is not None and not done.ok:
+            _warn_bad_now(done, step)
         if earlier:
             _raise_earliest(_queue[:earlier], block=False)
     return batch
+
+
+def _warn_bad_now(report: Report, step: int) -> None:
+    """A verdict known at submission (no GPU launch to wait for) that is bad: say so now, before the caller
+    hands the batch on; it still raises at the next deferred validate or `tc.wait()`."""
+    first = report.errors[0]
+    more = f" and {len(report.errors) - 1} more" if len(report.errors) > 1 else ""
+    warnings.warn(
+        f"tc.validate(deferred=True): the batch of step {step} is bad for {report.spec} ({first.location}: "
+        f"{first.code}{more}); its verdict was known at once (no CUDA launch to wait for), and raises at the next "
+        "deferred validate or tc.wait(); validate CPU batches with deferred=False to stop a bad one before it is used",
+        stacklevel=4,
+    )
 
 
 def _launch(batch: Any, spec: Any, backend: str, strict: bool) -> tuple[Report | None, Callable[[], Report] | None, Any]:

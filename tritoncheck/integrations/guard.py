@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -36,7 +38,9 @@ def guard(
         deferred: check without waiting for the GPU; a bad call raises at the next call (of this or
             any guarded model, or any deferred `tc.validate`) or at `tc.wait()`, naming the step it
             was submitted at. Every call is checked, even one that raises for an earlier call.
-            Falls back to checking synchronously (with a warning) where deferred mode is not available.
+            Falls back to checking synchronously (with a warning, once) where deferred mode is not
+            available, and for inputs on no CUDA device: there is no GPU to wait for, and a bad CPU batch
+            must not reach the model.
         backend: "auto" (Triton for CUDA tensors, the C kernel for CPU ones), "torch", "c" or "triton".
         group: a torch.distributed process group, or True for the default one: every rank raises
             together when any rank's batch is bad (see `tc.validate`).
@@ -64,12 +68,23 @@ def guard(
         deferred = False
     signature = inspect.signature(model.forward)
     fields = set(spec.fields)
-    extra = {"deferred": True} if deferred else {}
+    warned = [False]
 
     def hook(module: Any, args: tuple, kwargs: dict) -> None:
         if disabled():
             return None
-        validate(_inputs(signature, fields, args, kwargs), spec, backend=backend, group=group, strict=strict, **extra)
+        inputs = _inputs(signature, fields, args, kwargs)
+        later = deferred and _on_cuda(inputs)
+        if deferred and not later and not warned[0]:
+            warned[0] = True
+            warnings.warn(
+                f"tc.guard(deferred=True): the inputs of {type(module).__name__} are on no CUDA device, where "
+                "deferred checking has nothing to wait for; checking them synchronously (a bad batch raises "
+                "before forward runs)",
+                stacklevel=_outside_torch(),
+            )
+        extra = {"deferred": True} if later else {}
+        validate(inputs, spec, backend=backend, group=group, strict=strict, **extra)
         return None
 
     return model.register_forward_pre_hook(hook, with_kwargs=True, prepend=True)
@@ -139,6 +154,21 @@ def _inputs(signature: inspect.Signature, fields: set[str], args: tuple, kwargs:
     if batch is not None:  # forward(self, batch) called with the whole batch as one mapping
         picked = {k: v for k, v in batch.items() if k in fields and v is not None}
     return picked
+
+
+def _outside_torch() -> int:
+    """The stack level of the first frame outside torch (the model's caller), for a hook's warning."""
+    import torch
+
+    frame, level, inside = sys._getframe(1), 1, os.path.dirname(torch.__file__)
+    while frame is not None and (frame.f_code.co_filename.startswith(inside) or frame.f_code.co_filename == __file__):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _on_cuda(inputs: dict[str, Any]) -> bool:
+    """Whether any input tensor is on a CUDA device (only there does a deferred check not wait)."""
+    return any(getattr(getattr(v, "device", None), "type", None) == "cuda" for v in inputs.values())
 
 
 def _batch_mapping(named: dict[str, Any], fields: set[str]) -> Mapping | None:
