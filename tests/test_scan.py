@@ -586,3 +586,73 @@ def test_bad_rows_of_one_value_checks_are_reported_from_the_batch_as_checked_alo
     assert {v.code for _, v in found} >= {"i_le_s", "f_le_h", "i_nonneg", "f_near", "i_short"}
     # the batch, then only rows 1 and 7 (i < L + 4) and 2 (w < 0) alone: rows 3, 4 and 5 break one-value checks only
     assert calls == [8, 1, 1, 1]
+
+
+# --- shards that differ in their columns ----------------------------------------------------------------
+
+
+def write_parquet(path, columns):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({k: pa.array(v, pa.list_(pa.int64()) if isinstance(v[0], list) else pa.int64())
+                             for k, v in columns.items()}), path)
+
+
+def test_a_column_only_some_shards_hold_is_checked_where_it_is(tmp_path, capsys):
+    """Each shard is checked on its own columns: a field one shard lacks is still checked in the shards that have
+    it (the scan had kept the columns common to every shard: token_type_ids = 9, an embedding crash, went
+    unchecked, and the report said the dataset lacked it), and what each shard lacks is said of that shard."""
+    data = tmp_path / "opt"
+    write_parquet(data / "a.parquet", {"input_ids": [[1, 2, 3]] * 3, "labels": [0, 1, 2]})
+    write_parquet(data / "b.parquet", {"input_ids": [[1, 2, 3]] * 3, "labels": [0, 1, 2],
+                                       "token_type_ids": [[0, 0, 0], [0, 0, 0], [0, 9, 0]]})
+    assert scan_ds("bert-sequence-classification", str(data)) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["source"], e["sample"], e["row"], e["field"], e["code"], e["value"]) for e in report["violations"]] == [
+        (str(data / "b.parquet"), 5, 2, "token_type_ids", "above_max", 9)]
+    assert report["absent_fields"] == {
+        str(data / "a.parquet"): {"required": [], "optional": ["attention_mask", "token_type_ids", "position_ids"]},
+        str(data / "b.parquet"): {"required": [], "optional": ["attention_mask", "position_ids"]}}
+    assert main(["scan", "bert-sequence-classification", str(data), *BERT, "--format", "text"]) == 1
+    shown = capsys.readouterr().out
+    assert f"not in {data / 'a.parquet'} (optional, so not checked): attention_mask, token_type_ids" in shown
+    assert "row 5 (" in shown and "token_type_ids" in shown
+
+
+def test_a_required_field_one_shard_lacks_is_missing_there_only(tmp_path, capsys):
+    data = tmp_path / "req"
+    write_parquet(data / "a.parquet", {"labels": [0, 9]})
+    write_parquet(data / "b.parquet", {"input_ids": [[1, 2]] * 2, "labels": [7, 1]})
+    assert scan_ds("bert-sequence-classification", str(data)) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["source"], e["sample"], e["field"], e["code"]) for e in report["violations"]] == [
+        (str(data / "a.parquet"), None, "input_ids", "missing_field"), (str(data / "a.parquet"), 1, "labels", "above_max"),
+        (str(data / "b.parquet"), 2, "labels", "above_max")]
+    assert "the dataset has no such column (columns: labels;" in report["violations"][0]["message"]
+    assert list(report["absent_fields"]) == [str(data / "a.parquet"), str(data / "b.parquet")]
+
+
+def test_shards_none_of_which_can_be_read_report_only_that(tmp_path, capsys):
+    """No column was seen, so no field is said to be missing: one finding per file, errors counted once each."""
+    data = tmp_path / "bad"
+    data.mkdir()
+    (data / "a.parquet").write_bytes(b"garbage")
+    (data / "b.parquet").write_bytes(b"")
+    assert scan_ds("bert-sequence-classification", str(data)) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["source"], e["code"]) for e in report["violations"]] == [
+        (str(data / "a.parquet"), "unreadable"), (str(data / "b.parquet"), "unreadable")]
+    assert (report["errors"], report["absent_fields"]) == (2, {})
+
+
+def test_a_rename_is_a_usage_error_only_where_no_shard_has_the_column(tmp_path, capsys):
+    data = tmp_path / "ren"
+    write_parquet(data / "a.parquet", {"input_ids": [[1, 2]] * 2, "labels": [0, 1]})
+    write_parquet(data / "b.parquet", {"input_ids": [[1, 2]] * 2, "class_id": [7, 1]})
+    assert scan_ds("bert-sequence-classification", str(data), "--rename", "class_id=labels") == 1
+    assert [(e["sample"], e["field"], e["code"]) for e in json.loads(capsys.readouterr().out)["violations"]] == [
+        (2, "labels", "above_max")]
+    assert scan_ds("bert-sequence-classification", str(data), "--rename", "klass=labels") == 2
+    assert "--rename klass=labels: the data has no column 'klass'" in capsys.readouterr().err

@@ -717,14 +717,17 @@ class Shard:
     path: str
     offset: int | None  # global index of its first row (rows of the shards before it, from their metadata);
     rows: int  # None when a shard before it cannot be counted (then rows are numbered within the shard only)
+    layout: int = 0  # which of its job's `layouts` reads it (shards can differ in their columns)
 
 
 @dataclass(frozen=True)
 class ShardJob:
     """Everything needed to check one shard, picklable, so that a Ray task runs exactly what the local loop runs."""
 
-    spec: Any  # the contract, the fields the data lacks made optional (reported once, by the driver)
-    columns: dict[str, str]  # column -> contract field
+    spec: Any  # the contract
+    # per set of columns the shards have: (column -> contract field, the contract with the fields those columns
+    # lack made optional: they are reported once, by the driver)
+    layouts: tuple[tuple[dict[str, str], Any], ...]
     batch_size: int | None  # rows per chunk; None: by bytes (CHUNK_BYTES)
     backend: str
     bad_rows: str | None  # directory for the bad rows, or None
@@ -750,21 +753,22 @@ class ShardJob:
         """The shard's chunks; a column of a type the scan does not read is reported and left out, and a
         shard that cannot be read (from some row on) is reported from that row: the rows read so far stand."""
         start = 0
+        taken, layout_spec = self.layouts[shard.layout]
         try:
             with _open_shard(shard.path) as (schema, pieces):
-                refused = {c: refusal(schema.field(c).type) for c in self.columns if c in schema.names}
+                refused = {c: refusal(schema.field(c).type) for c in taken if c in schema.names}
                 refused = {c: why for c, why in refused.items() if why is not None}
                 if refused:
                     yield _Item(shard.path, shard.offset, [
-                        _entry(shard.path, self.columns[c], "unsupported_type",
-                               f"{self.columns[c]}: column {c!r} of {shard.path}: {why}; the column is not checked",
+                        _entry(shard.path, taken[c], "unsupported_type",
+                               f"{taken[c]}: column {c!r} of {shard.path}: {why}; the column is not checked",
                                READ_TYPES)
                         for c, why in refused.items()], 0)
-                columns = {c: f for c, f in self.columns.items() if c not in refused}
+                columns = {c: f for c, f in taken.items() if c not in refused}
                 if not columns:  # nothing of the spec to read here: its rows are not checked (and not counted)
                     yield _Item(shard.path, shard.offset, [], shard.rows)
                     return
-                spec = _optional(self.spec, [self.columns[c] for c in refused])
+                spec = _optional(layout_spec, [taken[c] for c in refused])
                 scratch = Scratch()  # (chunks are checked one after another: their padded batches share memory)
                 for n, table in _chunks(pieces, list(columns), self.batch_size, _result_width(spec)):
                     offset = None if shard.offset is None else shard.offset + start
@@ -833,9 +837,11 @@ def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: st
                bad_rows: str | os.PathLike[str] | None
                ) -> tuple[ShardJob, list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """The job over DATA's shards (offsets from each file's metadata), the entries for shards that cannot be
-    read at all, and the contract fields that the columns common to every shard lack."""
+    read at all, and the contract fields the data lacks, per source: DATA where every readable shard has the same
+    columns, else each shard that lacks some. Each shard is checked on the columns it has, whatever the others
+    have (a column only some shards hold is checked where it is)."""
     shards: list[Shard] = []
-    names: list[str] | None = None
+    sets: dict[tuple[str, ...], int] = {}  # each distinct set of columns -> its layout
     unreadable: list[dict[str, Any]] = []
     offset: int | None = 0
     group = None
@@ -851,11 +857,15 @@ def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: st
                                      "; the rows of later files are numbered within their file"), READABLE))
             offset = None  # its row count is unknown: so is every later row's global index
             continue
-        columns = [c for c in schema.names if c not in ignore]
-        names = columns if names is None else [c for c in names if c in columns]
-        shards.append(Shard(len(shards), str(path), offset, rows))
+        columns = tuple(c for c in schema.names if c not in ignore)
+        shards.append(Shard(len(shards), str(path), offset, rows, sets.setdefault(columns, len(sets))))
         offset = None if offset is None else offset + rows
-    taken, absent, chunk_spec = _columns(names or [], spec, renames, explicit, applied)
+    every = list(dict.fromkeys(c for names in sets for c in names))  # (in the order the shards have them)
+    for old, new in explicit.items():  # (a column some shard has is renamed where it is)
+        if old not in every:
+            raise UsageError(f"--rename {old}={new}: the data has no column {old!r}{closest(old, every)} "
+                             f"(columns: {', '.join(every)})")
+    layouts = [_columns(list(names), spec, renames, applied) for names in sets]
     out = None
     if bad_rows is not None:
         out = Path(bad_rows)
@@ -865,9 +875,12 @@ def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: st
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--bad-rows {bad_rows}: {exc.strerror or exc}") from None
-    job = ShardJob(chunk_spec, taken, batch_size, backend, None if out is None else str(out), tuple(shards))
-    lacks = absent["required"] or absent["optional"]
-    return job, unreadable, {str(data): absent} if lacks else {}
+    job = ShardJob(spec, tuple((taken, chunk_spec) for taken, _, chunk_spec in layouts), batch_size, backend,
+                   None if out is None else str(out), tuple(shards))
+    lacking = [absent if absent["required"] or absent["optional"] else None for _, absent, _ in layouts]
+    if len(lacking) == 1:
+        return job, unreadable, {str(data): lacking[0]} if lacking[0] else {}
+    return job, unreadable, {s.path: lacking[s.layout] for s in shards if lacking[s.layout]}
 
 
 @dataclass(frozen=True)
@@ -992,17 +1005,13 @@ def _result_width(spec: Any) -> int:
     return 8 * sum(plan.batch_dim in c.axes for c in plan.checks)
 
 
-def _columns(names: list[str], spec: Any, renames: dict[str, str], explicit: dict[str, str], applied: dict[str, str]
+def _columns(names: list[str], spec: Any, renames: dict[str, str], applied: dict[str, str]
              ) -> tuple[dict[str, str], dict[str, Any], Any]:
     """The columns to check (column -> contract field), the fields they lack, and the spec to check chunks with.
 
-    Before any row is read: a --rename of a column the data lacks, and a column no field takes that is
-    close to a field the data lacks (`lables`, `labels`), are usage errors.
+    Before any row is read, a column no field takes that is close to a field the data lacks (`lables`,
+    `labels`) is a usage error.
     """
-    for old, new in explicit.items():
-        if old not in names:
-            raise UsageError(f"--rename {old}={new}: the data has no column {old!r}{closest(old, names)} "
-                             f"(columns: {', '.join(names)})")
     taken = {c: renames.get(c, c) for c in names}
     taken = {c: f for c, f in taken.items() if f in spec.fields and (c == f or f not in names)}
     lacking = [f for f in spec.fields if f not in taken.values()]
