@@ -384,3 +384,19 @@ def test_a_moved_violation_drops_an_index_whose_batch_coordinate_is_not_certain(
     assert renumber(w, [4, 9], plan(("B", "L"))).index == (9, 3)
     assert renumber(w, [4, 9], plan(("B", "L"), ("B",))).index == (9, 3)  # (an index of two: only (B, L) fits it)
     assert renumber(w, [4, 9], plan(("B", "L"), ("L", "B"))).index is None
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_tuple_samples_are_a_setup_error_not_a_batch_to_drop(on_error, tmp_path):
+    """Tuple samples collate to a list: no sample could ever pass, so "skip" would drop every batch and a
+    `if batch is None: continue` loop would train on nothing. It is refused, saying how to name the items."""
+    collate = tc.ValidatingCollate(make_spec(), on_error=on_error, log_dir=tmp_path if on_error == "skip" else None)
+    ids = torch.tensor([1, 2, 3])
+    with pytest.raises(TypeError) as info:
+        collate([(ids, 1), (ids, 2)])
+    assert str(info.value) == (
+        "ValidatingCollate(toy-classification): the collated batch is a list, not a mapping of field name to tensor, "
+        "so no sample could ever pass; name the items: return a dict from the dataset (e.g. {'input_ids': ..., "
+        "'labels': ...}), or pass a collate_fn that returns one (a module-level function returning "
+        "dict(zip(('input_ids', 'labels'), default_collate(samples))))")
+    assert collate.records() == []

@@ -155,6 +155,9 @@ class ValidatingCollate:
     (a DataLoader needs a value), and the training loop should `continue` on it. Every dropped
     sample is recorded and logged as a warning on the "tritoncheck" logger, and so are the warnings
     of the samples kept, as `tc.validate` logs them, each naming its samples' dataset indices.
+
+    A collated batch that is not a mapping (tuple samples collate to a list) is a TypeError in every
+    mode, as in `@tc.checked`: a setup error, not bad data ("skip" would drop every batch).
     """
 
     def __init__(
@@ -210,6 +213,14 @@ class ValidatingCollate:
         batch = self.collate_fn(samples)
         if disabled():
             return batch
+        if not isinstance(batch, Mapping):  # a setup error, not bad data: skipping would drop every batch
+            names = tuple(self.spec.fields)
+            raise TypeError(
+                f"ValidatingCollate({self.spec.name}): the collated batch is a {type(batch).__name__}, not a mapping of "
+                "field name to tensor, so no sample could ever pass; name the items: return a dict from the dataset "
+                f"(e.g. {{{', '.join(f'{n!r}: ...' for n in names[:3])}}}), or pass a collate_fn that returns one "
+                f"(a module-level function returning dict(zip({names!r}, default_collate(samples))))"
+            )
         report = check(batch, self.spec, backend=self.backend, strict=self.strict)
         if report.ok:
             if report.violations:
