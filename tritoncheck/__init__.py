@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time every name loa
     from tritoncheck.api.deferred import wait as wait
 
 # Loaded on first use: `import tritoncheck` (and `tritoncheck.__version__`) imports nothing else, not even torch
-# (1.5 s of CPU); the core names load torch, pydantic and the checker when first used, and neither hypothesis,
-# triton nor transformers (a DataLoader worker on a CPU-only machine needs none of them) until their names are.
+# (1.5 s of CPU); the spec names (BatchSpec, SpecError, VIOLATION_CODES, ...) load pydantic but not torch, the
+# checker's names (check, load_spec, ...) load torch when first used, and neither hypothesis, triton nor
+# transformers (a DataLoader worker on a CPU-only machine needs none of them) until their names are.
 _LAZY = {
     "check": ("tritoncheck.api", "check"),
     "failure_cases": ("tritoncheck.api", "failure_cases"),

@@ -3,60 +3,93 @@
 Both backends compare in the same *compute dtype* (int64 for integers and bool, float32 for
 16- and 32-bit floats, float64 for float64), so a bound such as 0.1 rounds the same way in the
 Triton kernel and in the torch reference and the two agree bit for bit.
+
+Names, groups and limits need no torch (importing it costs over a second of CPU): a spec loads
+and validates without it. The torch dtypes are made on first use (`torch_dtypes`); a function
+given a torch.dtype has torch loaded already.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-DTYPES: dict[str, torch.dtype] = {
-    "bool": torch.bool,
-    "uint8": torch.uint8,
-    "int8": torch.int8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-}
+DTYPE_NAMES: tuple[str, ...] = (
+    "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+)
 GROUPS: dict[str, tuple[str, ...]] = {
     "int": ("uint8", "int8", "int16", "int32", "int64"),
     "float": ("float16", "bfloat16", "float32", "float64"),
 }
-NAMES = {v: k for k, v in DTYPES.items()}
+# torch's other names of these dtypes (torch.long is int64), for a spec that writes one
+TORCH_ALIASES: dict[str, str] = {
+    "short": "int16", "int": "int32", "long": "int64", "half": "float16", "float": "float32", "double": "float64",
+}
+_TORCH_DTYPES: dict[str, torch.dtype] = {}  # filled by torch_dtypes()
+_COMPUTE: dict[torch.dtype, torch.dtype] = {}  # filled by compute_dtype()
+
+
+def torch_dtypes() -> dict[str, torch.dtype]:
+    """Spec dtype names -> torch dtypes, in `DTYPE_NAMES` order; imports torch on the first call."""
+    if not _TORCH_DTYPES:
+        import torch
+
+        _TORCH_DTYPES.update((name, getattr(torch, name)) for name in DTYPE_NAMES)
+    return _TORCH_DTYPES
+
+
+def is_torch_dtype(value: Any) -> bool:
+    """Whether `value` is a torch.dtype, without importing torch: none exists before torch is imported."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.dtype)
+
+
+def expand_names(names: list[str]) -> tuple[str, ...]:
+    """Spec dtype names (and groups) -> the dtype names they stand for, each once; raise ValueError on an
+    unknown name."""
+    out: list[str] = []
+    for name in names:
+        for n in GROUPS.get(name, (name,)):
+            if n not in DTYPE_NAMES:
+                known = ", ".join([*DTYPE_NAMES, *GROUPS])
+                raise ValueError(f"unknown dtype {name!r}; known: {known}")
+            if n not in out:
+                out.append(n)
+    return tuple(out)
 
 
 def expand_dtypes(names: list[str]) -> tuple[torch.dtype, ...]:
     """Spec dtype names (and groups) -> torch dtypes; raise ValueError on an unknown name."""
-    out: list[torch.dtype] = []
-    for name in names:
-        for n in GROUPS.get(name, (name,)):
-            if n not in DTYPES:
-                known = ", ".join([*DTYPES, *GROUPS])
-                raise ValueError(f"unknown dtype {name!r}; known: {known}")
-            if DTYPES[n] not in out:
-                out.append(DTYPES[n])
-    return tuple(out)
+    table = torch_dtypes()
+    return tuple(table[n] for n in expand_names(names))
 
 
 def is_dtype_name(name: str) -> bool:
     """A dtype name or group a spec may list (int64, bfloat16, float, ...)."""
-    return name in DTYPES or name in GROUPS
+    return name in DTYPE_NAMES or name in GROUPS
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    return NAMES.get(dtype, str(dtype).removeprefix("torch."))
+    """torch.int64 -> int64: a torch dtype's name is its spec name (any other dtype's name too)."""
+    return str(dtype).removeprefix("torch.")
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    if dtype.is_floating_point:
-        return torch.float64 if dtype == torch.float64 else torch.float32
-    return torch.int64
+    """The dtype a field of `dtype` is compared in (see the module docstring); one lookup once seen."""
+    out = _COMPUTE.get(dtype)
+    if out is None:
+        table = torch_dtypes()
+        if dtype.is_floating_point:
+            out = table["float64"] if dtype == table["float64"] else table["float32"]
+        else:
+            out = table["int64"]
+        _COMPUTE[dtype] = out
+    return out
 
 
 def is_float(dtype: torch.dtype) -> bool:
@@ -69,6 +102,11 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 def all_integer(dtypes: tuple[torch.dtype, ...]) -> bool:
     """True when every accepted dtype is an integer or bool: the field can only hold integers."""
     return all(not d.is_floating_point for d in dtypes)
+
+
+def all_integer_names(names: tuple[str, ...]) -> bool:
+    """`all_integer` of dtype names (as `expand_names` gives them)."""
+    return all(n not in GROUPS["float"] for n in names)
 
 
 def int_limit(value: int | float, side: str) -> int | str:
@@ -131,6 +169,8 @@ def comparable_values(values: tuple[int | float, ...], dtype: torch.dtype) -> tu
             if INT64_MIN <= v <= INT64_MAX and v not in out:
                 out.append(v)
         return tuple(out)
+    import torch  # (loaded: `dtype` is a torch.dtype)
+
     for v in values:
         f = float(v)
         if math.isnan(f):

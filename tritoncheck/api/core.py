@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 import torch
 
 from tritoncheck.backends import torch as _torch_backend
+from tritoncheck.backends import BACKENDS
 from tritoncheck.backends import c as c_backend
 from tritoncheck.backends import codecache as build
 from tritoncheck.checks.registry import message
@@ -32,7 +33,6 @@ from tritoncheck.report import MAX_SAMPLES_SHOWN, BatchValidationError, Dims, Fa
 from tritoncheck.spec.schema import BatchSpec, SpecError
 
 Backend = Literal["auto", "torch", "c", "triton"]
-BACKENDS = ("auto", "torch", "c", "triton")
 logger = logging.getLogger("tritoncheck")
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from tritoncheck.checks.registry import (
     CheckKind,
@@ -17,6 +15,9 @@ from tritoncheck.checks.registry import (
     break_with,
     register,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ def _settle(c: FiniteCheck, ctx: Any) -> bool:
 
 
 def _torch(c: FiniteCheck, ctx: Any) -> torch.Tensor:
-    return ~torch.isfinite(ctx.tensor(c.field))
+    return ~ctx.tensor(c.field).isfinite()
 
 
 def _ir(c: FiniteCheck, lw: Any) -> Any:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from tritoncheck.checks.registry import CheckKind, Option, Severity, no_constraint, register
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,8 @@ def _torch(c: MonotonicCheck, ctx: Any) -> torch.Tensor | None:
     n = x.shape[a]
     if n < 2:
         return None
+    import torch  # (loaded: the batch holds tensors)
+
     bad = torch.zeros(x.shape, dtype=torch.bool, device=x.device)  # position 0 has no predecessor
     bad.narrow(a, 1, n - 1).copy_(x.narrow(a, 1, n - 1) < x.narrow(a, 0, n - 1))
     return bad

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from tritoncheck.checks.registry import (
     CheckKind,
@@ -28,6 +26,9 @@ from tritoncheck.checks.registry import (
     register,
 )
 from tritoncheck.dtypes import INT64_MAX, all_integer, dtype_name
+
+if TYPE_CHECKING:
+    import torch
 
 SPAN = 25  # multiples a strategy draws from at each end of a field's range
 
@@ -83,7 +84,7 @@ def _settle(c: MultipleOfCheck, ctx: Any) -> bool:
 
 def _torch(c: MultipleOfCheck, ctx: Any) -> torch.Tensor:
     x = ctx.tensor(c.field)  # int64: every k of the spec fits
-    return except_allowed(torch.remainder(x, c.k) != 0, x, ctx.comparable(c.allow, c.field))
+    return except_allowed(x.remainder(c.k) != 0, x, ctx.comparable(c.allow, c.field))
 
 
 def _ir(c: MultipleOfCheck, lw: Any) -> Any:

@@ -6,9 +6,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from tritoncheck import expr as _expr
 from tritoncheck.checks.registry import (
@@ -23,6 +21,9 @@ from tritoncheck.checks.registry import (
 )
 from tritoncheck.dtypes import all_integer, as_double, int_limit
 from tritoncheck.expr import Const, Expr
+
+if TYPE_CHECKING:
+    import torch
 
 MINUS_ONE_HINT = "-1 where -100 was meant? -100 is the ignore index of PyTorch's cross-entropy and Hugging Face models"
 

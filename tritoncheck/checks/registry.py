@@ -34,13 +34,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from tritoncheck import expr as _expr
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, ExprError, Reduce, Ref, Unary, nodes
 from tritoncheck.report import Violation
+
+if TYPE_CHECKING:
+    import torch
 
 # "error": the model will crash or its loss is garbage; "warning": almost surely a data bug, but the
 # step runs. Every plan node carries one; a spec sets it per rule and per field code.
@@ -267,6 +268,8 @@ def evaluate_scalar(expr: Expr, dims: Mapping[str, int]) -> Any:
 def floor_div(a: float, b: float) -> int | float:
     """`a // b` as the backends compute it: integer division by zero gives 0, floats follow IEEE."""
     if isinstance(a, float) or isinstance(b, float):
+        import torch
+
         return torch.div(torch.tensor(float(a), dtype=torch.float64), float(b), rounding_mode="floor").item()
     return int(a) // int(b) if b else 0
 
@@ -274,6 +277,8 @@ def floor_div(a: float, b: float) -> int | float:
 def mod(a: float, b: float) -> int | float:
     """`a % b` as the backends compute it: integer `a % 0` is `a` (so a == (a // b) * b + a % b), floats IEEE."""
     if isinstance(a, float) or isinstance(b, float):
+        import torch
+
         return torch.remainder(torch.tensor(float(a), dtype=torch.float64), float(b)).item()
     return int(a) % int(b) if b else int(a)
 

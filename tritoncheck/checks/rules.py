@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from tritoncheck.checks.registry import CheckKind, Severity, expr_dims, expr_fields, no_constraint, register
 from tritoncheck.expr import Expr
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +67,10 @@ def _rule_settle(c: RuleCheck, ctx: Any) -> bool:
 
 
 def _rule_torch(c: RuleCheck, ctx: Any) -> torch.Tensor | None:
-    ok = ctx.values(c.expr, c.axes).to(torch.bool)
+    ok = ctx.values(c.expr, c.axes).bool()
     if c.where is None:
         return None if bool(ok.all()) else ~ok  # one reduction + read instead of ~ok and a count
-    bad = ~ok & ctx.values(c.where, c.axes).to(torch.bool)
+    bad = ~ok & ctx.values(c.where, c.axes).bool()
     return bad if bool(bad.any()) else None
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from tritoncheck.checks.registry import (
     CheckKind,
@@ -19,6 +17,9 @@ from tritoncheck.checks.registry import (
     except_allowed,
     register,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,8 @@ def _settle(c: ValueSetCheck, ctx: Any) -> bool:
 
 
 def _torch(c: ValueSetCheck, ctx: Any) -> torch.Tensor:
+    import torch  # (loaded: the batch holds tensors)
+
     x = ctx.tensor(c.field)  # no value of the set that the field can equal: every value fails
     bad = ~torch.isin(x, torch.tensor(ctx.comparable(c.values, c.field), dtype=x.dtype, device=x.device))
     return except_allowed(bad, x, ctx.comparable(c.allow, c.field))

@@ -22,11 +22,16 @@ from typing import Any
 
 from tritoncheck import __version__
 
-# The command modules import torch (over a second of CPU): `tritoncheck --version` answers before them.
-
-# One module per subcommand; each has add_parser(subparsers) that sets the `run` default. `bench`
-# is not among them: its harness is imported only when `tritoncheck bench` runs (see _add_bench).
-COMMAND_MODULES = ["tritoncheck.cli.commands", "tritoncheck.scanning.engine", "tritoncheck.cli.infer"]
+# Each subcommand: the module whose add_parser(subparsers) adds it and sets its `run` default, and its help
+# line. A command imports only its own module, and `tritoncheck --help` lists the others from this table:
+# `scan` and `infer` import torch (over a second of CPU), `check` only when it runs. `bench` is not among
+# them: its harness is imported only when `tritoncheck bench` runs (see _add_bench).
+COMMANDS = {
+    "check": ("tritoncheck.cli.commands", "check a saved batch against a spec"),
+    "specs": ("tritoncheck.cli.commands", "list built-in specs, or show one"),
+    "scan": ("tritoncheck.scanning.engine", "check every sample of a dataset offline"),
+    "infer": ("tritoncheck.cli.infer", "draft a spec from example batches"),
+}
 EPILOG = """exit codes:
   0  valid (or nothing to report)
   1  violations found (scan: bad samples or unreadable files)
@@ -61,8 +66,12 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
     parser.add_argument("--version", action="version", version=f"tritoncheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        import_module(module).add_parser(sub)  # each module adds its subcommand and sets `run`
+    named = _command_named(sys.argv[1:] if argv is None else argv)
+    if named in COMMANDS:
+        import_module(COMMANDS[named][0]).add_parser(sub)  # adds the command (and any other of its module)
+    for name, (_, text) in COMMANDS.items():
+        if name not in sub.choices:
+            sub.add_parser(name, help=text)  # listed by --help; not the command named, so never run
     _add_bench(sub)
     for command in sub.choices.values():  # `tritoncheck check --debug ...` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -83,6 +92,12 @@ def _main(argv: Sequence[str] | None) -> int:
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         say(f"tritoncheck: internal error: please report: {type(exc).__name__}: {first}", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The subcommand on a command line: its first argument that is not an option (no option before the
+    subcommand takes a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 class _ClosablePipe:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tritoncheck.api import BACKENDS
+from tritoncheck.backends import BACKENDS
 from tritoncheck.report import fitted_table, printable, printable_lines
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -350,7 +350,6 @@ def console():
 def run_specs(args: argparse.Namespace) -> int:
     from tritoncheck.spec.schema import builtin_spec_names
     from tritoncheck.spec.extends import read_spec
-    from tritoncheck.plan.lower import compile_plan
 
     if args.name is None:
         from rich.text import Text
@@ -376,5 +375,7 @@ def run_specs(args: argparse.Namespace) -> int:
     if missing:
         say(f"(pass {' '.join(f'--param {m}=...' for m in missing)} or --config FILE to see the compiled plan)")
     else:
+        from tritoncheck.plan.lower import compile_plan  # (imports torch: a plan holds torch dtypes)
+
         say(compile_plan(spec).pretty())
     return EXIT_OK

@@ -14,7 +14,7 @@ always accepts the examples it came from (checked before it is printed). What is
   and floats inside [0, 1] get that range; other float ranges are only reported in a comment;
 - fields missing from some batches are optional;
 - fields the spec format cannot describe (float8, complex, uint16 and other dtypes outside
-  `DTYPES`, sparse tensors, overlapping strided views) are left out, named on stderr and in the
+  `DTYPE_NAMES`, sparse tensors, overlapping strided views) are left out, named on stderr and in the
   draft, which then ignores unexpected fields.
 Values are read through a compact view: an expanded tensor's repeated axes are read once, so
 inferring from `torch.zeros(1).expand(10**12)` costs one element, not a terabyte.
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from tritoncheck.cli.commands import EXIT_OK, UsageError, guarded, load_batch, say
-from tritoncheck.dtypes import DTYPES, GROUPS, dtype_name
+from tritoncheck.dtypes import DTYPE_NAMES, GROUPS, dtype_name
 from tritoncheck.plan.lower import as_tensor
 from tritoncheck.report import printable
 from tritoncheck.spec.schema import SpecError
@@ -160,9 +160,9 @@ def _field_values(key: str, raw: list[Any]) -> tuple[list[torch.Tensor | None], 
             return [], why
         values.append(tensor)
     present = [v for v in values if v is not None]
-    unsupported = sorted({dtype_name(v.dtype) for v in present} - set(DTYPES))
+    unsupported = sorted({dtype_name(v.dtype) for v in present} - set(DTYPE_NAMES))
     if unsupported:
-        return [], f"dtype {', '.join(unsupported)} is not one a spec can name; supported: {', '.join(DTYPES)}"
+        return [], f"dtype {', '.join(unsupported)} is not one a spec can name; supported: {', '.join(DTYPE_NAMES)}"
     if len({v.dim() for v in present}) != 1:
         return [], "its rank differs between batches"
     if any(_compact(v).numel() > _span(v) for v in present):

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tritoncheck.dtypes import DTYPES, GROUPS
+from tritoncheck.dtypes import DTYPE_NAMES, GROUPS, torch_dtypes
 
 B = 2  # every example has two samples: a per-sample rule sees two rows
 # Sizes of the dims besides B, tried in turn: equal, longer, and sequences long against their targets.
@@ -54,13 +54,13 @@ def evaluate(text: int | float | str | None, names: dict[str, Any]) -> Any:
 def dtype_of(entries: list[str], params: dict[str, Any], compute: torch.dtype) -> torch.dtype:
     """The first dtype a field's entry list allows (a group gives its natural member)."""
     for entry in entries:
-        name = params.get(entry, entry) if entry not in DTYPES and entry not in GROUPS else entry
+        name = params.get(entry, entry) if entry not in DTYPE_NAMES and entry not in GROUPS else entry
         if name == "float":
             return compute
         if name == "int":
             return torch.int64
-        if name in DTYPES:
-            return DTYPES[name]
+        if name in DTYPE_NAMES:
+            return torch_dtypes()[name]
     return compute
 
 

@@ -27,12 +27,22 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-import torch
 
 from tritoncheck import expr as _expr
 from tritoncheck.checks import VIOLATION_CODES, Severity, field_codes
 from tritoncheck.checks import options as check_options
-from tritoncheck.dtypes import DTYPES, GROUPS, all_integer, dtype_name, expand_dtypes, is_dtype_name, number_problem
+from tritoncheck.dtypes import (
+    DTYPE_NAMES,
+    GROUPS,
+    TORCH_ALIASES,
+    all_integer_names,
+    dtype_name,
+    expand_dtypes,
+    expand_names,
+    is_dtype_name,
+    is_torch_dtype,
+    number_problem,
+)
 
 ParamValue = int | float | bool | str | None
 # metadata codes a field may make a warning: a wrong rank the model broadcasts or ignores (GPT-2 views a [B]
@@ -133,8 +143,8 @@ class FieldSpec(_SpecModel):
     @field_validator("dtype", mode="before")
     @classmethod
     def _one_dtype(cls, v: Any) -> Any:
-        v = [v] if isinstance(v, (str, torch.dtype)) else v
-        return [dtype_name(d) if isinstance(d, torch.dtype) else d for d in v] if isinstance(v, list) else v
+        v = [v] if isinstance(v, str) or is_torch_dtype(v) else v
+        return [dtype_name(d) if is_torch_dtype(d) else d for d in v] if isinstance(v, list) else v
 
     @field_validator("dtype")
     @classmethod
@@ -143,7 +153,7 @@ class FieldSpec(_SpecModel):
             raise ValueError("at least one dtype is required")
         for name in v:  # a parameter name is resolved (and checked) once the parameters are known
             if not is_dtype_name(name) and not _IDENT.match(name):
-                known = [*DTYPES, *GROUPS]
+                known = [*DTYPE_NAMES, *GROUPS]
                 raise ValueError(f"unknown dtype {name!r}{_dtype_meant(name, known)}; known: {', '.join(known)}")
         return v
 
@@ -326,11 +336,11 @@ class BatchSpec(_SpecModel):
         for name, f in self.fields.items():
             for entry in f.dtype:
                 if not is_dtype_name(entry) and entry not in self.params:
-                    known = [*DTYPES, *GROUPS]
+                    known = [*DTYPE_NAMES, *GROUPS]
                     out.append(f"fields.{name}.dtype: unknown dtype {entry!r}, and no parameter of that name"
                                f"{_dtype_meant(entry, [*known, *self.params])}; known: {', '.join(known)}")
-            dtypes = self.field_dtypes(name, strict=False)
-            integers = dtypes is not None and dtypes != () and all_integer(dtypes)  # a stand-in has no dtype
+            names = self.field_dtype_names(name, strict=False)
+            integers = names is not None and names != () and all_integer_names(names)  # a stand-in has no dtype
             entries = [(k, getattr(f, k)) for k in ("min", "max") if not isinstance(getattr(f, k), (str, type(None)))]
             entries += [(f"allow.{i}", v) for i, v in enumerate(f.allow)]
             entries += [(f"values.{i}", v) for i, v in enumerate(f.values or ())]
@@ -377,7 +387,12 @@ class BatchSpec(_SpecModel):
         return out
 
     def field_dtypes(self, name: str, *, strict: bool = True) -> tuple[Any, ...] | None:
-        """The torch dtypes field `name` accepts, its parameter entries resolved from `params`.
+        """The torch dtypes field `name` accepts (`field_dtype_names` as torch dtypes)."""
+        names = self.field_dtype_names(name, strict=strict)
+        return None if names is None else expand_dtypes(names)
+
+    def field_dtype_names(self, name: str, *, strict: bool = True) -> tuple[str, ...] | None:
+        """The dtype names field `name` accepts, groups expanded, its parameter entries resolved from `params`.
 
         A parameter that is not yet filled (or, with `strict=False`, holds no dtype name) gives None;
         with `strict`, a value that is not a dtype name or group is a SpecError.
@@ -394,7 +409,7 @@ class BatchSpec(_SpecModel):
                 raise SpecError(f"{self.name}: fields.{name}.dtype names parameter {entry}, whose value {value!r} "
                                 f"is not a dtype name or group (float32, bfloat16, float, ...)")
             names.append(value)
-        return expand_dtypes(names)
+        return expand_names(names)
 
     def cached_plan(self) -> Any:
         """The plan compiled for this spec, or None.
@@ -435,7 +450,7 @@ class BatchSpec(_SpecModel):
                 value = _config_value(config, name)
                 if value is not None:
                     filled[name] = value
-        filled.update({k: dtype_name(v) if isinstance(v, torch.dtype) else v for k, v in params.items()})
+        filled.update({k: dtype_name(v) if is_torch_dtype(v) else v for k, v in params.items()})
         for name, value in filled.items():
             if value is not None and not isinstance(value, (int, float, bool, str)):
                 raise SpecError(f"{self.name}: parameter {name} must be a number or string, got {type(value).__name__}")
@@ -481,9 +496,7 @@ def _dtype_meant(entry: str, names: Any) -> str:
     `fp16`), else for the nearest of `names`; difflib alone finds no alias near its name."""
     name = re.sub(r"^(torch|numpy|np)\.", "", entry)
     name = _DTYPE_SHORT.get(name, name)
-    alias = vars(torch).get(name)  # vars, not getattr: torch's __getattr__ imports submodules by name
-    if isinstance(alias, torch.dtype) and is_dtype_name(dtype_name(alias)):
-        name = dtype_name(alias)
+    name = TORCH_ALIASES.get(name, name)
     return f" (did you mean {name!r}?)" if is_dtype_name(name) else closest(entry, names)
 
 
@@ -491,7 +504,7 @@ def _config_value(config: Any, name: str) -> Any:
     if name == "dtype":  # the model's compute dtype: `dtype` (transformers 5) or `torch_dtype` (4.x)
         has_dtype = "dtype" in config if isinstance(config, Mapping) else hasattr(config, "dtype")
         value = _config_entry(config, "dtype" if has_dtype else "torch_dtype")  # (torch_dtype warns in 5.x)
-        return dtype_name(value) if isinstance(value, torch.dtype) else value
+        return dtype_name(value) if is_torch_dtype(value) else value
     value = _config_entry(config, name)
     if value is None and name == "num_labels" and isinstance(config, Mapping) and isinstance(config.get("id2label"), Mapping):
         return len(config["id2label"])  # a Hugging Face config.json stores labels, not their count

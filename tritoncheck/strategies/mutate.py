@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from tritoncheck.dtypes import DTYPES
+from tritoncheck.dtypes import torch_dtypes
 from tritoncheck.plan.lower import FieldPlan, kind_of
 from tritoncheck.strategies.draw import Draw
 
@@ -47,7 +47,7 @@ def _field_missing(fp: FieldPlan, ctx: Draw, rng: random.Random):
 
 
 def _field_dtype(fp: FieldPlan, ctx: Draw, rng: random.Random):
-    wrong = [d for d in DTYPES.values() if d not in fp.dtypes]
+    wrong = [d for d in torch_dtypes().values() if d not in fp.dtypes]
     if not wrong:
         return None
     d = rng.choice(wrong)
