@@ -569,3 +569,20 @@ def test_pixels_a_model_casts_take_any_float_dtype_by_probe():
     batch = {"pixel_values": torch.randn(B, 3, 32, 32).half(), "labels": torch.tensor([0, 2])}
     assert torch.isfinite(model(**batch).loss)
     assert tc.check(batch, spec, backend="torch").ok
+
+
+def test_a_meta_device_model_is_a_clear_error_not_a_traceback():
+    """A model built under torch.device('meta') has no values to probe: one SpecError says to materialize it
+    (before, torch's 'Tensor.item() cannot be called on meta tensors' came out of a probe)."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 2))
+    with pytest.raises(tc.SpecError) as info:
+        tc.spec_for(model)
+    assert str(info.value) == (
+        "spec_for(Sequential) runs the model's forward on small batches and needs its weights, but they are on the "
+        "meta device (0.weight; built under torch.device('meta')): materialize the model first "
+        "(model.to_empty(device='cpu'), then load or initialise its weights)")
+    with torch.device("meta"):
+        bert = _bert(3)
+    with pytest.raises(tc.SpecError, match=r"meta device .* tc.load_spec\(name, config=model.config\)"):
+        tc.spec_for(bert)

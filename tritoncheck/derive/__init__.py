@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import logging
 import re
 import warnings
@@ -67,6 +68,14 @@ def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValu
         raise SpecError(f"problem_type must be one of {', '.join(PROBLEM_TYPES)}, got {problem_type!r}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"spec_for needs a torch.nn.Module (a Hugging Face model or your own), got {type(model).__name__}")
+    meta = next((n for n, t in itertools.chain(model.named_parameters(), model.named_buffers()) if t.is_meta), None)
+    if meta is not None:  # the probes run the forward and read its values, which a meta tensor has none of
+        name = type(model).__name__
+        hf = (", or load a built-in spec: tc.load_spec(name, config=model.config), the names listed by "
+              "`tritoncheck specs`") if hasattr(model, "config") else ""
+        raise SpecError(f"spec_for({name}) runs the model's forward on small batches and needs its weights, but they "
+                        f"are on the meta device ({meta}; built under torch.device('meta')): materialize the model "
+                        f"first (model.to_empty(device='cpu'), then load or initialise its weights){hf}")
     key = cache.key(model, problem_type)
     hit = cache.get(key)
     if hit is None:
