@@ -220,3 +220,24 @@ def test_validation_error_renders_its_report_in_notebooks_and_rich():
     assert "above_max" in rendered(err.value, 80)
     bare = tc.BatchValidationError("Caught BatchValidationError in worker\n\x1b[31mred")
     assert "\\x1b[31mred" in rendered(bare, 80) and "\\x1b" in bare._repr_html_()
+
+
+def test_an_optional_field_passed_as_none_reads_as_left_out():
+    """`labels=None` printed 'batch is valid' then 'not checked because of the above: labels >= 0; ...' with
+    nothing above, where the absent key printed nothing; the HTML left the note out."""
+    spec = tc.load_spec("bert-sequence-classification", vocab_size=100, max_position_embeddings=16,
+                        type_vocab_size=2, num_labels=3)
+    ids = torch.ones(2, 4, dtype=torch.long)
+    none, absent = tc.check({"input_ids": ids, "labels": None}, spec), tc.check({"input_ids": ids}, spec)
+    assert str(none) == str(absent) == "batch is valid for bert-sequence-classification (B=2 (from input_ids), L=4 (from input_ids))"
+    assert none.skipped == absent.skipped == () and none._repr_html_() == absent._repr_html_()
+
+
+def test_checks_not_run_on_a_valid_batch_say_why_in_text_and_html():
+    spec = tc.BatchSpec.model_validate({"name": "t", "fields": {
+        "a": {"dtype": "int64", "shape": ["B", "T"], "optional": True}, "b": {"dtype": "int64", "shape": ["B"]}},
+        "rules": [{"rule": "T <= 8"}, {"rule": "b <= T"}]})
+    report = tc.check({"b": torch.ones(2, dtype=torch.long)}, spec)
+    note = "not checked (they need a size that no field of this batch gives): T <= 8; b <= T"
+    assert str(report) == f"batch is valid for t (B=2 (from b))\n  {note}"
+    assert f"<p>{note.replace('<', '&lt;')}</p>" in report._repr_html_()

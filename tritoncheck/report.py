@@ -289,8 +289,13 @@ class Report:
             tail = f"count={v.count}" + (f", value={_fmt(v.value)}" if v.value is not None else "")
             lines.append(f"    [code={printable(v.code)}, {tail}]")
         if self.skipped:
-            lines.append(f"  not checked because of the above: {printable('; '.join(self.skipped))}")
+            lines.append(f"  {self.skipped_text()}")
         return "\n".join(lines)
+
+    def skipped_text(self) -> str:
+        """The checks that did not run, and why: the violations above, or (with none) a size no field gives."""
+        why = "because of the above" if self.violations else "(they need a size that no field of this batch gives)"
+        return f"not checked {why}: {printable('; '.join(self.skipped))}"
 
     def headline(self) -> str:
         """`3 violations for <spec> (dims)`; with warnings among them `2 errors, 1 warning for ...`, or
@@ -367,7 +372,7 @@ class Report:
             return
         yield table
         if self.skipped:
-            yield Text(f"not checked because of the above: {printable('; '.join(self.skipped))}")
+            yield Text(self.skipped_text())
 
     def _repr_html_(self) -> str:
         """The report as an HTML table, for notebooks; every piece of spec and batch text is escaped."""
@@ -380,6 +385,8 @@ class Report:
 
         head = escape(self.headline())
         tail = [f"<p>{escape(printable_lines(n))}</p>" for n in notes]
+        if self.skipped:  # said as the text says it, with or without violations
+            tail.insert(0, f"<p>{escape(self.skipped_text())}</p>")
         if not self.violations:
             return "\n".join([f"<p style='color:green'>{head}</p>", *tail])
         cells = ("severity", "location", "code", "rule", "found", "count", "samples")
@@ -395,8 +402,6 @@ class Report:
             out.append(f"<tr class='tritoncheck-{v.severity if v.severity in ('error', 'warning') else 'error'}' "
                        f"style='{style}'>" + "".join(f"<td style='text-align:left'>{c}</td>" for c in row) + "</tr>")
         out.append("</table>")
-        if self.skipped:
-            out.append(f"<p>not checked because of the above: {escape(printable('; '.join(self.skipped)))}</p>")
         return "\n".join(out + tail)
 
 

@@ -737,7 +737,8 @@ def _bind(plan: Plan, batch: Any) -> Bound:
                     skipped.append(describe(c))
                 continue
         if fields_needed & bad_fields or not dims_needed <= dim_values.keys():
-            absent_optional = all(plan.field(f).optional and f not in batch for f in fields_needed & bad_fields)
+            # an optional field passed as None reads as one left out (guard and checked drop None values too)
+            absent_optional = all(plan.field(f).optional and batch.get(f) is None for f in fields_needed & bad_fields)
             if not absent_optional or not fields_needed & bad_fields:
                 skipped.append(describe(c))
             continue
