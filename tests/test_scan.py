@@ -656,3 +656,27 @@ def test_a_rename_is_a_usage_error_only_where_no_shard_has_the_column(tmp_path, 
         (2, "labels", "above_max")]
     assert scan_ds("bert-sequence-classification", str(data), "--rename", "klass=labels") == 2
     assert "--rename klass=labels: the data has no column 'klass'" in capsys.readouterr().err
+
+
+def test_a_scan_whose_batches_could_not_be_checked_never_reads_as_clean(batches, monkeypatch, capsys):
+    """With no finding, the text had printed the green '0 bad samples' line and returned before the batches whose
+    check failed inside tritoncheck: only the JSON and the exit code (3) said so."""
+    import tritoncheck.scanning.engine as engine
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(engine, "scan_batch", broken)
+    assert scan(batches, "--format", "text") == 3
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "0 bad samples of 0 samples in 0 files for cross-entropy; 4 batches could not be checked"
+    assert out[1] == "4 batches could not be checked (internal error: please report):"
+    assert out[2].endswith("a.pt: RuntimeError: a bug")
+
+
+def test_scan_with_the_triton_backend_off_cuda_is_a_usage_error(shards, monkeypatch, capsys):
+    """A scan reads its data into host memory; the Triton backend checks CUDA tensors: every batch would have
+    failed inside the check (exit 3, '0 bad rows of 0 rows')."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert scan_ds("bert-sequence-classification", str(shards[0]), "--backend", "triton") == 2
+    assert "--backend triton checks CUDA tensors" in capsys.readouterr().err

@@ -254,6 +254,9 @@ def scan(spec: Any, data: str | os.PathLike[str], *, engine: str = "local", back
         raise UsageError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if batch_size is not None and batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
+    if backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise UsageError("--backend triton checks CUDA tensors, and a scan reads its data into host memory: use "
+                         "--backend auto (the C kernel) or torch (TRITON_INTERPRET=1 runs the Triton kernel on the CPU)")
     renames = _renames(rename or {}, spec)
     result = _Scan(spec, backend)
     applied: dict[str, str] = {}  # the renames some batch or column actually needed
@@ -1462,11 +1465,13 @@ def _show(report: dict[str, Any], table: bool) -> None:
     if report["sources_with_batch_problems"]:
         n = report["sources_with_batch_problems"]
         head += f" (and {_plural(n, 'source')} with problems of a whole batch)"
+    if report["unchecked"]:  # (never the green line of a clean scan: those batches' rows were not checked)
+        head += f"; {_plural(len(report['unchecked']), 'batch', 'batches')} could not be checked"
     notes = [f"  checked {old} as {new}" for old, new in report["renamed"].items()]
     for src, fields in report["absent_fields"].items():
         if fields["optional"]:
             notes.append(f"  not in {src} (optional, so not checked): {', '.join(fields['optional'])}")
-    if not report["violations"]:
+    if not report["violations"] and not report["unchecked"]:
         if table or _terminal(sys.stdout):
             from rich.text import Text
 
