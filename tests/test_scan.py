@@ -680,3 +680,15 @@ def test_scan_with_the_triton_backend_off_cuda_is_a_usage_error(shards, monkeypa
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert scan_ds("bert-sequence-classification", str(shards[0]), "--backend", "triton") == 2
     assert "--backend triton checks CUDA tensors" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("held", [[ce_batch([0, 1])], []])
+def test_a_batch_file_holding_a_list_is_a_finding_not_a_crash(batches, held, tmp_path, capsys):
+    """A list loaded from a .pt was taken for the scan's own ready-made findings: KeyError 'row', exit 3, and every
+    other file's findings lost (an empty list vanished: 'in 1 file', exit 0)."""
+    torch.save(held, batches / "list.pt")
+    out = tmp_path / "report.json"
+    assert scan(batches, "--output", out) == 1
+    report = json.loads(out.read_text())
+    assert [(e["source"].rsplit("/", 1)[-1], e["sample"], e["code"]) for e in report["violations"]] == [
+        ("list.pt", None, "not_a_mapping"), ("d.pt", 1, "above_max"), ("d.pt", 3, "below_min")]

@@ -148,13 +148,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=guarded(run_scan))
 
 
+@dataclass(frozen=True)
+class _Found:
+    """Entries found while reading (a refused column), ready as they are: never data to check (a saved batch
+    file may hold a list)."""
+
+    entries: list[dict[str, Any]]
+
+
 @dataclass
 class _Item:
     """One unit of work: a batch (or a ragged chunk, or the error that stopped reading it) and its rows."""
 
     source: str  # the file it comes from
     offset: int | None  # the global row (dataset) or file sample of its first row; None: unknown (see Shard)
-    data: Any  # a mapping, a _Ragged chunk, ready entries (a list), a UsageError (unreadable) or another exception
+    data: Any  # a batch as loaded, a _Ragged chunk, _Found entries, a UsageError (unreadable) or another exception
     rows: int  # progress: rows for a dataset, 1 per file
     spec: Any = None  # the spec to check it against, where it differs from the command's
     row: int = 0  # its first row in `source`
@@ -360,8 +368,8 @@ class _Scan:
         self.places: dict[int, tuple[Any, dict[tuple[str, str, int], int]]] = {}  # id(spec) -> (spec, its places)
 
     def add(self, item: _Item) -> None:
-        if isinstance(item.data, list):  # found while reading (a null, a refused column): ready as they are
-            self.entries += item.data
+        if isinstance(item.data, _Found):
+            self.entries += item.data.entries
             return
         if isinstance(item.data, UsageError):  # an unreadable file is a finding, not a reason to stop
             self.entries.append(_entry(item.source, None, "unreadable", str(item.data), READABLE))
@@ -762,14 +770,14 @@ class ShardJob:
                 refused = {c: refusal(schema.field(c).type) for c in taken if c in schema.names}
                 refused = {c: why for c, why in refused.items() if why is not None}
                 if refused:
-                    yield _Item(shard.path, shard.offset, [
+                    yield _Item(shard.path, shard.offset, _Found([
                         _entry(shard.path, taken[c], "unsupported_type",
                                f"{taken[c]}: column {c!r} of {shard.path}: {why}; the column is not checked",
                                READ_TYPES)
-                        for c, why in refused.items()], 0)
+                        for c, why in refused.items()]), 0)
                 columns = {c: f for c, f in taken.items() if c not in refused}
                 if not columns:  # nothing of the spec to read here: its rows are not checked (and not counted)
-                    yield _Item(shard.path, shard.offset, [], shard.rows)
+                    yield _Item(shard.path, shard.offset, _Found([]), shard.rows)
                     return
                 spec = _optional(layout_spec, [taken[c] for c in refused])
                 scratch = Scratch()  # (chunks are checked one after another: their padded batches share memory)
