@@ -116,6 +116,10 @@ def test_unreadable_file_is_reported_not_fatal(batches, tmp_path, capsys):
     assert [(e["source"].rsplit("/", 1)[1], e["sample"], e["code"]) for e in report["violations"]] == [
         ("broken.pt", None, "unreadable")
     ]
+    # a file not read at all holds samples nobody knows the number of: none is claimed (it had counted 1)
+    assert (report["unread_samples"], report["samples"], report["batches"]) == (0, 12, 3)
+    assert scan(batches, "--format", "text") == 1
+    assert "could not be read" not in capsys.readouterr().out.splitlines()[0]
 
 
 def test_unmappable_batch_reports_batch_level(tmp_path, capsys):

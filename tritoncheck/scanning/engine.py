@@ -166,6 +166,7 @@ class _Item:
     rows: int  # progress: rows for a dataset, 1 per file
     spec: Any = None  # the spec to check it against, where it differs from the command's
     row: int = 0  # its first row in `source`
+    known: bool = True  # its rows are counted (an unreadable batch file's samples are not known: not unread_samples)
 
 
 def run_scan(args: argparse.Namespace) -> int:
@@ -373,7 +374,7 @@ class _Scan:
             return
         if isinstance(item.data, UsageError):  # an unreadable file is a finding, not a reason to stop
             self.entries.append(_entry(item.source, None, "unreadable", str(item.data), READABLE))
-            self.unread += item.rows
+            self.unread += item.rows if item.known else 0
             return
         if isinstance(item.data, Exception):
             self.unchecked.append(_error(item.source, item.offset, item.data))
@@ -689,7 +690,7 @@ def _sources(data: Path, spec: Any, renames: dict[str, str], applied: dict[str, 
             try:
                 yield _Item(str(path), 0, _renamed(load_batch(str(path)), renames, applied), 1)
             except UsageError as exc:
-                yield _Item(str(path), 0, exc, 1)
+                yield _Item(str(path), 0, exc, 1, known=False)
 
     return gen(), len(files), "files", {}
 
