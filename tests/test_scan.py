@@ -696,3 +696,18 @@ def test_a_batch_file_holding_a_list_is_a_finding_not_a_crash(batches, held, tmp
     report = json.loads(out.read_text())
     assert [(e["source"].rsplit("/", 1)[-1], e["sample"], e["code"]) for e in report["violations"]] == [
         ("list.pt", None, "not_a_mapping"), ("d.pt", 1, "above_max"), ("d.pt", 3, "below_min")]
+
+
+def test_a_row_too_long_for_a_rule_over_dims_names_its_row(tmp_path, capsys):
+    """`L <= max_position_embeddings` holds of a batch, not of a sample: found in a row checked alone, the entry
+    said sample 3 but rows [] and rows_total 0."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = [[1, 2]] * 3 + [[1] * 20]
+    pq.write_table(pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32())), "labels": [0, 1, 2, 1]}),
+                   tmp_path / "long.parquet")
+    assert scan_ds("bert-sequence-classification", str(tmp_path / "long.parquet")) == 1
+    (e,) = json.loads(capsys.readouterr().out)["violations"]
+    assert (e["code"], e["sample"], e["row"], e["rows"], e["rows_total"], e["value"]) == (
+        "sequence_too_long", 3, 3, [3], 1, 20)

@@ -53,7 +53,7 @@ import os
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -1403,6 +1403,8 @@ def _entries(item: _Item, found: list[tuple[int | None, Any]], places: dict[tupl
     first = item.row if item.offset is None else item.offset
     out = []
     for pos, v in found:
+        if pos is not None and not v.samples:  # found in that sample alone by a check of no sample (`L <= 512`)
+            v = replace(v, samples=(pos,))
         v = moved(v, lambda s: s + first, places)
         sample = None if pos is None or item.offset is None else item.offset + pos
         out.append(v.to_dict(source=item.source, sample=sample, row=None if pos is None else item.row + pos))
