@@ -128,3 +128,17 @@ def test_failure_cases_of_every_builtin_contract_count_what_the_report_counts(na
         assert mine[0]["index"] == (None if first is None else list(first)), (key, str(report))
         expected = sum(v.count for v in violations) if key in data_checks and first else len(violations)
         assert len(mine) == expected, (key, str(report))
+
+
+def test_a_check_cut_at_the_limit_says_so_with_its_total():
+    """`limit` caps the records per check; `capped` says which checks were cut and how many elements fail in all
+    (an expanded view's stored entry counted over its whole axis), so a capped list never passes for the whole."""
+    spec = tc.BatchSpec.model_validate(SPEC)
+    batch = {**bad_batch("cpu"), "input_ids": torch.tensor([99]).expand(2, 3)}
+    report = tc.check(batch, spec)
+    (ids,) = [v for v in report.violations if v.field == "input_ids"]
+    cases = tc.failure_cases(report, batch, spec, limit=4)
+    assert cases.capped == [{"field": "input_ids", "code": "above_max", "rule": "input_ids <= vocab_size - 1 = 49",
+                             "listed": 4, "total": 6}] and ids.count == 6
+    assert tc.failure_cases(report, batch, spec, limit=None).capped == []
+    assert tc.failure_cases(report, batch, spec, limit=6).capped == []

@@ -410,9 +410,18 @@ _HTML_WARNING = "background-color:#fff3cd;color:#4d3800"  # amber: a data bug th
 
 
 class FailureCases(list):
-    """The records of `tc.failure_cases`: a list of dicts, and a table with `to_pandas()`."""
+    """The records of `tc.failure_cases`: a list of dicts, and a table with `to_pandas()`.
+
+    `capped` names each check whose records stopped at `limit`: one dict per check (field, code,
+    rule, listed: how many records it has here, total: how many elements fail it in all), empty
+    when every failing element is listed.
+    """
 
     COLUMNS = ("field", "code", "severity", "rule", "row", "index", "value")
+
+    def __init__(self, records: Any = ()) -> None:
+        super().__init__(records)
+        self.capped: list[dict[str, Any]] = []
 
     def to_pandas(self) -> Any:
         """The records as a pandas DataFrame, one row per failing element (needs pandas)."""

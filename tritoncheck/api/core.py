@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import operator
 import os
 import threading
@@ -418,7 +419,8 @@ def failure_cases(report: Report, batch: Any, spec: BatchSpec, *, limit: int | N
     Args:
         batch, spec: what `tc.check` or `tc.validate` checked to make `report`.
         limit: at most this many elements per violated check (row-major over the stored values);
-            None for all of them.
+            None for all of them. A check cut short is named in the result's `capped`, with the
+            number of its elements listed and the number failing in all.
 
     Returns one record per failing element (field, code, severity, rule, row: its batch position,
     index, value), `FailureCases.to_pandas()` as a DataFrame. A violation without elements (a
@@ -454,9 +456,15 @@ def failure_cases(report: Report, batch: Any, spec: BatchSpec, *, limit: int | N
         values = ctx.values(data_check.subject, data_check.axes) if rule_check else ctx.stored(data_check.field)
         rule = message(data_check, bound)
         row_axis = data_check.axes.index(plan.batch_dim) if plan.batch_dim in data_check.axes else None
-        for index, value in _failing(bad, values, [ctx.sizes[a] for a in data_check.axes], limit):
+        sizes, listed = [ctx.sizes[a] for a in data_check.axes], len(out)
+        for index, value in _failing(bad, values, sizes, limit):
             out.append({"field": data_check.field, "code": data_check.code, "severity": severity[key], "rule": rule,
                         "row": None if row_axis is None else index[row_axis], "index": index, "value": value})
+        # every failing element: a stored entry of an expanded (size-1) axis stands for the whole axis
+        total = int(bad.sum()) * math.prod(n for m, n in zip(bad.shape, sizes) if m == 1 and n > 1)
+        if total > len(out) - listed:
+            out.capped.append({"field": data_check.field, "code": data_check.code, "rule": rule,
+                               "listed": len(out) - listed, "total": total})
     for v in report.violations:
         if (v.field, v.code) not in elementwise:
             row = v.samples[0] if len(v.samples) == 1 else None
