@@ -711,3 +711,16 @@ def test_a_row_too_long_for_a_rule_over_dims_names_its_row(tmp_path, capsys):
     (e,) = json.loads(capsys.readouterr().out)["violations"]
     assert (e["code"], e["sample"], e["row"], e["rows"], e["rows_total"], e["value"]) == (
         "sequence_too_long", 3, 3, [3], 1, 20)
+
+
+@pytest.mark.parametrize("extra", [{"token_type_ids": torch.ones(2, 4, dtype=torch.int16)}, {"text": ["a", "b"]}])
+def test_a_problem_of_one_field_leaves_the_other_fields_bad_samples_named(extra, tmp_path, capsys):
+    """A wrong dtype, or a stray key a collator kept (a list of texts), is a problem of the batch as a whole; the
+    other fields' findings had become batch-level with it ('0 bad samples', labels' above_max 'in 1 file')."""
+    torch.save({"input_ids": torch.randint(0, 50, (2, 4)), "labels": torch.tensor([0, 5]), **extra}, tmp_path / "x.pt")
+    assert scan_ds("bert-sequence-classification", str(tmp_path / "x.pt")) == 1
+    report = json.loads(capsys.readouterr().out)
+    (name,) = extra
+    assert [(e["sample"], e["field"], e["code"]) for e in report["violations"]] == [
+        (None, name, "dtype" if name == "token_type_ids" else "unexpected_field"), (1, "labels", "above_max")]
+    assert report["bad_samples"] == 1

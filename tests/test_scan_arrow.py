@@ -371,9 +371,9 @@ def test_a_whole_chunk_problem_is_said_once_per_file_with_global_rows(tmp_path):
     got = [(e["sample"], e["code"], e["index"], e["message"].split("\n")[0]) for e in report["violations"]]
     assert got == [
         (None, "dtype", None, "labels: labels must have dtype int64, got float64"),
-        # a data check of a chunk with a metadata problem is reported for the chunk, counted from the dataset
-        (None, "above_max", [300, 2], "input_ids[300, 2]: input_ids <= vocab_size - 1 = 49 (found 60); "
-                                      "1 element(s) in sample(s) 300")]
+        # the other fields of a chunk with a problem of one field are still checked row by row: row 300 is named
+        (300, "above_max", [300, 2], "input_ids[300, 2]: input_ids <= vocab_size - 1 = 49 (found 60); "
+                                     "1 element(s) in sample(s) 300")]
 
 
 def _reference(row):

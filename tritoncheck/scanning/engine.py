@@ -87,6 +87,8 @@ ROW_COLUMN, CODES_COLUMN = "tritoncheck_row", "tritoncheck_codes"
 # Problems of a tensor's metadata: a saved batch has them as a whole, so no sample is to blame.
 METADATA_CODES = frozenset({"not_a_mapping", "unexpected_field", "missing_field", "not_a_tensor", "device_mismatch",
                             "empty_batch", "dtype", "rank", "shape", "dim_mismatch"})
+# Of those, the problems of one field alone (not of the batch's shape as a whole): the rest can be checked without it.
+FIELD_PROBLEMS = frozenset({"unexpected_field", "not_a_tensor", "device_mismatch", "dtype", "rank", "shape"})
 # What the Hugging Face collators (default_data_collator, DataCollatorWithPadding) rename.
 HF_RENAMES = {"label": "labels", "label_ids": "labels"}
 SHOWN = 10  # violations printed; the JSON report has them all
@@ -441,9 +443,19 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
     size = report.dims.get(plan.batch_dim, (0, ""))[0]
     if not report.violations:
         return [], size, report.backend
-    meta = any(v.code in METADATA_CODES for v in report.violations)
+    meta = [v for v in report.violations if v.code in METADATA_CODES]
     if meta or not isinstance(batch, Mapping) or plan.batch_dim not in report.dims:
-        return [(0 if size == 1 else None, v) for v in report.violations], size, report.backend  # one: to blame
+        whole = 0 if size == 1 else None  # (one sample: to blame)
+        fields = {v.field for v in meta}
+        if (meta and take is None and len(meta) < len(report.violations) and isinstance(batch, Mapping)
+                and all(v.code in FIELD_PROBLEMS for v in meta) and fields <= batch.keys()):
+            # the fields with a problem of their own set aside, the rest of the batch is checked sample by sample:
+            # a dtype or a stray key must not turn the other fields' bad samples into a problem of the whole batch
+            rest = {k: t for k, t in batch.items() if k not in fields}
+            found, rest_size, ran = scan_batch(rest, _optional(spec, [f for f in fields if f in spec.fields]), backend)
+            if rest_size == size and all(pos is not None for pos, _ in found):
+                return [(whole, v) for v in meta] + found, size, ran
+        return [(whole, v) for v in report.violations], size, report.backend
 
     if _per_sample(plan) and all(v.samples for v in report.violations):
         # each sample's verdict is its own: the samples the batch's violations name are the bad ones, and the rest
