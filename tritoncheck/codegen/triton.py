@@ -1237,7 +1237,8 @@ def program_groups(kernel: Kernel) -> list[tuple[Group, Fused | None]]:
     """
     hosts: list[tuple[int, Op, set[str]]] = []  # (IR group, reduction, fields it loads whole)
     for g_i, g in enumerate(kernel.groups):
-        outer = [op for op in g.ops if op.name == "reduction"]
+        needed = {op.id for _, v in g.checks for op in _needed(g.ops, v)}  # (a reduction a rule folded away runs nowhere)
+        outer = [op for op in g.ops if op.name == "reduction" and op.id in needed]
         if not g.reduce or any(r.args[0] == "sum" and r.kind in ("f", "d") for r in reductions(g.ops)):
             continue
         for r in outer:
