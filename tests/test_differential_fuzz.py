@@ -11,6 +11,8 @@ Batches include lazy negation/conjugation views, bool tensors holding bytes othe
 expanded views, signed zeros and float rounding edges in bounds and rules (and values at and one
 step around each), rules that compare a value with a reduction over its own axis, dims past 2**31
 whose fields are empty, and dims past 65,536 stored once (on Triton only where no rule reduces).
+Some specs have fields of one shape, each bounded and reduced along an axis by a rule, with values
+past their bounds: the checks the Triton printer fuses into a reduction's loop.
 The torch report is also compared with the torch report of the batch materialized contiguous.
 CI runs a bounded, derandomized search. A longer run, with a fresh random seed (printed, and
 added to the failure) and no example database, is one command:

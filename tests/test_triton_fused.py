@@ -117,3 +117,20 @@ def test_two_reductions_of_one_group_lose_no_element_wise_check():
     ref = tc.check({"a": a, "b": b}, spec, backend="torch")
     got = tc.check({"a": a, "b": b}, spec, backend="triton")
     assert {v.field for v in ref.violations} == {"a", "b"} and _key(got) == _key(ref)
+
+
+def test_a_check_fused_into_a_reduction_that_its_rule_folds_away_still_runs():
+    """`sum(m, dim=B) != 0.5` folds to True (an integer sum is never 0.5), so no check needs the sum;
+    `m <= 9`, fused into the sum's loop, ran nowhere and Triton passed m = 12, which torch and C
+    report (found by the differential fuzz's shared-axes specs)."""
+    spec = tc.BatchSpec.model_validate({"name": "folded", "batch_dim": "P", "rules": ["sum(m, dim=B) != 0.5"],
+                                        "fields": {"m": {"dtype": "int32", "shape": ["P", "B"], "max": 9}}})
+    m = torch.full((33, 8), 2, dtype=torch.int32)
+    m[0, 7] = 12
+    plan = compile_plan(spec)
+    kernel = tb.program_for(plan, bind(plan, {"m": m})).kernel
+    ran = [c for part, fused in codegen.program_groups(kernel) for c, _ in part.checks + (fused.group.checks if fused else ())]
+    assert sorted(ran) == list(range(len(kernel.checks)))
+    ref = tc.check({"m": m}, spec, backend="torch")
+    assert [(v.code, v.index) for v in ref.violations] == [("above_max", (0, 7))]
+    assert _key(tc.check({"m": m}, spec, backend="triton")) == _key(ref)
