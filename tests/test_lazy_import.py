@@ -98,12 +98,14 @@ print(json.dumps({"specs": len(specs), "input_ids": spec.field_dtype_names("inpu
 def test_the_specs_command_and_the_help_run_without_torch():
     code = """
 from tritoncheck.cli import main
-codes = [main(["specs"]), main(["specs", "causal-lm"]), main(["--help"]), main(["check", "--help"])]
+codes = [main(["specs"]), main(["specs", "causal-lm"]), main(["--help"]), main(["check", "--help"]),
+         main(["scan", "--help"])]
 print("codes", codes)
 """
     out = run_without_torch(code)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[-1] == "codes [0, 0, 0, 0]"
+    assert out.stdout.splitlines()[-1] == "codes [0, 0, 0, 0, 0]"
+    assert "check every sample of a dataset offline" in out.stdout or "--bad-rows DIR" in out.stdout
     assert "causal-lm\n" in out.stdout and "pass --param vocab_size=..." in out.stdout  # the list, the spec
     assert "check a saved batch against a spec" in out.stdout and "--backend {auto,torch,c,triton}" in out.stdout
 

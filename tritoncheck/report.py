@@ -14,7 +14,8 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -643,3 +644,28 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (int, float, bool, str)) or value is None:
         return value
     return str(value)
+
+
+def batch_coordinates(plan: Any) -> dict[tuple[str, str, int], int]:
+    """Per (field, code, index length): where a violation's index holds its batch coordinate, where that is
+    certain: every check of that field and code whose index has that length iterates the same axes, the batch dim
+    among them. A caller that moves many violations makes it once (per violation, 10,000 bad rows of a scan took
+    0.1 s)."""
+    axes: dict[tuple[str, str, int], set[tuple[str, ...]]] = defaultdict(set)
+    for c in plan.checks:
+        axes[(c.field, c.code, len(c.axes))].add(c.axes)
+    return {key: only.index(plan.batch_dim) for key, found in axes.items() if len(found) == 1
+            for only in found if plan.batch_dim in only}
+
+
+def moved(v: Violation, place: Callable[[int], int], coordinates: Mapping[tuple[str, str, int], int]) -> Violation:
+    """`v` with each of its samples `p` at `place(p)`, and its index's batch coordinate too where `coordinates`
+    (`batch_coordinates`) says where it is; an index whose batch coordinate is not certain is dropped rather than
+    left counting from the batch it was found in."""
+    if not v.samples or all(place(s) == s for s in v.samples):
+        return v
+    index = v.index
+    if index is not None:
+        k = coordinates.get((v.field, v.code, len(index)))
+        index = None if k is None else index[:k] + (place(index[k]),) + index[k + 1:]
+    return replace(v, samples=tuple(dict.fromkeys(map(place, v.samples))), index=index)

@@ -35,7 +35,7 @@ import re
 import sys
 import tempfile
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import replace
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -46,7 +46,7 @@ from torch._utils import ExceptionWrapper
 from tritoncheck.api import BACKENDS, Backend, check, disabled, log_warnings
 from tritoncheck.api import warmup as compile_kernel
 from tritoncheck.plan.lower import Plan, compile_plan
-from tritoncheck.report import BatchValidationError, Report, Violation, printable
+from tritoncheck.report import BatchValidationError, Report, Violation, batch_coordinates, moved, printable
 from tritoncheck.spec.schema import BatchSpec
 
 OnError = Literal["raise", "skip", "quarantine"]
@@ -427,31 +427,6 @@ def relocate(v: Violation, position: int, plan: Plan) -> Violation:
 def renumber(v: Violation, positions: Sequence[int], plan: Plan) -> Violation:
     """A violation found in the batch of the samples at `positions` of the full batch, moved to their places."""
     return moved(v, positions.__getitem__, batch_coordinates(plan))
-
-
-def batch_coordinates(plan: Plan) -> dict[tuple[str, str, int], int]:
-    """Per (field, code, index length): where a violation's index holds its batch coordinate, where that is
-    certain: every check of that field and code whose index has that length iterates the same axes, the batch dim
-    among them. A caller that moves many violations makes it once (per violation, 10,000 bad rows of a scan took
-    0.1 s)."""
-    axes: dict[tuple[str, str, int], set[tuple[str, ...]]] = defaultdict(set)
-    for c in plan.checks:
-        axes[(c.field, c.code, len(c.axes))].add(c.axes)
-    return {key: only.index(plan.batch_dim) for key, found in axes.items() if len(found) == 1
-            for only in found if plan.batch_dim in only}
-
-
-def moved(v: Violation, place: Callable[[int], int], coordinates: Mapping[tuple[str, str, int], int]) -> Violation:
-    """`v` with each of its samples `p` at `place(p)`, and its index's batch coordinate too where `coordinates`
-    (`batch_coordinates`) says where it is; an index whose batch coordinate is not certain is dropped rather than
-    left counting from the batch it was found in."""
-    if not v.samples or all(place(s) == s for s in v.samples):
-        return v
-    index = v.index
-    if index is not None:
-        k = coordinates.get((v.field, v.code, len(index)))
-        index = None if k is None else index[:k] + (place(index[k]),) + index[k + 1:]
-    return replace(v, samples=tuple(dict.fromkeys(map(place, v.samples))), index=index)
 
 
 def _with_indices(exc: BatchValidationError, indices: Sequence[int | None], culprits: Sequence[int]) -> BatchValidationError:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tritoncheck.api import BACKENDS
+from tritoncheck.backends import BACKENDS
 from tritoncheck.cli.commands import (
     EXIT_INTERNAL,
     EXIT_OK,
@@ -74,8 +74,7 @@ from tritoncheck.cli.commands import (
     spec_from_args,
     write_json,
 )
-from tritoncheck.integrations.data import batch_coordinates, moved, relocate
-from tritoncheck.report import WARNING_PREFIX, Violation, fitted_table, printable, report_json
+from tritoncheck.report import WARNING_PREFIX, Violation, batch_coordinates, fitted_table, moved, printable, report_json
 from tritoncheck.scanning.arrow import Column, Scratch, read_column, refusal
 from tritoncheck.spec.schema import close_match, closest
 
