@@ -37,7 +37,7 @@ def test_list_batch_gets_a_hint():
 
 def test_a_list_of_samples_is_told_to_collate(capsys):
     """Issue 21: a list of sample dicts (a DataLoader without a collator) got the tuple hint."""
-    samples = [good(), good()]
+    samples = [{"input": torch.randn(5), "target": torch.tensor(0)}, {"input": torch.randn(5), "target": torch.tensor(4)}]
     report = tc.check(samples, CE)
     [v] = report.violations
     assert v.hint == ("a list of samples, not a batch: collate them first (torch.utils.data.default_collate(samples) "

@@ -7,8 +7,12 @@ get one instead of failing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import re
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,7 +91,8 @@ def _run(args: argparse.Namespace) -> int:
                      dataloader=list(h.DATALOADER_SCENARIOS) if args.dataloader else [],
                      cold_compile=tc.builtin_spec_names() if args.cold_compile else [])
     try:
-        rows = run_benchmarks(opts, log=lambda s: print(s, file=sys.stderr))
+        with _without_profiler_lines():
+            rows = run_benchmarks(opts, log=lambda s: print(s, file=sys.stderr))
     except (RuntimeError, ValueError) as exc:
         print(f"tritoncheck bench: {exc}", file=sys.stderr)
         return 2
@@ -98,3 +103,35 @@ def _run(args: argparse.Namespace) -> int:
     if startup:
         print("\n" + startup)
     return 0
+
+
+# what torch.profiler's kineto writes to fd 2 at each profile the harness takes to count ops
+# ("USDT:2026-11-28 01:03:50 6947:6947 SyncActivityProfilerHandler.cpp:52] profiler_start")
+_PROFILER_LINE = re.compile(rb"^(USDT|STAGE):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \w+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def _without_profiler_lines() -> Any:
+    """Keep kineto's own log lines out of the user's output (it writes them to fd 2 itself, past sys.stderr,
+    and reads KINETO_LOG_LEVEL only when torch loads); every other line passes through as it comes."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+
+    def pump() -> None:
+        with os.fdopen(read, "rb") as source:
+            for line in source:
+                if not _PROFILER_LINE.match(line):
+                    os.write(saved, line)
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # closes fd 2's end of the pipe: the pump reads to its end
+        thread.join(timeout=10)  # (a forked DataLoader worker still holding the pipe: give up waiting)
+        os.close(saved)

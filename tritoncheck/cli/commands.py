@@ -369,13 +369,14 @@ def run_specs(args: argparse.Namespace) -> int:
                 say(f"{name}\n    {description}\n    parameters: {params}")
         return EXIT_OK
     spec = spec_from_args(args, fill=False)
-    say(spec.to_yaml().rstrip())
-    print()
     missing = spec.missing_params()
     if missing:
-        say(f"(pass {' '.join(f'--param {m}=...' for m in missing)} or --config FILE to see the compiled plan)")
+        plan = f"(pass {' '.join(f'--param {m}=...' for m in missing)} or --config FILE to see the compiled plan)"
     else:
         from tritoncheck.plan.lower import compile_plan  # (imports torch: a plan holds torch dtypes)
 
-        say(compile_plan(spec).pretty())
+        plan = compile_plan(spec).pretty()  # before any output: a spec that does not compile prints no YAML
+    say(spec.to_yaml().rstrip())
+    print()
+    say(plan)
     return EXIT_OK

@@ -637,11 +637,22 @@ def _guard_works() -> bool:
     return _guard_verdict[0]
 
 
+def _batches(plan: Plan, items: list[Mapping]) -> bool:
+    """Whether a list of mappings holds batches (each field's tensor with the batch dim: the spec's rank),
+    not samples (one axis fewer); fields whose rank may vary (a `1?` tail) say nothing."""
+    ranks = [(len(fp.shape), getattr(item.get(fp.name), "ndim", None)) for item in items for fp in plan.fields
+             if not fp.unit_tail and fp.name in item]
+    return bool(ranks) and all(want == got for want, got in ranks)
+
+
 def _bind(plan: Plan, batch: Any) -> Bound:
     violations: list[Violation] = []
     if not isinstance(batch, Mapping):
         hint = None
-        if isinstance(batch, list) and batch and all(isinstance(x, Mapping) for x in batch):
+        if isinstance(batch, list) and batch and all(isinstance(x, Mapping) for x in batch) and _batches(plan, batch):
+            hint = ("a list of batches, not a batch: check each one (tc.check(b, spec) for b in batches; "
+                    "`tritoncheck check` takes one batch per file)")
+        elif isinstance(batch, list) and batch and all(isinstance(x, Mapping) for x in batch):
             hint = ("a list of samples, not a batch: collate them first (torch.utils.data.default_collate(samples) "
                     "or your collator; tc.ValidatingCollate(spec) does this in a DataLoader)")
         elif isinstance(batch, (tuple, list)):
@@ -675,7 +686,7 @@ def _bind(plan: Plan, batch: Any) -> Bound:
         tensor, problem = as_tensor(batch[fp.name])
         if tensor is None:
             violations.append(Violation(fp.name, "not_a_tensor", problem, value=type(batch[fp.name]).__name__,
-                                        hint="convert it with torch.as_tensor(...) in the collate function"))
+                                        hint=_tensor_hint(batch[fp.name])))
             bad_fields.add(fp.name)
             continue
         if device is None:
@@ -1015,6 +1026,19 @@ def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
     return None, f"expected a tensor or numpy array, got {type(value).__name__}"
 
 
+def _tensor_hint(value: Any) -> str:
+    """How to turn what `as_tensor` refused into a tensor it takes: each kind of tensor has its own way."""
+    if isinstance(value, torch.Tensor):
+        if value.is_nested:
+            return "pad it in the collate function: torch.nested.to_padded_tensor(x, padding)"
+        if value.layout != torch.strided:
+            return "make it dense in the collate function: x.to_dense()"
+        if value.device.type == "meta":
+            return "a meta tensor has a shape but no values: build the batch on a real device (cpu or cuda)"
+        return "check the real tensors, outside the fake mode (tc.validate inside torch.compile checks them)"
+    return "convert it with torch.as_tensor(...) in the collate function"
+
+
 def compact(t: torch.Tensor) -> torch.Tensor:
     """`t` with every expanded (zero-stride) axis cut to size 1: the same values, each read once."""
     stride = t.stride()
@@ -1089,7 +1113,9 @@ def _dtype_hint(fp: FieldPlan, dtype: torch.dtype) -> str | None:
         return f"{fp.name} holds indices, which must be integers: cast with .long() where the batch is built"
     if dtype == torch.int32 and torch.int64 in fp.dtypes:
         return "CUDA cross-entropy/nll_loss accept int64 targets only: cast with .long()"
-    if not wants_int and not dtype.is_floating_point:
+    if dtype.is_complex:
+        return f"{fp.name} cannot be complex: take its real part (.real) or build it as one of the dtypes above"
+    if all(d.is_floating_point for d in fp.dtypes) and not dtype.is_floating_point:
         return f"{fp.name} must be floating point: cast with .float()"
     return None
 
