@@ -49,8 +49,9 @@ def _triton_ready() -> bool:
 
 
 def found(report: tc.Report) -> list[tuple]:
-    """The errors, or the warnings where there is none (a mutation breaks one check; an error may bring warnings)."""
-    return [(v.field, v.code, v.samples) for v in (report.errors or report.violations)]
+    """Every violation, warnings included: a mutation breaks one check and nothing else (docs/strategies.md's
+    recipe unpacks `(v,) = tc.check(batch, spec).violations`)."""
+    return [(v.field, v.code, v.samples) for v in report.violations]
 
 
 def test_registry_covers_every_builtin_check_kind():
@@ -75,12 +76,16 @@ def test_valid_batches_pass(name, data):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(derandomize=True, database=None)  # the same draws on every run: a failure here is never luck
 @given(data=st.data())
 def test_malformed_batches_flagged_exactly(name, data):
+    """docs/strategies.md's recipe, on every built-in spec: the report holds one violation, the expected one (a bbox
+    below 0 written at x1 also broke box_corners, a warning the mutation let through)."""
     spec = small_spec(name)
     batch, expected = data.draw(malformed_batches(spec, **long_l(spec)))
     report = tc.check(batch, spec, backend="torch")
-    assert found(report) == [(expected.field, expected.code, expected.samples)], f"{expected.mutation}\n{report}"
+    (v,) = report.violations
+    assert (v.field, v.code, v.samples) == (expected.field, expected.code, expected.samples), f"{expected.mutation}\n{report}"
 
 
 @pytest.mark.skipif(not _triton_ready(), reason="the triton backend is not in this checkout")
@@ -106,6 +111,8 @@ def _reachable_codes():
         for code in sorted({c.code for c in plan.checks} | {c.code for c in plan.dim_checks}):
             if (name, code) == ("ctc", "dim_bound"):  # blank < C breaks only with C == 0 (no classes at all)
                 continue
+            if (name, code) == ("bert-question-answering", "all_ignored"):  # every position past the sequence is
+                continue  # past its bound too (above_max, a warning): no batch breaks it alone
             cases.append((name, code))
     return cases
 

@@ -47,8 +47,8 @@ __all__ = ["Expected", "UnsatisfiableSpecError", "malformed_batches", "valid_bat
 
 @dataclass(frozen=True)
 class Expected:
-    """What a malformed batch must be reported for: exactly one violation of `code` on `field`
-    (for an error, warnings on the same field may come with it: see `report.errors`).
+    """What a malformed batch must be reported for: exactly one violation, of `code` on `field`, and no
+    other (no warning either).
 
     Attributes:
         field: the field the violation is reported on.
