@@ -408,7 +408,8 @@ __all__ = ["check", "validate", "warmup", "SpecError"]
 
 
 def failure_cases(report: Report, batch: Any, spec: BatchSpec, *, limit: int | None = 1000) -> FailureCases:
-    """Every failing element of each violated check (pandera's `failure_cases`), not only the first.
+    """The failing elements of each violated check (pandera's `failure_cases`), not only the first: all of
+    them with `limit=None`, else at most `limit` per check (`capped` says which were cut).
 
     A report keeps no reference to its batch (it may be pickled to another process, or outlive
     GPU memory), so the batch and spec it was made from are passed with it. They are checked again
