@@ -751,3 +751,20 @@ def test_scalar_columns_with_nulls_are_checked_as_one_batch_as_stored(tmp_path, 
                   for e in report["violations"]) == [
         (1, "x", "null", None), (2, "y", "null", None), (3, "y", "above_max", 2.0), (5, "x", "below_min", -4),
         (6, "x", "null", None), (7, "y", "non_finite", "nan")]
+
+
+def test_a_uint64_value_past_int64_is_a_finding_of_its_row_and_the_rest_is_checked(tmp_path, capsys):
+    """A uint64 past 2**63 - 1 fits no torch integer batch: the chunk holding one was reported unreadable whole,
+    and its other rows' findings (labels 7 here) were lost. Now the row is listed as `past_int64`, as a null is."""
+    table = pa.table({"input_ids": pa.array([[1, 2], [3, 2**63 + 5], [4, 4], [5]], pa.list_(pa.uint64())),
+                      "labels": pa.array([0, 1, 7, 2**64 - 1], pa.uint64())})
+    pq.write_table(table, tmp_path / "u.parquet")
+    assert main(["scan", "bert-sequence-classification", str(tmp_path / "u.parquet"), *BERT, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    got = [(e["sample"], e["row"], e["field"], e["code"], e["rows"]) for e in report["violations"]]
+    assert got == [(1, 1, "input_ids", "past_int64", [1]), (2, 2, "labels", "above_max", [2]),
+                   (3, 3, "labels", "past_int64", [3])]
+    assert (report["samples"], report["unread_samples"]) == (4, 0)
+    column = read_column(table.column("input_ids"))
+    assert column.past_int64.tolist() == [False, True, False, False] and column.flawed
+    assert column.values.tolist() == [1, 2, 3, 0, 4, 4, 5]  # (the value past int64 read as 0, its row not checked)

@@ -88,7 +88,8 @@ class Column:
     sizes: Any  # tensor [n, depth] int64: each row's shape (depth = the number of list levels)
     nulls: Any  # tensor [n] bool: a null somewhere in the row
     jagged: Any  # tensor [n] bool: inner lists of different lengths (not a tensor)
-    flawed: bool = True  # some row has a null or jagged lists (False: `nulls` and `jagged` are all False)
+    past_int64: Any  # tensor [n] bool: a uint64 value past int64 (a torch batch's widest integer) in the row
+    flawed: bool = True  # some row has one of those marks (False: every mark is all False)
 
     def __len__(self) -> int:
         return len(self.nulls)
@@ -155,7 +156,7 @@ def read_column(array: Any) -> Column:
     """A column (Array or ChunkedArray) of a type `refusal` accepts, read from its buffers.
 
     Raises `ValueError` (pyarrow's `ArrowInvalid`) for damaged data: offsets out of order or past
-    their values, buffers too short; `ValueError` too for uint64 values past int64.
+    their values, buffers too short.
     """
     import numpy as np
     import pyarrow as pa
@@ -176,9 +177,10 @@ def read_column(array: Any) -> Column:
         # a column of scalars: its values as they are (no copy of a signed integer or float column), row r is value r
         leaf = array.dictionary_decode() if types.is_dictionary(array.type) else array
         nulls = _nulls(leaf)  # (decoded: a dictionary may hold a null as a value, not only as an index)
+        past = _past_int64(leaf)
         none, shape = _scalar_rows(n)
         return Column(_leaf_tensor(leaf), None, shape, none if nulls is None else torch.from_numpy(nulls), none,
-                      nulls is not None)
+                      none if past is None else torch.from_numpy(past), nulls is not None or past is not None)
     lo, hi = np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64)  # each row's span in `level`
     nulls, jagged, sizes = np.zeros(n, bool), np.zeros(n, bool), []
     level = array
@@ -204,9 +206,10 @@ def read_column(array: Any) -> Column:
         lo, hi = lo - base, hi - base
     leaf = level.dictionary_decode() if types.is_dictionary(level.type) else level
     nulls |= _any_in(_nulls(leaf), lo, hi)  # (decoded: a dictionary may hold a null as a value, not only as an index)
+    past = _any_in(_past_int64(leaf), lo, hi)
     shape = _shapes(sizes, n)
     return Column(_leaf_tensor(leaf), torch.from_numpy(lo), shape, torch.from_numpy(nulls), torch.from_numpy(jagged),
-                  bool(nulls.any() or jagged.any()))
+                  torch.from_numpy(past), bool(nulls.any() or jagged.any() or past.any()))
 
 
 @functools.lru_cache(maxsize=8)
@@ -274,6 +277,23 @@ def _any_in(mask: Any, lo: Any, hi: Any) -> Any:
     return total[hi] > total[lo]
 
 
+def _past_int64(leaf: Any) -> Any:
+    """Per value of a uint64 leaf, whether it is past int64 (the widest integer of a torch batch): None where none
+    is (any other type). Such a value cannot be checked as it is: its row is reported (`past_int64`), not checked,
+    and the value is read as 0 (`_values`)."""
+    import numpy as np
+    from pyarrow import types
+
+    if not types.is_uint64(leaf.type) or not len(leaf) or leaf.buffers()[1] is None:
+        return None
+    raw = np.frombuffer(leaf.buffers()[1], np.dtype("<u8"), count=len(leaf), offset=leaf.offset * 8)
+    past = raw > np.uint64(INT64_MAX)
+    valid = _valid(leaf)
+    if valid is not None:
+        past &= valid
+    return past if past.any() else None
+
+
 def _leaf_tensor(leaf: Any) -> Any:
     """`_values(leaf)` as a tensor over the same memory."""
     import torch
@@ -308,7 +328,7 @@ def _values(leaf: Any) -> Any:
     if valid is not None:  # (whatever a null's slot holds: 0)
         raw = np.where(valid, raw, dtype.type(0))
     if types.is_unsigned_integer(kind):
-        if types.is_uint64(kind) and len(raw) and int(raw.max()) > INT64_MAX:
-            raise ValueError(f"uint64 value {int(raw.max())} is past int64, the integer type of a torch batch")
+        if types.is_uint64(kind) and len(raw) and int(raw.max()) > INT64_MAX:  # (their rows: `_past_int64`)
+            raw = np.where(raw > np.uint64(INT64_MAX), np.uint64(0), raw)
         return raw.astype(np.int64)
     return raw  # (signed integers in their own width: a batch widens what it takes, see `_wide`)

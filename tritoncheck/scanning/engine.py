@@ -1169,7 +1169,8 @@ class _Ragged:
         return out
 
     def flaws(self) -> list[tuple[int, Violation]]:
-        """The rows not checked, each with why: a null in it, or inner lists of different lengths."""
+        """The rows not checked, each with why (the first that holds): a null in it, inner lists of different
+        lengths, or a uint64 value past int64."""
         found = []
         for name, c in self.columns.items():
             for r in c.nulls.nonzero().flatten().tolist():
@@ -1178,6 +1179,9 @@ class _Ragged:
             for r in (c.jagged & ~c.nulls).nonzero().flatten().tolist():
                 found.append((r, Violation(name, "not_a_tensor", "its lists differ in length inside the row, so it "
                                            "is not a tensor; the row is not checked further", samples=(r,))))
+            for r in (c.past_int64 & ~c.nulls & ~c.jagged).nonzero().flatten().tolist():
+                found.append((r, Violation(name, "past_int64", "a uint64 value past 2**63 - 1 in the row, which no "
+                                           "torch integer batch holds; the row is not checked further", samples=(r,))))
         return found
 
     def scan(self, spec: Any, backend: str, places: dict[tuple[str, str, int], int]
@@ -1194,7 +1198,7 @@ class _Ragged:
         found: list[tuple[int | None, Any]] = self.flaws()
         checked = torch.ones(self.n, dtype=torch.bool)
         for c in self.columns.values():
-            checked &= ~(c.nulls | c.jagged)
+            checked &= ~(c.nulls | c.jagged | c.past_int64)
         suspect = torch.zeros(self.n, dtype=torch.bool)
         if not self.sizes:  # columns of scalars, some rows with a null: the others are one batch (nothing to pad)
             rows = checked.nonzero().flatten()
