@@ -275,3 +275,18 @@ def test_unknown_rule_shape_fails_loudly_not_forever(tmp_path):
     with pytest.raises(UnsatisfiableSpecError, match="x % 2 == 1"):
         draw()
     assert time.perf_counter() - start < 30
+
+
+def test_malformed_batches_of_an_unknown_code_is_a_clear_error_at_once():
+    """A misspelled code made every draw a rejection, and Hypothesis ended with its own 'Unable to satisfy'."""
+    from tritoncheck.strategies import malformed_batches
+
+    spec = tc.load_spec("bert-sequence-classification", vocab_size=50, max_position_embeddings=16,
+                        type_vocab_size=2, num_labels=3)
+    with pytest.raises(ValueError, match=r"no code 'above_maxx' \(did you mean 'above_max'\?\); this spec's checks "
+                                         r"have above_max, below_min"):
+        malformed_batches(spec, codes={"above_maxx"})
+    user = tc.BatchSpec.model_validate({"name": "u", "fields": {"lo": {"dtype": "float32", "shape": ["B"]},
+                                        "hi": {"dtype": "float32", "shape": ["B"]}},
+                                        "rules": [{"rule": "lo <= hi", "code": "span_order"}]})
+    malformed_batches(user, codes={"span_order"})  # a rule's own code is a code of this spec

@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("tritoncheck.strategies needs hypothesis: pip install 'tritoncheck[strategies]'") from exc
 
 from tritoncheck.plan.lower import FieldPlan, Plan, RuleCheck, compile_plan
+from tritoncheck.checks import VIOLATION_CODES
 from tritoncheck.spec.schema import BatchSpec
 from tritoncheck.strategies.domains import DEFAULT_SPAN, MAX_TRIES, Domain, Infeasible, pick
 from tritoncheck.strategies.draw import DEFAULT_BATCH, DEFAULT_DIM, Draw, UnsatisfiableSpecError, applies, dim_intervals, draw_batch
@@ -158,6 +159,13 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
     plan = _check_spec(spec)
     intervals = dim_intervals(plan, spec, _parse_bounds(plan, dim_bounds))
     wanted = None if codes is None else set(codes)
+    own = {c.code for c in (*plan.checks, *plan.dim_checks)}  # (a rule's own code among them)
+    unknown = sorted(wanted - own - set(VIOLATION_CODES)) if wanted is not None else []
+    if unknown:  # (else every draw is rejected, and Hypothesis says only that nothing could be drawn)
+        from tritoncheck.spec.schema import closest
+
+        raise ValueError(f"malformed_batches: no code {unknown[0]!r}{closest(unknown[0], sorted(own | set(VIOLATION_CODES)))}; "
+                         f"this spec's checks have {', '.join(sorted(own))}")
     targets: list[Any] = [*plan.checks, *plan.dim_checks, *plan.fields]
     if wanted is not None:
         targets = [t for t in targets if isinstance(t, FieldPlan) or t.code in wanted]
