@@ -207,5 +207,24 @@ def test_a_bad_cpu_batch_is_not_silent_before_it_raises(cpu_backend):
         tc.wait()
     assert str(said[0].message) == (
         f"tc.validate(deferred=True): the batch of step {info.value.step} is bad for ids (ids[1, 2]: above_max); "
-        "its verdict was known at once (no CUDA launch to wait for), and raises at the next deferred validate or "
-        "tc.wait(); validate CPU batches with deferred=False to stop a bad one before it is used")
+        "its verdict was known at once (checked on the host, no kernel launch to wait for), and raises at the next "
+        "deferred validate or tc.wait(); validate with deferred=False to stop a bad batch before it is used")
+
+
+@pytest.mark.parametrize("cpu_backend", ["torch", "c"])
+def test_a_warning_made_an_error_never_hides_an_earlier_bad_batch(cpu_backend):
+    """Under -W error the bad-now warning raises; it was raised inside the queue's lock before the earlier bad
+    batch's error, so the second bad batch said only its own warning and the first waited."""
+    import warnings
+
+    spec = make_spec()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="is bad for ids"):
+            tc.validate(bad(), spec, deferred=True, backend=cpu_backend)
+        with pytest.raises(tc.BatchValidationError) as info:  # the first bad batch, now
+            tc.validate(bad(11), spec, deferred=True, backend=cpu_backend)
+    assert "found 42" in str(info.value)
+    with pytest.raises(tc.BatchValidationError) as info:  # the second, still queued
+        tc.wait()
+    assert "found 11" in str(info.value)

@@ -616,12 +616,13 @@ def test_a_column_only_some_shards_hold_is_checked_where_it_is(tmp_path, capsys)
     report = json.loads(capsys.readouterr().out)
     assert [(e["source"], e["sample"], e["row"], e["field"], e["code"], e["value"]) for e in report["violations"]] == [
         (str(data / "b.parquet"), 5, 2, "token_type_ids", "above_max", 9)]
-    assert report["absent_fields"] == {
-        str(data / "a.parquet"): {"required": [], "optional": ["attention_mask", "token_type_ids", "position_ids"]},
-        str(data / "b.parquet"): {"required": [], "optional": ["attention_mask", "position_ids"]}}
+    assert report["absent_fields"] == {  # what every shard lacks, of the dataset; the rest of each shard
+        str(data): {"required": [], "optional": ["attention_mask", "position_ids"]},
+        str(data / "a.parquet"): {"required": [], "optional": ["token_type_ids"]}}
     assert main(["scan", "bert-sequence-classification", str(data), *BERT, "--format", "text"]) == 1
     shown = capsys.readouterr().out
-    assert f"not in {data / 'a.parquet'} (optional, so not checked): attention_mask, token_type_ids" in shown
+    assert f"not in {data} (optional, so not checked): attention_mask, position_ids\n" in shown
+    assert f"not in {data / 'a.parquet'} (optional, so not checked): token_type_ids\n" in shown
     assert "row 5 (" in shown and "token_type_ids" in shown
 
 
@@ -635,7 +636,24 @@ def test_a_required_field_one_shard_lacks_is_missing_there_only(tmp_path, capsys
         (str(data / "a.parquet"), None, "input_ids", "missing_field"), (str(data / "a.parquet"), 1, "labels", "above_max"),
         (str(data / "b.parquet"), 2, "labels", "above_max")]
     assert "the dataset has no such column (columns: labels;" in report["violations"][0]["message"]
-    assert list(report["absent_fields"]) == [str(data / "a.parquet"), str(data / "b.parquet")]
+    assert report["absent_fields"] == {
+        str(data): {"required": [], "optional": ["attention_mask", "token_type_ids", "position_ids"]},
+        str(data / "a.parquet"): {"required": ["input_ids"], "optional": []}}
+
+
+def test_shards_that_lack_the_same_fields_say_so_once_whatever_their_other_columns(tmp_path, capsys):
+    """Shards with the same columns in another order, or one more column the spec does not read, lack the same
+    fields: said once, of the dataset (per shard, 3 shards and one with an extra column made 4 errors of 1)."""
+    data = tmp_path / "same"
+    write_parquet(data / "a.parquet", {"attention_mask": [[1, 1]], "labels": [0]})
+    write_parquet(data / "b.parquet", {"labels": [1], "attention_mask": [[1, 1]]})
+    write_parquet(data / "c.parquet", {"labels": [1], "attention_mask": [[1, 1]], "idx": [7]})
+    assert scan_ds("bert-sequence-classification", str(data)) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["source"], e["field"], e["code"]) for e in report["violations"]] == [(str(data), "input_ids",
+                                                                                     "missing_field")]
+    assert report["errors"] == 1 and list(report["absent_fields"]) == [str(data)]
+    assert "(columns: attention_mask, labels, idx;" in report["violations"][0]["message"]
 
 
 def test_shards_none_of_which_can_be_read_report_only_that(tmp_path, capsys):
@@ -724,3 +742,31 @@ def test_a_problem_of_one_field_leaves_the_other_fields_bad_samples_named(extra,
     assert [(e["sample"], e["field"], e["code"]) for e in report["violations"]] == [
         (None, name, "dtype" if name == "token_type_ids" else "unexpected_field"), (1, "labels", "above_max")]
     assert report["bad_samples"] == 1
+
+
+def test_a_field_problem_keeps_every_finding_where_the_rest_alone_would_say_otherwise(tmp_path, capsys):
+    """The fields with a problem set aside, the rest of the batch is another batch: a dim only they gave goes
+    unbound (L from an int16 input_ids: sequence_too_long lost), a rule on present(position_ids) holds otherwise
+    (sequence_too_long made up). Then every finding stays the whole batch's, as tc.check reports them."""
+    lost = {"input_ids": torch.randint(0, 50, (2, 20), dtype=torch.int16), "labels": torch.tensor([0, 5])}
+    made = {"input_ids": torch.randint(0, 50, (2, 20)), "labels": torch.tensor([0, 5]),
+            "position_ids": (torch.arange(20, dtype=torch.int16) % 16).expand(2, 20).contiguous()}
+    for batch, codes in ((lost, {"dtype", "sequence_too_long", "above_max"}), (made, {"dtype", "above_max"})):
+        torch.save(batch, tmp_path / "x.pt")
+        assert scan_ds("bert-sequence-classification", str(tmp_path / "x.pt")) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert {e["code"] for e in report["violations"]} == codes
+        assert {e["sample"] for e in report["violations"]} == {None}
+
+
+def test_a_field_problem_in_a_ragged_chunk_leaves_the_other_fields_bad_rows_named(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = [[1, 2, 3][: 1 + r % 3] for r in range(20)]
+    ids[7] = [1, 2, 49 + 11]
+    pq.write_table(pa.table({"input_ids": ids, "labels": pa.array([0.0] * 20)}), tmp_path / "rg.parquet")
+    assert scan_ds("bert-sequence-classification", str(tmp_path / "rg.parquet")) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["sample"], e["field"], e["code"]) for e in report["violations"]] == [
+        (None, "labels", "dtype"), (7, "input_ids", "above_max")]

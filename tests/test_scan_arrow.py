@@ -481,16 +481,16 @@ def test_chunks_by_bytes_split_a_large_piece_evenly_and_never_join_it_to_another
 
 
 def test_a_group_of_a_chunk_reports_rows_of_the_dataset(tmp_path):
-    # the long row 100 splits chunk 0 into groups by length; labels float64 makes every finding one of a whole
-    # group, whose samples must still be the dataset's rows (the short rows' group has row 200 at its 199th place)
+    # the long row 100 splits chunk 0 into groups by length; labels float64 is a problem of the whole group, the
+    # rest of it checked row by row: row 200 is the dataset's (the short rows' group has it at its 199th place)
     ids = [[1, 2, 3]] * 300
     ids[100], ids[200] = [1] * 70_000, [1, 2, 60]
     pq.write_table(pa.table({"input_ids": ids, "labels": pa.array([0.0] * 300)}), tmp_path / "x.parquet")
     report = scan(bert(), tmp_path / "x.parquet", backend="torch")
     above = [(e["sample"], e["index"], e["message"].split("\n")[0]) for e in report["violations"]
              if e["code"] == "above_max"]
-    assert above == [(None, [200, 2], "input_ids[200, 2]: input_ids <= vocab_size - 1 = 49 (found 60); "
-                                      "1 element(s) in sample(s) 200")]
+    assert above == [(200, [200, 2], "input_ids[200, 2]: input_ids <= vocab_size - 1 = 49 (found 60); "
+                                     "1 element(s) in sample(s) 200")]
 
 
 def test_a_datasets_directory_is_read_only_from_its_own_files(tmp_path, capsys):

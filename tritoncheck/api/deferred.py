@@ -69,10 +69,10 @@ def submit(batch: Any, spec: Any, *, backend: str = "auto", group: Any = None, s
         earlier = len(_queue)
         step = next(_steps)
         _queue.append(_Entry(step, done, finish, event, group))
-        if done is not None and not done.ok:
-            _warn_bad_now(done, step)
         if earlier:
             _raise_earliest(_queue[:earlier], block=False)
+    if done is not None and not done.ok:  # (outside the lock: under -W error the warning raises, the queue is whole)
+        _warn_bad_now(done, step)
     return batch
 
 
@@ -83,8 +83,9 @@ def _warn_bad_now(report: Report, step: int) -> None:
     more = f" and {len(report.errors) - 1} more" if len(report.errors) > 1 else ""
     warnings.warn(
         f"tc.validate(deferred=True): the batch of step {step} is bad for {report.spec} ({first.location}: "
-        f"{first.code}{more}); its verdict was known at once (no CUDA launch to wait for), and raises at the next "
-        "deferred validate or tc.wait(); validate CPU batches with deferred=False to stop a bad one before it is used",
+        f"{first.code}{more}); its verdict was known at once (checked on the host, no kernel launch to wait for), "
+        "and raises at the next deferred validate or tc.wait(); validate with deferred=False to stop a bad batch "
+        "before it is used",
         stacklevel=4,
     )
 

@@ -446,13 +446,20 @@ def scan_batch(batch: Any, spec: Any, backend: str = "torch",
     if meta or not isinstance(batch, Mapping) or plan.batch_dim not in report.dims:
         whole = 0 if size == 1 else None  # (one sample: to blame)
         fields = {v.field for v in meta}
-        if (meta and take is None and len(meta) < len(report.violations) and isinstance(batch, Mapping)
+        if (meta and len(meta) < len(report.violations) and isinstance(batch, Mapping)
                 and all(v.code in FIELD_PROBLEMS for v in meta) and fields <= batch.keys()):
             # the fields with a problem of their own set aside, the rest of the batch is checked sample by sample:
-            # a dtype or a stray key must not turn the other fields' bad samples into a problem of the whole batch
-            rest = {k: t for k, t in batch.items() if k not in fields}
-            found, rest_size, ran = scan_batch(rest, _optional(spec, [f for f in fields if f in spec.fields]), backend)
-            if rest_size == size and all(pos is not None for pos, _ in found):
+            # a dtype or a stray key must not turn the other fields' bad samples into a problem of the whole batch.
+            # Taken only where the rest finds what the whole batch found (without those fields a dim may go unbound,
+            # or a rule on `present(...)` hold otherwise)
+            def without(b: Mapping) -> dict[str, Any]:
+                return {k: t for k, t in b.items() if k not in fields}
+
+            found, rest_size, ran = scan_batch(without(batch), _optional(spec, [f for f in fields if f in spec.fields]),
+                                               backend, None if take is None else lambda pos: without(take(pos)))
+            same = {(v.field, v.code) for _, v in found} == {(v.field, v.code) for v in report.violations
+                                                               if v.code not in METADATA_CODES}
+            if same and rest_size == size and all(pos is not None for pos, _ in found):
                 return [(whole, v) for v in meta] + found, size, ran
         return [(whole, v) for v in report.violations], size, report.backend
 
@@ -860,11 +867,11 @@ def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: st
                bad_rows: str | os.PathLike[str] | None
                ) -> tuple[ShardJob, list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """The job over DATA's shards (offsets from each file's metadata), the entries for shards that cannot be
-    read at all, and the contract fields the data lacks, per source: DATA where every readable shard has the same
-    columns, else each shard that lacks some. Each shard is checked on the columns it has, whatever the others
-    have (a column only some shards hold is checked where it is)."""
+    read at all, and the contract fields the data lacks, per source: DATA for a field every readable shard lacks
+    (said once), each shard for one that only some shards lack. Each shard is checked on the columns it has,
+    whatever the others have (a column only some shards hold is checked where it is)."""
     shards: list[Shard] = []
-    sets: dict[tuple[str, ...], int] = {}  # each distinct set of columns -> its layout
+    sets: dict[frozenset[str], tuple[int, tuple[str, ...]]] = {}  # each distinct set of columns -> its layout
     unreadable: list[dict[str, Any]] = []
     offset: int | None = 0
     group = None
@@ -881,14 +888,15 @@ def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: st
             offset = None  # its row count is unknown: so is every later row's global index
             continue
         columns = tuple(c for c in schema.names if c not in ignore)
-        shards.append(Shard(len(shards), str(path), offset, rows, sets.setdefault(columns, len(sets))))
+        layout, _ = sets.setdefault(frozenset(columns), (len(sets), columns))  # (in any order)
+        shards.append(Shard(len(shards), str(path), offset, rows, layout))
         offset = None if offset is None else offset + rows
-    every = list(dict.fromkeys(c for names in sets for c in names))  # (in the order the shards have them)
+    every = list(dict.fromkeys(c for _, names in sets.values() for c in names))  # (in the order the shards have them)
     for old, new in explicit.items():  # (a column some shard has is renamed where it is)
         if old not in every:
             raise UsageError(f"--rename {old}={new}: the data has no column {old!r}{closest(old, every)} "
                              f"(columns: {', '.join(every)})")
-    layouts = [_columns(list(names), spec, renames, applied) for names in sets]
+    layouts = [_columns(list(names), spec, renames, applied) for _, names in sets.values()]
     out = None
     if bad_rows is not None:
         out = Path(bad_rows)
@@ -900,10 +908,27 @@ def _table_job(data: Path, files: list[tuple[str, Path]], spec: Any, backend: st
             raise UsageError(f"--bad-rows {bad_rows}: {exc.strerror or exc}") from None
     job = ShardJob(spec, tuple((taken, chunk_spec) for taken, _, chunk_spec in layouts), batch_size, backend,
                    None if out is None else str(out), tuple(shards))
-    lacking = [absent if absent["required"] or absent["optional"] else None for _, absent, _ in layouts]
-    if len(lacking) == 1:
-        return job, unreadable, {str(data): lacking[0]} if lacking[0] else {}
-    return job, unreadable, {s.path: lacking[s.layout] for s in shards if lacking[s.layout]}
+    return job, unreadable, _lacking(str(data), shards, [absent for _, absent, _ in layouts],
+                                     lambda: _columns(every, spec, renames, {})[1]["message"])
+
+
+def _lacking(data: str, shards: list[Shard], absents: list[dict[str, Any]], messages: Callable[[], dict[str, str]]
+             ) -> dict[str, dict[str, Any]]:
+    """`absent_fields` per source from each layout's `_columns` findings: a field every layout lacks is said of the
+    dataset once (`messages()`: its message naming every column the data has), one only some lack of each shard
+    that lacks it."""
+    kinds = ("required", "optional")
+    everywhere = {k: [f for f in absents[0][k] if all(f in a[k] for a in absents)] if absents else [] for k in kinds}
+    out = {}
+    if everywhere["required"] or everywhere["optional"]:
+        said = absents[0]["message"] if len(absents) == 1 else messages()
+        out[data] = {**everywhere, "message": {f: said[f] for f in everywhere["required"]}}
+    for shard in shards:
+        absent = absents[shard.layout]
+        own = {k: [f for f in absent[k] if f not in everywhere[k]] for k in kinds}
+        if own["required"] or own["optional"]:
+            out[shard.path] = {**own, "message": {f: absent["message"][f] for f in own["required"]}}
+    return out
 
 
 @dataclass(frozen=True)
