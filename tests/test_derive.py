@@ -243,6 +243,22 @@ def test_regression_labels(problem_type):
         assert torch.isfinite(model(**batch).loss)
     batch["labels"][1] = float("nan")
     assert ("labels", "non_finite") in _codes(batch, spec)
+    batch["labels"] = torch.tensor([3, 0])  # integer targets: Hugging Face's MSELoss casts them, and trains
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).loss)
+    assert tc.check(batch, spec, backend="torch").ok  # (the float probes had dropped the hints' int64)
+
+
+def test_images_stay_float_where_the_model_would_cast_integers():
+    """A ViT casts integer pixel_values and runs: unnormalised 0-255 images, a data bug the contract keeps
+    reporting (only a hint's integer dtypes are kept beside the float probes)."""
+    model = T.ViTForImageClassification(T.ViTConfig(image_size=16, patch_size=8, hidden_size=16, num_hidden_layers=1,
+                                                    num_attention_heads=2, intermediate_size=32, num_labels=3)).eval()
+    spec = _spec(model)
+    batch = {"pixel_values": torch.randint(0, 256, (2, 3, 16, 16)), "labels": torch.tensor([0, 2])}
+    with torch.no_grad():
+        model(**batch)  # (it runs)
+    assert ("pixel_values", "dtype") in _codes(batch, spec)
 
 
 def test_problem_type_keyword_overrides_the_config():

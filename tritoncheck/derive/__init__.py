@@ -336,10 +336,14 @@ class _Tracing:
             self.forwards += 1
             if p in self.hinted and dtypes != ["float"] and len(dtypes) == 1:
                 continue  # the hints' dtype stands (a parameter reference, or a list the forward was not fed)
-            fields[p]["dtype"] = dtypes
+            # the probes try float dtypes only: integer ones the hints list stand (regression targets a loss casts;
+            # an image is never probed with integers: a ViT casts them too, and trains on unnormalised pixels)
+            ints = [d for d in fields[p].get("dtype", []) if p in self.hinted and d in ("int64", "int32")]
+            fields[p]["dtype"] = dtypes + ints
             origins.setdefault(f"fields.{p}", []).append(
-                "dtype: the forward runs on every float dtype (it casts)" if dtypes == ["float"]
-                else f"dtype: the forward runs on {', '.join(dtypes)} and raises on the other float dtypes")
+                ("dtype: the forward runs on every float dtype (it casts)" if dtypes == ["float"]
+                 else f"dtype: the forward runs on {', '.join(dtypes)} and raises on the other float dtypes")
+                + (f"; {', '.join(ints)} as the hints say" if ints else ""))
         for p in probes.nan_ignored(self.call, batch, floats):
             self.forwards += 1
             fields[p].setdefault("severity", {})["non_finite"] = "warning"
