@@ -380,6 +380,24 @@ def bandwidth_fraction(launches: list[Any], resident: int, batch_bytes: int) -> 
     return min(1.0, batch_bytes / time) if time else 1.0
 
 
+def launches_1gb(plan: Any, program: Any, variant: str, dims: dict[str, int]) -> tuple[list[Any], int]:
+    """The launch (`geometry`) of a batch of about 1 GB, the batch dim scaled and the other dims as
+    in `dims`, and that batch's bytes. Nothing is allocated (empty tensors are never touched)."""
+    from tritoncheck.plan.lower import bind
+
+    batch_dim = program.kernel.batch_dim
+    batch = make_batch(plan, variant, dims, empty=True)
+    per_sample = sum(t.element_size() * t.numel() // t.shape[[*f.shape].index(batch_dim)]
+                     for f in plan.fields for t in [batch[f.name]] if batch_dim in f.shape)
+    big = bind(plan, make_batch(plan, variant, {**dims, batch_dim: max(1, GB // per_sample)}, empty=True))
+    return geometry(program, big.dim_values()), sum(t.numel() * t.element_size() for t in big.tensors.values())
+
+
+def reads_per_byte(launches: list[Any], batch_bytes: int) -> float:
+    """Bytes the launch's tiles load over the batch's bytes (`reads_per_byte_1gb`)."""
+    return round(sum(g.programs * g.tiles * g.tile_bytes for g in launches) / batch_bytes, 2)
+
+
 def start(spec_name: str, variant: str, aligned: bool, wide: bool = False) -> tuple[dict[str, Any], Any] | None:
     """Compile one spec (a built-in name or a YAML path), signature and size set (`wide`: with the
     int64 indices of a batch past 2**31 elements): its row without the SASS figure, and what
@@ -405,16 +423,10 @@ def start(spec_name: str, variant: str, aligned: bool, wide: bool = False) -> tu
     # on the valid path: no frame of its location inside a violation branch (unknown ones count)
     divs = [chain for chain in int_divisions(compiled.asm["ptx"], program.path) if not violation.intersection(chain)]
 
-    # the 1 GB batch: the batch dim scaled, nothing allocated (empty tensors are never touched)
-    batch_dim = program.kernel.batch_dim
-    per_sample = sum(t.element_size() * t.numel() // t.shape[[*f.shape].index(batch_dim)]
-                     for f in plan.fields for t in [batch[f.name]] if batch_dim in f.shape)
-    big = bind(plan, make_batch(plan, variant, {**dims, batch_dim: max(1, GB // per_sample)}, empty=True))
-    launches = geometry(program, big.dim_values())
+    launches, batch_bytes = launches_1gb(plan, program, variant, dims)
     heaviest = max(launches, key=lambda g: g.programs * g.tiles * g.tile_bytes)
     resident = occupancy(registers, compiled.metadata.num_warps, compiled.metadata.shared)
     in_flight = resident * heaviest.tile_bytes
-    batch_bytes = sum(t.numel() * t.element_size() for t in big.tensors.values())
     row = {
         "spec": spec_name, "signature": signature_text(batch), "aligned": aligned, "indices": "int64" if wide else "int32",
         "triton": triton.__version__,
@@ -422,7 +434,7 @@ def start(spec_name: str, variant: str, aligned: bool, wide: bool = False) -> tu
         "max_tiles_per_program": max(g.tiles for g in geometry(program, bound.dim_values())),
         "max_tiles_per_program_1gb": max(g.tiles for g in launches),
         "programs_1gb": sum(g.programs for g in launches),
-        "reads_per_byte_1gb": round(sum(g.programs * g.tiles * g.tile_bytes for g in launches) / batch_bytes, 2),
+        "reads_per_byte_1gb": reads_per_byte(launches, batch_bytes),
         "bytes_in_flight_per_sm": in_flight,
         "est_bandwidth_fraction": round(bandwidth_fraction(launches, resident, batch_bytes), 2),
     }

@@ -28,8 +28,9 @@ A valid batch writes nothing: each group computes one combined "anything wrong?"
 and only a program that finds something counts per check (per sample for checks over the batch
 axis) and keeps the first offending flat index (`atomic_max` of BIG - index), into the buffer
 laid out by `Layout`. The fused checks' path walks their rows again, one element a thread a step
-(`fused_store`), so it costs few registers: a kernel's registers are its heaviest path's, and
-they bound how many programs an SM holds. Every value is a block of its scope's shape (constants and host scalars
+(`fused_store`), and so does the path of an element-wise tile of 16 half-precision elements a
+thread (`walk_again`), so they cost few registers: a kernel's registers are its heaviest path's,
+and they bound how many programs an SM holds. Every value is a block of its scope's shape (constants and host scalars
 are broadcast): Triton's CPU interpreter mistypes a 0-d comparison once broadcast.
 
 Sizes, host scalars, magic numbers and program ranges are runtime arguments the JIT does not
@@ -235,6 +236,8 @@ _FIXED = frozenset({KERNEL_NAME, "pid", "tile", "offs", "live", "out_ptr", "n_ba
 WARPS = 4  # Triton's default num_warps: 128 threads per program
 MAX_STEPS = 64  # loop steps (tiles) one program of a reduction walks at most: longer rows are split
 BYTES_PER_THREAD = 64  # loads in flight per thread per tile that a group aims for (16 registers)
+HALF_BYTES_PER_THREAD = 32  # a half-precision tile's bytes a thread: two 128-bit loads (see `per_thread`)
+WALK_AGAIN_PER_THREAD = 8  # an element-wise tile of more elements a thread writes its violations by `walk_again`
 FLAG_BITS = 31  # check bits in one int32 word of the valid path (the sign bit left clear: `tl.max(...) > 0`)
 
 
@@ -337,16 +340,22 @@ def _pow2_floor(n: int) -> int:
     return 1 << max(0, n.bit_length() - 1)
 
 
-def per_thread(itemsizes: list[int]) -> int:
+def per_thread(itemsizes: list[int], wide: bool = True) -> int:
     """Elements per thread for a tile whose loads have these item sizes: about BYTES_PER_THREAD
     bytes in flight, at least one 128-bit load of the widest field, and up to one 128-bit load of
-    the narrowest (a 1-byte mask wants 16 elements a thread) where the registers allow. (16
-    elements for a lone fp16 field would put 16 KB in flight per SM, but under triton 3.6 ptxas
-    then spills a few bytes in some kernels: nll's.)"""
+    the narrowest (a 1-byte mask wants 16 elements a thread) where the registers allow; a tile of
+    half-precision loads up to HALF_BYTES_PER_THREAD (a lone fp16 field: 16 elements, two 128-bit
+    loads): at 8, its 2 KB tiles kept 16 KB in flight per SM where the H100 wants about 24 KB
+    (bf16 LayoutLMv3 read at 0.63 of copy bandwidth). Its violation path walks the tile again one
+    element a thread (`walk_again`), so the wider tile costs the valid path's registers only.
+    `wide` False (a field of a few elements a sample): half precision gets 8 elements a thread."""
     if not itemsizes:
         return 8
     want = _pow2_floor(max(1, BYTES_PER_THREAD // sum(itemsizes)))
-    return max(16 // max(itemsizes), min(want, max(16 // min(itemsizes), 8)))
+    cap = max(16 // min(itemsizes), 8)
+    if wide and min(itemsizes) == 2:
+        cap = max(cap, HALF_BYTES_PER_THREAD // sum(itemsizes))
+    return max(16 // max(itemsizes), min(want, cap))
 
 
 @dataclass
@@ -384,6 +393,7 @@ class TritonCodegen:
         self.groups = [g for g, _ in parts]
         self.fused: dict[int, Fused] = {g_i: f for g_i, (_, f) in enumerate(parts) if f is not None}
         self.fusing: Fused | None = None  # the group being written: its fused checks
+        self.here = False  # while set, loads are written where they are needed (`walk_again`)
         self.fused_late: tuple | None = None  # (fused, the flag that one failed, the steps) until the group's end
         self.group_args: list[tuple[str, ...]] = []
         for g_i, g in enumerate(self.groups):
@@ -567,7 +577,11 @@ class TritonCodegen:
         with fused element-wise checks also reads their fields that it does not load itself."""
         if not g.reduce:
             sizes = [self.k.field(op.args[0]).dtype.itemsize for op in g.ops if op.name in ("load", "load_prev")]
-            return GroupPlan(g.axes, False, per_thread(sizes) * 32 * WARPS, load_bytes=sum(sizes))
+            # a field of fewer elements a sample than a wide tile holds (multi-label's [B, 7] labels) is a
+            # few bytes a sample: it keeps the narrow tile (0: a dim of runtime size, a field of any size)
+            sample = math.prod(self.k.fixed.get(a, 0) for a in g.axes if a != self.k.batch_dim)
+            wide = not 0 < sample < per_thread(sizes) * 32 * WARPS
+            return GroupPlan(g.axes, False, per_thread(sizes, wide) * 32 * WARPS, load_bytes=sum(sizes))
         reductions = [op for op in g.ops if op.name == "reduction"]
 
         def reads(r: Op) -> list[int]:
@@ -610,6 +624,24 @@ class TritonCodegen:
         head, self.buf = self.buf, checks
         walk(g.ops, self, env)
         self.buf = head
+        if not p.reduce and self.walks(g):
+            # a group that walks its violations again walks its ragged last tile too, one element a
+            # thread a step: a masked tile of 16 elements a thread holds a predicate per element
+            w("if FULL:  # every element is in range: loads without a mask (128-bit loads where the field allows)")
+            with self.buf.indent():
+                if self.positions.lines:
+                    w("# positions along the group's axes")
+                    self.buf.lines.extend(_indented(self.positions.lines))
+                if self.loads.lines:
+                    w("# loads")
+                    self.buf.splice(self.loads_full)  # (written a level deeper, as under `if FULL:`)
+                w("# checks")
+                self.buf.lines.extend(_indented(checks.lines))
+                self.store(g, self.bads(g, env, "live"))
+            w("else:  # the ragged last tile, one element a thread a step")
+            with self.buf.indent():
+                self.walk_again(g, None)
+            return self.function(g_i, g, p, fn_name)
         if self.positions.lines:
             w("# positions along the group's axes")
             self.buf.splice(self.positions)
@@ -618,7 +650,7 @@ class TritonCodegen:
             w("if FULL:")
             self.buf.splice(self.loads_full)
             w("else:")
-            self.buf.lines.extend("    " + line for line in self.loads.lines)
+            self.buf.lines.extend(_indented(self.loads.lines))
         elif self.loads.lines:
             w("# loads")
             self.buf.splice(self.loads)
@@ -629,15 +661,24 @@ class TritonCodegen:
             settled = self.combine()
         w("# checks")
         self.buf.splice(checks)
-        bads = []
-        for c, v in g.checks:
-            bad = self.ns.create_name(f"bad_{c}")
-            bads.append(bad)
-            w(f"{bad} = tl.where({settled}, {env[v.id]}, False)  # {comment(describe(k.checks[c]))}")
-        self.store(g, bads)
+        self.store(g, self.bads(g, env, settled))
         if self.fused_late is not None:  # after the group's own store: fewer values live across it
             self.fused_store(*self.fused_late)
             self.fused_late = None
+        return self.function(g_i, g, p, fn_name)
+
+    def bads(self, g: Group, env: dict[int, Any], settled: str) -> list[str]:
+        """Each check's failures where `settled` (in range, and decided by this program)."""
+        out = []
+        for c, v in g.checks:
+            bad = self.ns.create_name(f"bad_{c}")
+            out.append(bad)
+            self.buf.writeline(f"{bad} = tl.where({settled}, {env[v.id]}, False)  # {comment(describe(self.k.checks[c]))}")
+        return out
+
+    def function(self, g_i: int, g: Group, p: GroupPlan, fn_name: str) -> tuple[GroupPlan, IndentedBuffer, list[str]]:
+        """The group's function around the body written (`self.buf`), and the kernel lines that call it."""
+        k = self.k
         # the function: its arguments, then the values cast once
         fn = IndentedBuffer()
         what = "; ".join(comment(describe(k.checks[c])) for c, _ in g.checks)
@@ -770,6 +811,43 @@ class TritonCodegen:
                                                          for bit, bad in enumerate(bads[start:start + FLAG_BITS])))
         return words
 
+    def walks(self, g: Group) -> bool:
+        """Whether an element-wise group writes its violations by `walk_again`: a tile of more than
+        WALK_AGAIN_PER_THREAD half-precision elements a thread (a lone fp16 or bf16 field). A 1-byte
+        mask's 16 elements a thread keep the plain path: walked again, ptxas aimed BERT's and
+        RoBERTa's kernels at fewer registers and spilled 8 bytes of their other paths (triton 3.9)."""
+        return self.plan.block > WALK_AGAIN_PER_THREAD * 32 * WARPS and self.plan.load_bytes == 2
+
+    def walk_again(self, g: Group, words: list[str] | None) -> None:
+        """The violation path of an element-wise group that `walks`: where any check failed
+        (`words`), the tile is loaded and checked again, `32 * WARPS` elements (one a thread) a
+        step, and each step holding a failure is written by `store`; with `words` None (the
+        group's ragged last tile) every step is walked, its checks with it. Its blocks then cost a
+        few registers, not a tile's: the kernel's registers are its heaviest path's and set how
+        many programs an SM holds on the valid path too (16 fp16 elements a thread took nll's
+        kernel from 59 registers to 102 through this path alone under triton 3.9, LayoutLMv3's to
+        92 under 3.6)."""
+        p, w = self.plan, self.buf.writeline
+        sub = 32 * WARPS
+        j, offs, live = (self.ns.create_name(n) for n in ("j", "offs_j", "live_j"))
+        if words is not None:
+            w(f"if tl.max({' | '.join(words)}, axis=0) > 0:  # a check failed in this tile: walk it again to write it")
+        with self.buf.indent(0 if words is None else 1):
+            w(f"for {j} in range(0, {p.block}, {sub}):")
+            with self.buf.indent():
+                w(f"{offs} = tile * {p.block} + {j} + tl.arange(0, {sub}).to(IDX)")
+                w(f"{live} = {offs} < {self.numel(g.axes)}")
+                outer = (self.plan, self.offs, self.live, self.idx, self.positions, self.here)
+                self.plan, self.offs, self.live = dataclasses.replace(p, block=sub), offs, live
+                self.idx, self.positions, self.here = {}, self.buf, True
+                try:
+                    env: dict[int, Any] = {}
+                    walk(g.ops, self, env)
+                    bads = [f"tl.where({live}, {env[v.id]}, False)" for _, v in g.checks]
+                    self.store(g, None, flat=offs, words=self.words(bads))
+                finally:
+                    self.plan, self.offs, self.live, self.idx, self.positions, self.here = outer
+
     def store(self, g: Group, bads: list[str] | None, flat: str = "offs", words: list[str] | None = None,
               rows: bool = False) -> None:
         """The violation path. The valid path keeps one int32 word of check bits per element
@@ -786,6 +864,9 @@ class TritonCodegen:
         if words is None:
             words = self.words(bads)
             w("# store: one reduction on a valid batch; only a program that found a violation writes")
+            if not self.plan.reduce and self.walks(g):
+                self.walk_again(g, words)
+                return
         w(f"if tl.max({' | '.join(words)}{axis}) > 0:")
         with self.buf.indent():
             if self.plan.reduce and self.plan.splittable and not again:
@@ -935,6 +1016,8 @@ class TritonCodegen:
             if key not in self.inline_loads:
                 self.inline_loads[key] = self.let(op, value, comment(fname))
             return self.inline_loads[key]
+        if self.here:  # walked again on the violation path (`walk_again`): loaded where it is needed
+            return self.let(op, value, comment(fname))
         # a load at the group's top level depends only on the position: hoisted into the loads section
         name = self.let(op, value, comment(fname), self.loads if self.red is None else None)
         if self.red is None and not self.plan.reduce:  # the same load in a FULL tile: no mask
@@ -1338,6 +1421,11 @@ def _loads(ops):
             yield op
         elif op.name == "reduction":
             yield from _loads(op.args[2])
+
+
+def _indented(lines: list[str]) -> list[str]:
+    """Lines moved a level deeper."""
+    return ["    " + line if line else line for line in lines]
 
 
 def _words(items) -> str:
