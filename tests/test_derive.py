@@ -261,6 +261,27 @@ def test_images_stay_float_where_the_model_would_cast_integers():
     assert ("pixel_values", "dtype") in _codes(batch, spec)
 
 
+def test_probe_forwards_leave_the_model_as_they_found_it(monkeypatch):
+    """Swin shrinks its window size to a small probe image (a plain attribute its forward rebinds): every later
+    probe of another size failed, so the derivation fell back to the family lists (a -100 label then an error),
+    and a model too large to copy, traced itself, was left unable to run at all."""
+    import tritoncheck.derive as derive
+
+    monkeypatch.setattr(derive, "COPY_LIMIT", 0)  # as for a model of over 20M parameters: traced itself
+    model = T.SwinForImageClassification(T.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                      num_heads=[2, 2], window_size=2, num_labels=3)).eval()
+    before = [(m.window_size, m.shift_size) for m in model.modules() if hasattr(m, "shift_size")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model)
+    assert "Traced:" in spec.description
+    assert [(m.window_size, m.shift_size) for m in model.modules() if hasattr(m, "shift_size")] == before
+    batch = {"pixel_values": torch.randn(2, 3, 32, 32), "labels": torch.tensor([0, -100])}
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).loss)
+    assert tc.check(batch, spec, backend="torch").ok
+
+
 def test_problem_type_keyword_overrides_the_config():
     spec = _spec(_bert(3), problem_type="multi_label_classification")
     assert spec.fields["labels"].shape == ["B", "num_labels"]

@@ -167,6 +167,25 @@ def _untouched(model: nn.Module):
             vars(config).update(saved)
 
 
+def _module_state(model: nn.Module) -> list[tuple[nn.Module, dict[str, Any], dict[str, Any]]]:
+    """Each module's own plain attributes (copies of lists and dicts) and its buffers, by reference: what a
+    forward may rebind (a window size, a regrown sinusoidal table)."""
+    plain = (list, dict, set)
+    return [(m, {k: copy.copy(v) if isinstance(v, plain) else v for k, v in vars(m).items()
+                 if not k.startswith("_") and not isinstance(v, (nn.Module, torch.Tensor))}, dict(m._buffers))
+            for m in model.modules()]
+
+
+def _restore_modules(state: list[tuple[nn.Module, dict[str, Any], dict[str, Any]]]) -> None:
+    for m, attributes, buffers in state:
+        for k, v in attributes.items():
+            if vars(m).get(k, object()) is not v:
+                vars(m)[k] = v
+        if m._buffers.keys() != buffers.keys() or any(m._buffers[k] is not t for k, t in buffers.items()):
+            m._buffers.clear()
+            m._buffers.update(buffers)
+
+
 def _described(data: dict[str, Any], notes: list[tuple[str, bool]]) -> dict[str, Any]:
     if notes:
         data["description"] += " Not derived (add these to the contract yourself): " + "; ".join(n for n, _ in notes) + "."
@@ -219,17 +238,21 @@ class _Tracing:
         self.hinted = set(data["fields"])  # fields the per-family lists describe (their dtypes were measured)
 
     def call(self, batch: dict[str, torch.Tensor]) -> Any:
-        """One forward; the config is restored after it (a head sets `config.problem_type` from the first labels
-        it sees: a float probe of `labels` would make every later int one a multi-label target)."""
+        """One forward; the config and every module's own attributes and buffers are restored after it (a head
+        sets `config.problem_type` from the first labels it sees: a float probe of `labels` would make every later
+        int one a multi-label target; Swin shrinks its window to a small probe image, and every later forward of
+        another size, the user's own where the model is too large to copy, then fails)."""
         self.forwards += 1
         config = getattr(self.model, "config", None)
         saved = dict(vars(config)) if config is not None and hasattr(config, "__dict__") else None
+        modules = _module_state(self.model)
         try:
             return self.model(**{k: v for k, v in batch.items() if k in self.names}, **self.flags)
         finally:
             if saved is not None:
                 vars(config).clear()
                 vars(config).update(saved)
+            _restore_modules(modules)
 
     def run(self) -> tuple[dict[str, Any], dict[str, list[str]], list[str]] | None:
         """(spec mapping, origins, what the self-check dropped), or None (`why` says why) where no batch built
