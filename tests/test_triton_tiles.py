@@ -50,7 +50,7 @@ def test_a_wide_tile_writes_its_violations_from_a_second_walk(dtype):
     assert program.groups[0].block == 16 * 32 * codegen.WARPS
     assert WALK in _group_source(program, 0) and "in range(0, 2048, 128):" in _group_source(program, 0)
     g = torch.Generator().manual_seed(0)
-    for n, c in [(3, 1000), (7, 300), (1, 5000), (2, 2048)]:
+    for n, c in [(3, 1000), (2, 2048)]:
         x = -torch.rand(n, c, generator=g).to(dtype)
         x.view(-1)[torch.randint(0, n * c, (6,), generator=g)] = 0.5  # above max
         x.view(-1)[torch.randint(0, n * c, (3,), generator=g)] = float("nan")
@@ -90,7 +90,7 @@ def test_only_wide_half_precision_tiles_walk_again():
 
 def _batches(dtype, seed):
     g = torch.Generator().manual_seed(seed)
-    for B, L in [(2, 3000), (3, 700), (1, 4096), (5, 13)]:
+    for B, L in [(2, 2100), (5, 13)]:  # two full tiles of h and a ragged one; one ragged tile
         h = torch.rand(B, L, generator=g).to(dtype)
         s = torch.rand(B, 3, generator=g).half()
         m = torch.randint(0, 2, (B, L), generator=g).to(torch.uint8)
@@ -110,8 +110,7 @@ def _batches(dtype, seed):
             yield bad, {"h": hb, "s": sb, "m": mb, "a": ab, "b": bb}
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("indices", ["int32", "int64"])
+@pytest.mark.parametrize(("dtype", "indices"), [(torch.float16, "int32"), (torch.bfloat16, "int64")])
 def test_walked_tiles_report_as_the_torch_backend(monkeypatch, dtype, indices):
     """Violations in several 128-element steps of one tile, in full tiles and the ragged last one,
     across samples; with int64 indices too (the launch of a batch past 2**31 elements)."""
