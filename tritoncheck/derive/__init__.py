@@ -678,14 +678,15 @@ class _Tracing:
             if p.name in fields or "head_mask" in p.name:
                 continue
             fields[p.name] = {"dtype": MASK_DTYPES if "mask" in p.name else EVERY_DTYPE,
-                              "shape": _guess_shape(p.name), "optional": True,
+                              "shape": _guess_shape(p.name), "optional": True, "severity": {"rank": "warning"},
                               "description": "accepted by forward; not traced (its rank is guessed from its name)"}
             rule = f"not present({p.name})"
             self.data["rules"].append({
                 "rule": rule, "code": "untraced_field", "field": p.name, "severity": "warning",
                 "hint": f"forward accepts {p.name}, but no probe forward could feed it, so its values are unchecked; "
                 "describe it in a YAML contract (tc.load_spec) if you use it"})
-            origins[f"fields.{p.name}"] = ["a parameter of forward, not traced: any dtype, rank guessed from the name"]
+            origins[f"fields.{p.name}"] = ["a parameter of forward, not traced: any dtype, rank guessed from the name "
+                                           "(another rank a warning: a guess is no contract)"]
             origins[f"rules.{rule}"] = [f"{p.name} is accepted but unchecked: a warning, never unexpected_field"]
 
 
