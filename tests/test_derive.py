@@ -300,30 +300,6 @@ def test_an_untraced_field_of_another_rank_is_a_warning_not_an_error():
         ("labels", "rank", "warning"), ("labels", "untraced_field", "warning")}
 
 
-def test_a_mask_the_example_gave_no_row_of_ones_makes_no_length_bound():
-    """An input no hint knows starts as ints in {0, 1}; taken as a mask, a row of zeros made a mean over it NaN at
-    L = 1, and the length probe read that as 'L = 1 raises': L >= 2, an error on every valid 1-token batch."""
-
-    class Pooled(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb, self.fc = nn.Embedding(30, 16), nn.Linear(16, 3)
-
-        def forward(self, input_ids, attention_mask=None):
-            h = self.emb(input_ids)
-            if attention_mask is not None:
-                return self.fc((h * attention_mask[..., None]).sum(1) / attention_mask.sum(1, keepdim=True))
-            return self.fc(h.mean(1))
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        spec = tc.spec_for(Pooled().eval())
-    assert not [r for r in spec.rules if r.code == "dim_bound"], [r.rule for r in spec.rules]
-    ids = torch.randint(0, 30, (2, 1))
-    assert tc.check({"input_ids": ids, "attention_mask": torch.ones(2, 1)}, spec, backend="torch").ok
-    assert tc.check({"input_ids": ids}, spec, backend="torch").ok
-
-
 def test_problem_type_keyword_overrides_the_config():
     spec = _spec(_bert(3), problem_type="multi_label_classification")
     assert spec.fields["labels"].shape == ["B", "num_labels"]

@@ -152,10 +152,7 @@ def make(kind: str, shape: list[int | str], sizes: dict[str, int], compute: torc
     concrete = [sizes.get("B", B) if e == "B" else e if isinstance(e, int) else sizes.get(e, sizes["*"]) for e in shape]
     if kind == "float":
         return torch.randn(concrete, generator=g).to(compute)
-    out = torch.randint(0, 2, concrete, generator=g)
-    if out.dim() >= 2 and out.numel():  # no row all zero: taken as a mask, a row attending to nothing is NaN (a
-        out[..., 0] = 1                 # mean over it), which a length probe took for "this length raises"
-    return out
+    return torch.randint(0, 2, concrete, generator=g)
 
 
 class FirstUse:
