@@ -88,6 +88,15 @@ METADATA_CODES = frozenset({"not_a_mapping", "unexpected_field", "missing_field"
                             "empty_batch", "dtype", "rank", "shape", "dim_mismatch"})
 # Of those, the problems of one field alone (not of the batch's shape as a whole): the rest can be checked without it.
 FIELD_PROBLEMS = frozenset({"unexpected_field", "not_a_tensor", "device_mismatch", "dtype", "rank", "shape"})
+# What makes a row of a column unchecked (`Column`'s marks), its code and rule; a row is reported for the first
+# that holds, per column.
+FLAWS = (
+    ("nulls", "null", "a null (missing value) in the row; the row is not checked further"),
+    ("jagged", "not_a_tensor", "its lists differ in length inside the row, so it is not a tensor; the row is not "
+                               "checked further"),
+    ("past_int64", "past_int64", "a uint64 value past 2**63 - 1 in the row, which no torch integer batch holds; the "
+                                 "row is not checked further"),
+)
 # What the Hugging Face collators (default_data_collator, DataCollatorWithPadding) rename.
 HF_RENAMES = {"label": "labels", "label_ids": "labels"}
 SHOWN = 10  # violations printed; the JSON report has them all
@@ -1194,19 +1203,16 @@ class _Ragged:
         return out
 
     def flaws(self) -> list[tuple[int, Violation]]:
-        """The rows not checked, each with why (the first that holds): a null in it, inner lists of different
-        lengths, or a uint64 value past int64."""
+        """The rows not checked, each with why (the first of `FLAWS` that holds, per column)."""
+        import torch
+
         found = []
         for name, c in self.columns.items():
-            for r in c.nulls.nonzero().flatten().tolist():
-                found.append((r, Violation(name, "null", "a null (missing value) in the row; the row is not checked "
-                                           "further", samples=(r,))))
-            for r in (c.jagged & ~c.nulls).nonzero().flatten().tolist():
-                found.append((r, Violation(name, "not_a_tensor", "its lists differ in length inside the row, so it "
-                                           "is not a tensor; the row is not checked further", samples=(r,))))
-            for r in (c.past_int64 & ~c.nulls & ~c.jagged).nonzero().flatten().tolist():
-                found.append((r, Violation(name, "past_int64", "a uint64 value past 2**63 - 1 in the row, which no "
-                                           "torch integer batch holds; the row is not checked further", samples=(r,))))
+            seen = torch.zeros(self.n, dtype=torch.bool)
+            for mark, code, rule in FLAWS:
+                rows = (getattr(c, mark) & ~seen).nonzero().flatten().tolist()
+                found += [(r, Violation(name, code, rule, samples=(r,))) for r in rows]
+                seen |= getattr(c, mark)
         return found
 
     def scan(self, spec: Any, backend: str, places: dict[tuple[str, str, int], int]
@@ -1223,7 +1229,8 @@ class _Ragged:
         found: list[tuple[int | None, Any]] = self.flaws()
         checked = torch.ones(self.n, dtype=torch.bool)
         for c in self.columns.values():
-            checked &= ~(c.nulls | c.jagged | c.past_int64)
+            for mark, _, _ in FLAWS:
+                checked &= ~getattr(c, mark)
         suspect = torch.zeros(self.n, dtype=torch.bool)
         if not self.sizes:  # columns of scalars, some rows with a null: the others are one batch (nothing to pad)
             rows = checked.nonzero().flatten()

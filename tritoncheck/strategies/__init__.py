@@ -35,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from tritoncheck.plan.lower import FieldPlan, Plan, RuleCheck, compile_plan
 from tritoncheck.checks import VIOLATION_CODES
-from tritoncheck.spec.schema import BatchSpec
+from tritoncheck.spec.schema import BatchSpec, closest
 from tritoncheck.strategies.domains import DEFAULT_SPAN, MAX_TRIES, Domain, Infeasible, pick
 from tritoncheck.strategies.draw import DEFAULT_BATCH, DEFAULT_DIM, Draw, UnsatisfiableSpecError, applies, dim_intervals, draw_batch
 from tritoncheck.strategies.mutate import mutate
@@ -162,8 +162,6 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
     own = {c.code for c in (*plan.checks, *plan.dim_checks)}  # (a rule's own code among them)
     unknown = sorted(wanted - own - set(VIOLATION_CODES)) if wanted is not None else []
     if unknown:  # (else every draw is rejected, and Hypothesis says only that nothing could be drawn)
-        from tritoncheck.spec.schema import closest
-
         raise ValueError(f"malformed_batches: no code {unknown[0]!r}{closest(unknown[0], sorted(own | set(VIOLATION_CODES)))}; "
                          f"this spec's checks have {', '.join(sorted(own))}")
     targets: list[Any] = [*plan.checks, *plan.dim_checks, *plan.fields]
