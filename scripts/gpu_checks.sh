@@ -52,7 +52,7 @@ PAR=$(python3 -c "import xdist" 2>/dev/null && echo "-n 12")
 TMO=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=60")
 TMO_FUZZ=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=110")
 # shellcheck disable=SC2086
-step tests 150 "$OUT/tests.log" env GPU_FAILURES="$OUT/failures.txt" PYTHONPATH="$PYTHONPATH:$PWD/scripts" \
+step tests 140 "$OUT/tests.log" env GPU_FAILURES="$OUT/failures.txt" PYTHONPATH="$PYTHONPATH:$PWD/scripts" \
   TORCHINDUCTOR_COMPILE_THREADS=1 python3 -m pytest -q -p pytest_failures -p no:benchmark -rfE --tb=short \
   --durations=15 $PAR $TMO \
   tests/test_triton_gpu.py tests/test_triton_backend.py tests/test_triton_split.py tests/test_backends.py \
@@ -60,17 +60,17 @@ step tests 150 "$OUT/tests.log" env GPU_FAILURES="$OUT/failures.txt" PYTHONPATH=
 
 # 2. The differential fuzz on every backend, 40 examples on CUDA tensors
 # (a fresh seed, printed in fuzz.log to replay it)
-step fuzz 120 "$OUT/fuzz.log" env TRITONCHECK_FUZZ_EXAMPLES=40 TRITONCHECK_FUZZ_SEED=random TORCHINDUCTOR_COMPILE_THREADS=1 \
+step fuzz 100 "$OUT/fuzz.log" env TRITONCHECK_FUZZ_EXAMPLES=40 TRITONCHECK_FUZZ_SEED=random TORCHINDUCTOR_COMPILE_THREADS=1 \
   python3 -m pytest -q -p no:benchmark -s -rfE --tb=short tests/test_differential_fuzz.py -k "all" $TMO_FUZZ
 
 # 3. the profiler: one kernel and one device-to-host copy per check, and what the kernel costs
-step profile 90 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --out "$OUT/gpu-profile-cuda.md"
+step profile 80 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --out "$OUT/gpu-profile-cuda.md"
 
 # 3b. the same small batches with the small-batch split off (WAVE=1): its gain against its second launch
-step unsplit 60 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --no-big --wave 1 --out "$BENCH/gpu-profile-cuda-wave1.md"
+step unsplit 50 "$OUT/profile.log" python3 benchmarks/gpu_profile.py --no-big --wave 1 --out "$BENCH/gpu-profile-cuda-wave1.md"
 
 # 4. the benchmarks: small scenarios first, the 254 MB batch last (a run cut short keeps the rest)
-step bench 180 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-startup --results-dir "$BENCH" \
+step bench 150 "$OUT/bench.log" python3 benchmarks/run.py --device cuda --no-startup --results-dir "$BENCH" \
   --scenario bert --scenario bart --scenario layoutlmv3 --scenario ctc --scenario bert-b1 --scenario big
 
 {

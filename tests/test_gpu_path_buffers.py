@@ -3,9 +3,9 @@
 Rows longer than `codegen.MAX_STEPS` steps (an int sum over L > 8,192) are split across programs
 that meet in scratch slots of the result buffer. A part that only saw padding (`any(labels !=
 -100)`) or any part of a sum left its partials there on a *valid* batch, and the host reset the
-buffer with a blocking host-to-device copy after every such batch. The scratch is now zeroed on
-the stream right after the kernel (a memset; the read-back covers only the slots before it), and
-after a bad batch the host zeroes the buffer on the stream. These run at the real MAX_STEPS,
+buffer with a blocking host-to-device copy after every such batch. Now the last part of a row
+zeroes the slots it met in, inside the kernel (no memset, one launch), and after a bad batch the
+host zeroes the buffer on the stream. These run at the real MAX_STEPS,
 under the interpreter on CPU.
 """
 

@@ -490,17 +490,27 @@ def test_expanded_views_run_on_the_kernel(device):
 
 
 def _count_launches(monkeypatch, spec, batch):
+    """Check `batch` once (compiled and warm), then count the launches: each through Triton's JIT
+    (its keyword arguments recorded) and, on CUDA, each through the compiled kernel's own launcher
+    (`Direct`, recorded as "direct")."""
     tc.check(batch, spec, backend="triton")
     program = tb.program_for(compile_plan(spec), bind(compile_plan(spec), batch))
     calls = []
     cls = type(program.fn)
-    original = cls.run
+    original, original_direct = cls.run, tb.Direct.__call__
 
     def counting(self, *args, **kwargs):
         calls.append(kwargs)
         return original(self, *args, **kwargs)
 
+    def counting_direct(self, *args):
+        launched = original_direct(self, *args)
+        if launched:
+            calls.append("direct")
+        return launched
+
     monkeypatch.setattr(cls, "run", counting)
+    monkeypatch.setattr(tb.Direct, "__call__", counting_direct)
     return calls
 
 
@@ -511,7 +521,7 @@ def test_exactly_one_launch_per_check_valid_or_not(monkeypatch, name, device):
     calls = _count_launches(monkeypatch, spec, to_device(batch, device))
     assert tc.check(to_device(batch, device), spec, backend="triton").ok
     assert len(calls) == 1
-    assert calls[0]["enable_fp_fusion"] is False  # torch rounds a * b + c twice
+    assert calls[0] == "direct" if device == "cuda" else calls[0]["enable_fp_fusion"] is False  # torch rounds a * b + c twice
     for _, mutate in corruptions(spec, batch):
         mutate()
     report = tc.check(to_device(batch, device), spec, backend="triton")

@@ -2,9 +2,9 @@
 
 A row of a reduction longer than `codegen.MAX_STEPS` loop steps is shared by 2**split programs.
 These tests set MAX_STEPS to 1, so a few thousand elements split as a 1 GB batch would: a part
-that decides a row alone (`any` found a true value, `all` a false one) writes nothing; rows no
-part decides are combined through scratch slots by the last program to arrive, and the host
-zeroes the scratch on the stream after the kernel.
+that decides a row alone (`any` found a true value, `all` a false one) settles it; rows no
+part decides are combined through scratch slots by the last program to arrive, which zeroes
+them again: a valid batch is one launch and leaves the buffer clean.
 """
 
 from __future__ import annotations
@@ -61,19 +61,31 @@ def test_a_whole_batch_any_split_across_programs(device):
     assert not same({"y": y}, spec, device)[0].violations
 
 
-def test_parts_that_decide_alone_write_nothing(device):
-    """A split row's parts write nothing when each decides alone (the `Layout`'s and values' slots
-    keep their poison); the scratch is zeroed after the kernel, so the buffer ends clean."""
+def _fills(fn):
+    """`fn()`, and the names of the fill and zero ops torch ran meanwhile (a memset on CUDA)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = fn()
+    return out, [e.name for e in prof.events() if e.name in ("aten::zero_", "aten::fill_", "aten::zeros")]
+
+
+@pytest.mark.parametrize("y_of", [lambda: torch.ones(5, 1000, dtype=torch.int64),  # every part decides alone
+                                  lambda: torch.full((5, 1000), -100).index_fill_(1, torch.tensor([999]), 3)])
+def test_a_valid_split_batch_is_one_launch_that_leaves_the_buffer_clean(device, y_of):
+    """Each part of a split row adds to the scratch and counts itself in; the last zeroes the slots.
+    So a valid batch queues the kernel and the copy back, no memset, and its buffer ends all zero
+    (the `Layout`'s and values' slots, poisoned, keep their poison: nothing writes them)."""
     spec = _spec(["any(y != -100)"], LABELS)
     plan = compile_plan(spec)
-    batch = {"y": torch.ones(5, 1000, dtype=torch.int64, device=device)}
+    batch = {"y": y_of().to(device)}
     first = tb.launch(plan, bind(plan, batch))
     slot = first.slot
     assert first.result() == [] and tb.geometry(first.program, {"B": 5, "L": 1000})[0].split >= 2
     scratch = tb.geometry(first.program, {"B": 5, "L": 1000})[0].scratch
     slot.device[:scratch].fill_(-7)  # poison all but the scratch: a launch that writes nothing there leaves the poison
-    pending = tb.launch(plan, bind(plan, batch))
-    assert pending.slot is slot
+    pending, fills = _fills(lambda: tb.launch(plan, bind(plan, batch)))
+    assert pending.slot is slot and fills == []
     assert set(slot.device[:scratch].tolist()) == {-7} and set(slot.device[scratch:].tolist()) == {0}
     # on CUDA the launch already queued the copy back, so the host copy holds the poison too (the
     # `tolist` above waited for it): clean both, as the kernel would have left them on a valid batch

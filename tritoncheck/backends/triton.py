@@ -355,7 +355,7 @@ def direct_of(memo: dict[str, Any]) -> Direct | bool | None:
 
 def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | Callable[[], Bound]) -> Pending:
     """Queue the kernel of a prepared signature (`memo`: bind's memo of it, after `launch` filled it) on
-    `tensors` (the launch's fields, in order), then the scratch's reset and the copy back, on the
+    `tensors` (the launch's fields, in order), then the copy back, on the
     batch's device and its current stream; return at once. `bound`: the batch's `Bound`, or a
     callable that binds it (called only to decode a failing batch).
 
@@ -371,8 +371,6 @@ def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | 
         with _interpreter_lock:
             slot = _pool.take(runner)
             _launch_plain(runner.spec, tensors, slot)
-            if slot.scratch is not None:
-                slot.scratch.zero_()
         return Pending(bound, runner.spec, slot)
     if torch.cuda.is_current_stream_capturing():  # before anything is queued on the stream
         _torch_backend.refuse_capture()  # (raises, saying why)
@@ -382,8 +380,6 @@ def start(memo: dict[str, Any], tensors: Sequence[torch.Tensor], bound: Bound | 
         # `_read_back`, written out: the JIT launch below runs it inside the batch's device context (the
         # event records on the current device's stream), which this path has no need to enter, so the two
         # share no tail; a call to `_read_back` here would add a Python call (about 15 ns) to each warm check
-        if slot.scratch is not None:
-            slot.scratch.zero_()
         slot.host_head.copy_(slot.device_head, True)
         event = slot.event
         event.record()
@@ -409,10 +405,8 @@ def _launch_plain(spec: Launch, tensors: list[torch.Tensor], slot: _Slot) -> Any
 
 
 def _read_back(slot: _Slot) -> None:
-    """After the kernel, on the stream: zero the scratch where split rows met (a fill kernel), start
-    the copy of the result head to pinned host memory, and record the event that marks it done."""
-    if slot.scratch is not None:
-        slot.scratch.zero_()
+    """After the kernel, on the stream: start the copy of the result head to pinned host memory, and
+    record the event that marks it done (the kernel left the scratch where split rows met zeroed)."""
     slot.host_head.copy_(slot.device_head, True)  # (non_blocking, given positionally: 0.1 us less to parse)
     slot.event.record()
 
@@ -491,17 +485,16 @@ def direct_launcher(kernel: Any, spec: Launch, device: torch.device) -> Direct |
 class _Slot:
     """A result buffer on the device, its pinned host copy and the event that marks the copy done
     (None on the CPU, where `host` is the buffer itself), with the views a launch uses: the head the
-    host reads back (`head` slots), the scratch after it (None without split rows), the host head as
-    a numpy array. `reset`: an event after the buffer was zeroed on a stream, which the next user's
-    stream waits for (a device-side wait, not the host's)."""
+    host reads back (`head` slots; after it, the scratch of split rows, which the kernel leaves
+    zeroed), the host head as a numpy array. `reset`: an event after the buffer was zeroed on a
+    stream, which the next user's stream waits for (a device-side wait, not the host's)."""
 
-    __slots__ = ("device", "event", "host", "reset", "device_head", "host_head", "host_values", "scratch",
-                 "device_ptr", "home")
+    __slots__ = ("device", "event", "host", "reset", "device_head", "host_head", "host_values", "device_ptr",
+                 "home")
 
     def __init__(self, device: torch.Tensor, host: torch.Tensor, head: int, event: Any):
         self.device, self.host, self.event, self.reset = device, host, event, None
         self.device_head, self.host_head = device[:head], host[:head]
-        self.scratch = device[head:] if head < len(device) else None
         self.host_values = self.host_head.numpy()
         self.device_ptr = device.data_ptr()
         self.home: list[_Slot] = []  # the free list it goes back to (the pool sets it)
@@ -510,8 +503,8 @@ class _Slot:
 class _Pool:
     """Persistent zeroed result buffers, one per concurrent use, so launches never share one.
 
-    A buffer goes back zeroed: a valid batch leaves it so (the scratch where split rows meet is
-    zeroed on the stream right after the kernel; `Pending.result` puts it back as it is), and after
+    A buffer goes back zeroed: a valid batch leaves it so (the kernel's last part of a split row
+    zeroes the scratch slots it met in; `Pending.result` puts it back as it is), and after
     a failing batch it is zeroed on the stream (`release`).
     """
 

@@ -513,7 +513,7 @@ class TritonCodegen:
                      "a field used by several groups is read by each")
         rows = sum(r >= 0 for r in k.layout.batch_rows)
         lines.append(f"writes: nothing on a valid batch (but, where rows are split across programs, partials and a "
-                     f"count per row into scratch slots the host zeroes on the stream); on violations int64 counts and "
+                     f"count per row into scratch slots the row's last part zeroes); on violations int64 counts and "
                      f"first "
                      f"indices into 2*{len(k.checks)} + {comment(k.batch_dim)}*{rows} slots, then the value seen there "
                      f"per check, in two halves keyed by its index (2*{len(k.checks)} slots)")
@@ -767,14 +767,14 @@ class TritonCodegen:
         With `split == 0` a program sees whole rows: every live row is settled, nothing written.
         Otherwise a program settles a row by itself when each of the group's reductions is decided
         by its own part (`any` found a true value, `all` a false one): then the row's total is that
-        value, whatever the other parts hold, and nothing is written -- the usual case of a valid
-        batch for `any(labels != -100)`. A row some reduction leaves open here (a part of only
-        ignored labels; any `sum`) is settled by the last of its programs to arrive: each such
-        program adds its partials to the row's totals in the scratch slots (atomics), then counts
-        itself in; the one that counts 2**split reads the totals. If several programs settle the
-        same row alone, `store` lets only the first write it (a claim, on the violation path).
-        The host zeroes the scratch on the stream after the kernel (a memset), so a valid batch
-        leaves the buffer clean and the read-back looks only at the slots before the scratch.
+        value, whatever the other parts hold -- the usual case of a valid batch for `any(labels !=
+        -100)`. Every part also adds its partials to the row's totals in the scratch slots (atomics;
+        a decided part's value decides the total too) and counts itself in; the one that counts
+        2**split settles the row from the totals and swaps them and the count back to zero. So the
+        kernel leaves the scratch as it found it, zero, on every batch but one with a violation
+        (the claims below; the host zeroes that buffer on the stream): no memset after the kernel,
+        one launch a check. If several programs settle the same row, `store` lets only the first
+        write it (a claim, on the violation path).
         """
         w = self.buf.writeline
         rows = self.numel(self.g.axes)
@@ -786,20 +786,20 @@ class TritonCodegen:
             decided = " & ".join(f"({acc} > 0)" for acc, red, _ in self.accs if red != "sum") if all(
                 red != "sum" for _, red, _ in self.accs) else ""
             w(f"settled = live & {decided}" if decided else "settled = live & False  # a sum is never decided by a part")
-            w("open_rows = live & (settled == 0)")
-            w("if tl.max(open_rows.to(tl.int32), axis=0) > 0:")
+            w(f"# scratch: [seen: rows][claimed: rows][total of each reduction: rows]")
+            for j, (acc, red, _) in enumerate(self.accs):
+                fn = "atomic_add" if red == "sum" else "atomic_max"
+                w(f"tl.{fn}(out_ptr + scratch + {2 + j} * {rows} + offs, {acc}.to(tl.int64), mask=live)")
+            w("tl.debug_barrier()  # every partial is added before this program counts itself in")
+            w("seen = tl.atomic_add(out_ptr + scratch + offs, 1, mask=live)")
+            w("last = live & (seen == parts - 1)")
+            w("if tl.max(last.to(tl.int32), axis=0) > 0:  # the row's last part: its totals, and the slots zeroed")
             with self.buf.indent():
-                w(f"# scratch: [seen: rows][claimed: rows][total of each reduction: rows]")
-                for j, (acc, red, _) in enumerate(self.accs):
-                    fn = "atomic_add" if red == "sum" else "atomic_max"
-                    w(f"tl.{fn}(out_ptr + scratch + {2 + j} * {rows} + offs, {acc}.to(tl.int64), mask=open_rows)")
-                w("tl.debug_barrier()  # every partial is added before this program counts itself in")
-                w("seen = tl.atomic_add(out_ptr + scratch + offs, 1, mask=open_rows)")
-                w("last = open_rows & (seen == parts - 1)")
                 for j, (acc, _, kind) in enumerate(self.accs):
-                    w(f"{acc} = tl.where(last, tl.atomic_add(out_ptr + scratch + {2 + j} * {rows} + offs, 0, "
+                    w(f"{acc} = tl.where(last, tl.atomic_xchg(out_ptr + scratch + {2 + j} * {rows} + offs, 0, "
                       f"mask=last).to({kind}), {acc})")
-                w("settled = settled | last")
+                w("tl.atomic_xchg(out_ptr + scratch + offs, 0, mask=last)")
+            w("settled = settled | last")
         return "settled"
 
     def words(self, bads: list[str], name: str = "flags") -> list[str]:
