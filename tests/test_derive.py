@@ -300,6 +300,37 @@ def test_an_untraced_field_of_another_rank_is_a_warning_not_an_error():
         ("labels", "rank", "warning"), ("labels", "untraced_field", "warning")}
 
 
+class _Pooled(nn.Module):
+    """A plain classifier: the mean of its tokens' embeddings over the mask (or a spread of them, `std`)."""
+
+    def __init__(self, pool: str = "mean"):
+        super().__init__()
+        self.emb, self.fc, self.pool = nn.Embedding(30, 16), nn.Linear(16, 3), pool
+
+    def forward(self, input_ids, attention_mask=None):
+        h = self.emb(input_ids)
+        if self.pool == "std":
+            return self.fc(h.std(1))  # NaN for one token, whatever the data
+        if attention_mask is not None:
+            return self.fc((h * attention_mask[..., None]).sum(1) / attention_mask.sum(1, keepdim=True))
+        return self.fc(h.mean(1))
+
+
+def test_a_mask_row_of_zeros_in_a_narrowed_example_makes_no_length_bound():
+    """The smallest-size probe cuts the example to L = 1; a mask row whose first value is 0 then keeps
+    nothing, and the mean over it is NaN: read as 'L = 1 raises', that made L >= 2, an error on every
+    valid 1-token batch. A forward that is NaN at L = 1 with every position kept still gives the bound."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(_Pooled().eval())
+        spread = tc.spec_for(_Pooled("std").eval())
+    assert not [r for r in spec.rules if r.code == "dim_bound"], [r.rule for r in spec.rules]
+    ids = torch.randint(0, 30, (2, 1))
+    assert tc.check({"input_ids": ids, "attention_mask": torch.ones(2, 1)}, spec, backend="torch").ok
+    assert tc.check({"input_ids": ids}, spec, backend="torch").ok
+    assert [r.rule for r in spread.rules if r.code == "dim_bound"] == ["L >= 2"]
+
+
 def test_problem_type_keyword_overrides_the_config():
     spec = _spec(_bert(3), problem_type="multi_label_classification")
     assert spec.fields["labels"].shape == ["B", "num_labels"]

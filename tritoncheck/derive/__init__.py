@@ -506,7 +506,7 @@ class _Tracing:
 
             def runs(n: int, dim: str = dim) -> bool:
                 self.forwards += 1
-                return probes.clean(self.call, _narrowed(batch, fields, dim, n)) is None
+                return probes.clean_unmasked(self.call, _narrowed(batch, fields, dim, n)) is None
 
             if runs(1):
                 continue
