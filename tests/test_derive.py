@@ -282,6 +282,36 @@ def test_probe_forwards_leave_the_model_as_they_found_it(monkeypatch):
     assert tc.check(batch, spec, backend="torch").ok
 
 
+def test_the_forwards_flags_are_options_a_batch_may_carry(backend, tmp_path):
+    """CLIP's collators put `return_loss=True` in the batch, and `model(**batch)` takes it: it was an
+    unexpected_field, an error on every valid batch. The forward's parameters a tensor cannot fill are the
+    contract's options: let through on every backend, kept by the YAML, and named when a key is misspelt."""
+    cfg = T.CLIPConfig(text_config=dict(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, max_position_embeddings=16),
+                       vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, image_size=32, patch_size=16), projection_dim=8)
+    model = T.CLIPModel(cfg).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model)
+    batch = {"input_ids": torch.randint(0, 99, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
+             "pixel_values": torch.randn(2, 3, 32, 32), "return_loss": True}
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).loss)
+    assert "return_loss" in spec.options and "pixel_values" not in spec.options
+    assert tc.check(batch, spec, backend=backend).ok
+    (tmp_path / "clip.yaml").write_text(spec.to_yaml())
+    assert tc.load_spec(tmp_path / "clip.yaml").options == spec.options
+    report = tc.check({**batch, "return_los": True}, spec, backend=backend)
+    assert [v.code for v in report.violations] == ["unexpected_field"]
+    assert "did you mean 'return_loss'?" in str(report) and "options: " in str(report)
+
+
+def test_an_option_may_not_also_be_a_field():
+    with pytest.raises(tc.SpecError, match="named both a field and an option"):
+        tc.BatchSpec.model_validate({"name": "s", "fields": {"x": {"dtype": "int64", "shape": ["B"]}}, "options": ["x"]})
+
+
 def test_an_untraced_field_of_another_rank_is_a_warning_not_an_error():
     """Segformer's labels are [B, H, W], which no probe fed: the rank guessed from the name ([B, labels_1]) made
     every valid labelled batch an error, where docs/derive.md promises a warning (untraced_field)."""

@@ -122,7 +122,7 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
                f"from its signature: {derivation.why})")
         data["name"] = f"{data['name']} (derived by fallback)"
         data["description"] += f" Derived by fallback: {derivation.why}."
-        return rules.build(_described(data, notes), {}, how, f"spec_for({name})"), notes
+        return rules.build(_described(data, notes, signature.flags(model)), {}, how, f"spec_for({name})"), notes
     data, origins, dropped = traced
     if failure is not None:  # the hints knew nothing; the trace did: their complaint is void
         notes = []
@@ -140,7 +140,7 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
         data["description"] += " Dropped by the self-check (they rejected a batch the model ran cleanly): " + "; ".join(dropped) + "."
     how = (f"derived by tc.spec_for from a trace of {name}.forward ({derivation.forwards} forwards); "
            "'#' lines name the module and op each bound came from")
-    spec = rules.build(_described(data, notes), origins, how, f"spec_for({name})")
+    spec = rules.build(_described(data, notes, signature.flags(model)), origins, how, f"spec_for({name})")
     spec._example = {k: v.detach().cpu() for k, v in derivation.batch.items()}
     return spec, notes
 
@@ -186,7 +186,11 @@ def _restore_modules(state: list[tuple[nn.Module, dict[str, Any], dict[str, Any]
             m._buffers.update(buffers)
 
 
-def _described(data: dict[str, Any], notes: list[tuple[str, bool]]) -> dict[str, Any]:
+def _described(data: dict[str, Any], notes: list[tuple[str, bool]], flags: list[str]) -> dict[str, Any]:
+    """`data` with its notes in the description and, as options, the forward's flags that are not fields."""
+    options = [f for f in flags if f not in data["fields"]]
+    if options:
+        data["options"] = options
     if notes:
         data["description"] += " Not derived (add these to the contract yourself): " + "; ".join(n for n, _ in notes) + "."
     return data

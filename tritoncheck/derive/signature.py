@@ -50,3 +50,10 @@ def tensor_params(model: nn.Module) -> list[Param]:
         if p.annotation is p.empty or ("Tensor" in note and not any(word in note for word in _NOT_A_TENSOR)):
             out.append(Param(p.name, False))
     return out
+
+
+def flags(model: nn.Module) -> list[str]:
+    """The named parameters of `forward` a batch cannot fill with a tensor (`return_loss`, `return_dict`, a
+    cache), in order: a batch may carry them as they are (CLIP's collators add `return_loss=True`)."""
+    tensors = {p.name for p in tensor_params(model)}
+    return [p.name for p in _parameters(model) if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in tensors]

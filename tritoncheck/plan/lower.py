@@ -86,6 +86,7 @@ class Plan:
     checks: tuple[DataCheck, ...]
     dim_checks: tuple[DimCheck, ...]
     unexpected_fields: str
+    options: frozenset[str] = frozenset()  # batch keys that are not tensors, let through unchecked
     kind: Literal["plan"] = "plan"
     # per data check: (fields it reads, dims it needs, indexes into dims it reads), so that `bind`
     # does not walk the expressions again for every batch; derived from `checks`, so left out of ==/hash
@@ -151,7 +152,7 @@ def compile_plan(spec: BatchSpec) -> Plan:
                                 "growing faster than their number): split the contract into several specs")
     needs = tuple(_check_needs(c, by_name) for c in checks)
     plan = Plan(spec.name, spec.batch_dim, tuple(fields), tuple(checks), tuple(dim_checks), spec.unexpected_fields,
-                needs=needs)
+                frozenset(spec.options), needs=needs)
     spec._plan = plan
     return plan
 
@@ -663,12 +664,14 @@ def _bind(plan: Plan, batch: Any) -> Bound:
         return Bound({}, {}, violations, ["every check (the batch is not a mapping)"], [])
 
     known = {f.name for f in plan.fields}
-    unexpected = [str(key) for key in batch if key not in known]
+    unexpected = [str(key) for key in batch if key not in known and key not in plan.options]
     if plan.unexpected_fields == "error":
         for key in unexpected:
             violations.append(
-                Violation(key, "unexpected_field", f"{key!r} is not a field of {plan.spec_name}{closest(key, known)} "
-                          f"(fields: {', '.join(sorted(known))})", hint="drop it from the batch, or set unexpected_fields: ignore in the spec")
+                Violation(key, "unexpected_field", f"{key!r} is not a field of {plan.spec_name}"
+                          f"{closest(key, known | plan.options)} (fields: {', '.join(sorted(known))}"
+                          f"{'; options: ' + ', '.join(sorted(plan.options)) if plan.options else ''})",
+                          hint="drop it from the batch, or set unexpected_fields: ignore in the spec")
             )
 
     tensors: dict[str, torch.Tensor] = {}

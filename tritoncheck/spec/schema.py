@@ -278,6 +278,10 @@ class BatchSpec(_SpecModel):
     unexpected_fields: Literal["error", "ignore"] = Field(
         "error", description="Report fields the spec does not name ('error') or let them through ('ignore')."
     )
+    options: list[str] = Field(
+        default_factory=list, description="Batch keys the model takes that are not tensors (flags such as CLIP's "
+        "return_loss): a batch may carry them, and they are not checked; any other key is an unexpected field."
+    )
 
     _plan: Any = PrivateAttr(default=None)
 
@@ -322,6 +326,9 @@ class BatchSpec(_SpecModel):
         clash = set(self.fields) & set(self.params)
         if clash:
             out.append(f"{sorted(clash)} named both a field and a parameter")
+        clash = set(self.fields) & set(self.options)
+        if clash:
+            out.append(f"{sorted(clash)} named both a field and an option (a key that is not a tensor)")
         dims = self.dim_names()
         clash = dims & (set(self.fields) | set(self.params))
         if clash:
