@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import subprocess
 import sys
@@ -450,3 +451,15 @@ def test_fuzz_specs_load_or_refuse_and_check_never_raises(backend, data):
     if backend != "torch":
         other = tc.check(batch, s, backend=backend)
         assert (found(other), other.skipped) == (found(report), report.skipped)
+
+
+@pytest.mark.parametrize("given, says", [
+    ({"name": "s", "fields": {}}, "not a value of type dict (a dict: tc.BatchSpec.model_validate"),
+    ("name: s\nfields: {}\n", "not YAML text"),
+    ("x" * 5000, "no built-in spec named"),  # past the OS's longest file name: OSError had escaped
+    ("a\x00b", "no built-in spec named"),
+    (3, "not a value of type int"),
+])
+def test_load_spec_says_what_it_takes_for_anything_else(given, says):
+    with pytest.raises(tc.SpecError, match=re.escape(says)):
+        tc.load_spec(given)

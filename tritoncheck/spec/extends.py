@@ -235,10 +235,24 @@ def _key(path: Path) -> Path:
         return path
 
 
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a file; False where the OS refuses the name (too long, a NUL byte)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def spec_path(name_or_path: str | Path) -> Path:
     """The file a built-in name or a path refers to."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise SpecError(f"a spec is a built-in name or a YAML file's path, not a value of type {type(name_or_path).__name__}"
+                        + (" (a dict: tc.BatchSpec.model_validate(data))" if isinstance(name_or_path, dict) else ""))
+    if "\n" in str(name_or_path):
+        raise SpecError("a spec is a built-in name or a YAML file's path, not YAML text: write it to a file, or "
+                        "pass yaml.safe_load(text) to tc.BatchSpec.model_validate")
     path = Path(name_or_path)
-    if not path.suffix and not path.exists():
+    if not path.suffix and not _is_file(path):
         if str(name_or_path) not in builtin_spec_names():
             raise SpecError(f"no built-in spec named {str(name_or_path)!r}{closest(name_or_path, builtin_spec_names())}; "
                             f"built-ins: {', '.join(builtin_spec_names())}")
@@ -249,7 +263,7 @@ def spec_path(name_or_path: str | Path) -> Path:
 def read_spec(name_or_path: str | Path) -> BatchSpec:
     """Read a built-in spec by name, or a YAML file, without filling parameters."""
     path = spec_path(name_or_path)
-    if not path.is_file():
+    if not _is_file(path):
         raise SpecError(f"spec file not found: {path}")
     data = resolve(read_yaml(path, str(path)), path)
     return spec_from_dict(data, str(path))
