@@ -290,3 +290,18 @@ def test_malformed_batches_of_an_unknown_code_is_a_clear_error_at_once():
                                         "hi": {"dtype": "float32", "shape": ["B"]}},
                                         "rules": [{"rule": "lo <= hi", "code": "span_order"}]})
     malformed_batches(user, codes={"span_order"})  # a rule's own code is a code of this spec
+
+
+def test_codes_no_batch_breaks_alone_is_an_error_that_says_so():
+    """QA's `any(start_positions < L)` (all_ignored) cannot break alone: every start position past the sequence is
+    past its bound too (a warning). Asked for only that code, every draw was rejected and Hypothesis ended with
+    `Unsatisfiable: ... failed a .filter() or assume()`, which names neither the code nor why."""
+    spec = tc.load_spec("bert-question-answering", vocab_size=100, max_position_embeddings=64, type_vocab_size=2)
+
+    @settings(max_examples=20, deadline=None, database=None)
+    @given(tc.strategies.malformed_batches(spec, codes=["all_ignored"]))
+    def draw(case):
+        pass
+
+    with pytest.raises(tc.strategies.UnsatisfiableSpecError, match=r"codes=\['all_ignored'\]\): in 40 draws no batch broke"):
+        draw()

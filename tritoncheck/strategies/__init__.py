@@ -65,6 +65,11 @@ class Expected:
 
 
 
+# draws without a mutation of the codes asked for, none found yet, before saying none can be made: fewer than
+# the 50 filtered draws after which Hypothesis's health check fails the test without naming the codes
+MAX_MISSES = 40
+
+
 def _check_spec(spec: BatchSpec) -> Plan:
     if not isinstance(spec, BatchSpec):
         raise TypeError(f"spec must be a BatchSpec (from tc.load_spec), got {type(spec).__name__}")
@@ -167,6 +172,7 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
     targets: list[Any] = [*plan.checks, *plan.dim_checks, *plan.fields]
     if wanted is not None:
         targets = [t for t in targets if isinstance(t, FieldPlan) or t.code in wanted]
+    misses = [0]  # draws that found no mutation of a wanted code, while none has found one
 
     @st.composite
     def build(draw):
@@ -182,12 +188,20 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
             snapshot = {k: v.clone() for k, v in ctx.batch.items()}
             out = mutate(target, ctx, rng)
             if out is not None and (wanted is None or out[2] in wanted):
+                misses[0] = -(2**62)  # one was found: the codes can be broken, and no draw ever raises
                 what, name, code, samples = out
                 _unit_tails(draw, plan, ctx.batch, keep=target.name if isinstance(target, FieldPlan) else None)
                 return ctx.batch, Expected(name, code, samples, what)
             ctx.batch = snapshot
         from hypothesis import reject
 
+        misses[0] += 1
+        if wanted is not None and misses[0] >= MAX_MISSES:  # (else Hypothesis says only that its filters failed)
+            raise UnsatisfiableSpecError(
+                f"malformed_batches({plan.spec_name}, codes={sorted(wanted)}): in {MAX_MISSES} draws no batch broke "
+                "a check of these codes alone: breaking each broke another check too (a warning "
+                "counts: e.g. QA's start positions all past the sequence, all ignored, are each past their bound too), or "
+                "left a field it reads absent; a check no batch breaks alone is never mutated (see Expected)")
         reject()  # no mutation applies to this draw (e.g. every field it could break is absent)
 
     return build()
