@@ -312,6 +312,59 @@ def test_an_option_may_not_also_be_a_field():
         tc.BatchSpec.model_validate({"name": "s", "fields": {"x": {"dtype": "int64", "shape": ["B"]}}, "options": ["x"]})
 
 
+class _Tagger(nn.Module):
+    """A user's token tagger: a learned position table of 64 rows cut to the batch's length, its loss inside."""
+
+    def __init__(self, per_token: bool = True):
+        super().__init__()
+        self.emb, self.pos = nn.Embedding(100, 16), nn.Parameter(torch.randn(1, 64, 16))
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 1)
+        self.fc, self.per_token = nn.Linear(16, 5), per_token
+
+    def forward(self, input_ids, labels=None):
+        h = self.enc(self.emb(input_ids) + self.pos[:, :input_ids.size(1)])
+        logits = self.fc(h) if self.per_token else self.fc(h.mean(1))
+        if labels is None:
+            return logits
+        return nn.functional.cross_entropy(logits.reshape(-1, 5), labels.reshape(-1))
+
+
+def test_a_position_parameter_cut_to_the_length_bounds_it():
+    """`self.pos[:, :L]` of a 64-row Parameter: the forward raises past L = 64 (a broadcast), which no embedding
+    table shows; the slice is a candidate for the length probes, as an embedding's rows are."""
+    model = _Tagger().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model)
+    assert [r.rule for r in spec.rules if r.code == "sequence_too_long"] == ["L <= 64"]
+    assert tc.check({"input_ids": torch.randint(0, 100, (2, 64))}, spec, backend="torch").ok
+    with pytest.raises(RuntimeError):
+        model(torch.randint(0, 100, (2, 65)))
+    report = tc.check({"input_ids": torch.randint(0, 100, (2, 65))}, spec, backend="torch")
+    assert [(v.field, v.code) for v in report.violations] == [("input_ids", "sequence_too_long")]
+
+
+@pytest.mark.parametrize("per_token", [True, False])
+def test_a_plain_modules_own_labels_are_probed_not_guessed(per_token):
+    """A plain module taking `labels` into its own loss: the hints' guess (one class per sample, for a loss
+    outside the model) made every valid per-token batch a rank error. Probed like any optional input, labels
+    take the loss's shape, classes and ignore index."""
+    model = _Tagger(per_token).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model)
+    shape = (2, 10) if per_token else (2,)
+    labels = torch.randint(0, 5, shape)
+    batch = {"input_ids": torch.randint(0, 100, (2, 10)), "labels": labels}
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch))
+    assert tc.check(batch, spec, backend="torch").ok, tc.check(batch, spec, backend="torch")
+    assert spec.fields["labels"].shape == (["B", "L"] if per_token else ["B"])
+    assert "for a loss outside the model" not in spec.description
+    labels.view(-1)[0] = 5  # past the head: cross_entropy raises
+    assert [(v.field, v.code) for v in tc.check(batch, spec, backend="torch").violations] == [("labels", "above_max")]
+
+
 def test_an_untraced_field_of_another_rank_is_a_warning_not_an_error():
     """Segformer's labels are [B, H, W], which no probe fed: the rank guessed from the name ([B, labels_1]) made
     every valid labelled batch an error, where docs/derive.md promises a warning (untraced_field)."""

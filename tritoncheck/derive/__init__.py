@@ -131,7 +131,8 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
                  for n in notes if not n[0].startswith("the input (")]
         data["description"] = f"Derived by tc.spec_for from a trace of {name}.forward." + (
             f" labels: one class index per sample of the final Linear's {data['params']['num_classes']} outputs, "
-            "for a loss outside the model." if "labels" in data["fields"] and "num_classes" in data["params"] else "")
+            "for a loss outside the model." if "labels" in data["fields"] and "num_classes" in data["params"]
+            and "labels" not in derivation.probed else "")
     if derivation.length_probed:  # the hints' "no bound on L" is void
         notes = [n for n in notes if "bound on L" not in n[0]]
     data["description"] += (f" Traced: one forward of {name} on a batch of "
@@ -433,13 +434,15 @@ class _Tracing:
 
     def _optional_inputs(self, batch: dict[str, torch.Tensor], fields: dict[str, dict],
                          origins: dict[str, list[str]]) -> list[trace.Finding]:
-        """Try each optional tensor parameter no hint describes, shaped like an input the batch has; one the
-        forward runs with and reads joins the batch (sharing that input's dims unless a longer one runs too)."""
+        """Try each optional tensor parameter no hint describes (and a plain module's `labels`, which the hints
+        only guess), shaped like an input the batch has; one the forward runs with and reads joins the batch
+        (sharing that input's dims unless a longer one runs too)."""
         like = {kind: next((k for k, t in batch.items() if t.dim() >= 2 and t.is_floating_point() == (kind == "float")), None)
                 for kind in ("int", "float")}
         out: list[trace.Finding] = []
         for p in self.accepted:
-            if p.required or p.name in fields or "head_mask" in p.name:
+            guess = not self.hf and p.name == "labels"  # a plain module's labels: the hints guessed them, for a loss
+            if p.required or (p.name in fields and not guess) or "head_mask" in p.name:  # outside the model
                 continue
             for kind in ("int", "float", "flat"):
                 source = like.get(kind) or like["int"]  # a float per token in a text model: shaped like the ids

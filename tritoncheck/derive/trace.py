@@ -81,8 +81,10 @@ class Recorder(TorchFunctionMode):
         self.casts: set[str] = set()  # float fields the model casts before any other use
         self.used: set[str] = set()  # fields some op read
         # embedding tables indexed by something other than a field's own values (positions made from the length,
-        # or from a mask's cumsum): rows -> origin; each a candidate length limit for the probes
+        # or from a mask's cumsum), and tables of the model's own cut to a batch length: rows -> origin; each a
+        # candidate length limit for the probes
         self.tables: dict[int, str] = {}
+        self.lengths = {n for t in batch.values() for n in t.shape[1:]}  # the batch's sizes past its first axis
 
     @staticmethod
     def _tag(table: dict, tensor: torch.Tensor, value: Any) -> None:
@@ -117,6 +119,8 @@ class Recorder(TorchFunctionMode):
             self._observe(name, args, kwargs)
         if name == "embedding" and len(args) > 1 and isinstance(args[1], torch.Tensor) and self._field(args[0]) is None:
             self.tables.setdefault(args[1].shape[0], self.where("embedding"))
+        elif name in ("__getitem__", "narrow") and not sources and args and isinstance(args[0], torch.Tensor):
+            self._sliced_table(name, args)
         if sources and isinstance(out, torch.Tensor):
             self._tag(self.depends, out, sources)
             first = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -126,6 +130,20 @@ class Recorder(TorchFunctionMode):
                 if kept is not None:
                     self._tag(self.direct, out, kept)
         return out
+
+    def _sliced_table(self, name: str, args: tuple) -> None:
+        """A table of the model's own (a position `nn.Parameter`, a buffer) cut to a length some batch axis has
+        (`self.pos[:, :L]`): its size along that axis is a candidate length limit, as an embedding's rows are."""
+        source = args[0]
+        if name == "narrow":
+            cuts = [(args[1], args[3])] if len(args) > 3 and isinstance(args[1], int) and isinstance(args[3], int) else []
+        else:
+            items = args[1] if isinstance(args[1], tuple) else (args[1],)
+            cuts = [(axis, item.stop) for axis, item in enumerate(items) if isinstance(item, slice)
+                    and item.start in (None, 0) and isinstance(item.stop, int) and axis < source.dim()]
+        for axis, stop in cuts:
+            if stop in self.lengths and 0 < stop < source.shape[axis]:
+                self.tables.setdefault(source.shape[axis], self.where("slice"))
 
     def _kept(self, name: str, direct: _Direct, first: torch.Tensor, out: torch.Tensor, args: tuple) -> _Direct | None:
         """The direct tag of `out` where `name` keeps the values of `first` (up to a constant)."""
