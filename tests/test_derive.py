@@ -365,9 +365,10 @@ def test_a_plain_modules_own_labels_are_probed_not_guessed(per_token):
     assert [(v.field, v.code) for v in tc.check(batch, spec, backend="torch").violations] == [("labels", "above_max")]
 
 
-def test_an_untraced_field_of_another_rank_is_a_warning_not_an_error():
-    """Segformer's labels are [B, H, W], which no probe fed: the rank guessed from the name ([B, labels_1]) made
-    every valid labelled batch an error, where docs/derive.md promises a warning (untraced_field)."""
+def test_per_pixel_labels_are_probed_with_the_images_dims():
+    """Segformer's labels are [B, H, W], which the example did not feed: the rank guessed from the name
+    ([B, labels_1]) made every valid labelled batch a rank warning and left the classes unchecked (label 7 of
+    3 classes: IndexError in the loss). Labels are probed per sample, per token and per pixel of the image."""
     cfg = T.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
                             patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
                             decoder_hidden_size=16, num_labels=3)
@@ -375,12 +376,38 @@ def test_an_untraced_field_of_another_rank_is_a_warning_not_an_error():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         spec = tc.spec_for(model)
-    batch = {"pixel_values": torch.randn(2, 3, 32, 32), "labels": torch.randint(0, 3, (2, 32, 32))}
+    labels = torch.randint(0, 3, (2, 32, 32))
+    labels[0, :4] = 255  # the loss's ignore index
+    batch = {"pixel_values": torch.randn(2, 3, 32, 32), "labels": labels}
     with torch.no_grad():
         assert torch.isfinite(model(**batch).loss)
+    assert not tc.check(batch, spec, backend="torch").violations
+    labels[1, 5, 5] = 7
+    with pytest.raises(IndexError), torch.no_grad():
+        model(**batch)
     report = tc.check(batch, spec, backend="torch")
+    assert [(v.field, v.code, v.samples) for v in report.violations] == [("labels", "above_max", (1,))]
+
+
+def test_an_untraced_field_of_another_rank_is_a_warning_not_an_error():
+    """An optional input no probe could feed is described with its rank guessed from its name; another rank is
+    a warning beside untraced_field, as docs/derive.md promises, not an error on every valid batch."""
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x, volume=None):
+            out = self.fc(x)
+            return out if volume is None else out * volume.sum(dim=(1, 2, 3))[:, None]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(Scaled().eval())
+    report = tc.check({"x": torch.randn(2, 4), "volume": torch.rand(2, 2, 2, 2)}, spec, backend="torch")
     assert report.ok and {(v.field, v.code, v.severity) for v in report.violations} == {
-        ("labels", "rank", "warning"), ("labels", "untraced_field", "warning")}
+        ("volume", "rank", "warning"), ("volume", "untraced_field", "warning")}
 
 
 class _Pooled(nn.Module):

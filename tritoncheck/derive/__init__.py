@@ -133,6 +133,8 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
             f" labels: one class index per sample of the final Linear's {data['params']['num_classes']} outputs, "
             "for a loss outside the model." if "labels" in data["fields"] and "num_classes" in data["params"]
             and "labels" not in derivation.probed else "")
+    if "labels" in derivation.probed:  # the hints' "labels (no known head)" is void: a probe fed them to the loss
+        notes = [n for n in notes if n[0] != "labels" and not n[0].startswith("labels (")]
     if derivation.length_probed:  # the hints' "no bound on L" is void
         notes = [n for n in notes if "bound on L" not in n[0]]
     data["description"] += (f" Traced: one forward of {name} on a batch of "
@@ -434,23 +436,27 @@ class _Tracing:
 
     def _optional_inputs(self, batch: dict[str, torch.Tensor], fields: dict[str, dict],
                          origins: dict[str, list[str]]) -> list[trace.Finding]:
-        """Try each optional tensor parameter no hint describes (and a plain module's `labels`, which the hints
-        only guess), shaped like an input the batch has; one the forward runs with and reads joins the batch
-        (sharing that input's dims unless a longer one runs too)."""
+        """Try each optional tensor parameter no hint describes (and `labels` where the hints only guessed them:
+        a plain module's, or any the example could not feed), shaped like an input the batch has; one the forward
+        runs with and reads joins the batch (sharing that input's dims unless a longer one runs too). Labels try
+        integer shapes first: one per sample, one per token, one per pixel (`[B, H, W]` of an image input)."""
         like = {kind: next((k for k, t in batch.items() if t.dim() >= 2 and t.is_floating_point() == (kind == "float")), None)
                 for kind in ("int", "float")}
+        like["spatial"] = next((k for k, t in batch.items() if t.dim() >= 3 and t.is_floating_point()), None)
         out: list[trace.Finding] = []
         for p in self.accepted:
-            guess = not self.hf and p.name == "labels"  # a plain module's labels: the hints guessed them, for a loss
-            if p.required or (p.name in fields and not guess) or "head_mask" in p.name:  # outside the model
+            guess = p.name == "labels" and (not self.hf or p.name not in batch)
+            if p.required or (p.name in fields and not guess) or "head_mask" in p.name:
                 continue
-            for kind in ("int", "float", "flat"):
-                source = like.get(kind) or like["int"]  # a float per token in a text model: shaped like the ids
+            for kind in ("flat", "int", "spatial", "float") if guess else ("int", "float", "flat"):
+                source = like[kind] if kind == "spatial" else like.get(kind) or like["int"]  # a float per token: like the ids
                 template = batch.get(source or "") if kind != "flat" else None
                 shape = fields[source]["shape"] if template is not None else ["B"]
                 if kind != "flat" and template is None:
                     continue
                 size = list(template.shape) if template is not None else [example.B]
+                if kind == "spatial":  # [B, C, H, W] -> [B, H, W]
+                    shape, size = [shape[0], *shape[2:]], [size[0], *size[2:]]
                 made = example.make("float" if kind == "float" else "int", size, {"*": 1}, self.compute, seed=7).to(self.device)
                 found = self._traced({**batch, p.name: made})
                 self.forwards += 1
