@@ -6,6 +6,7 @@ fails either the contract or the real model; the real model must run on it with 
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
 
@@ -387,6 +388,34 @@ def test_per_pixel_labels_are_probed_with_the_images_dims():
         model(**batch)
     report = tc.check(batch, spec, backend="torch")
     assert [(v.field, v.code, v.samples) for v in report.violations] == [("labels", "above_max", (1,))]
+
+
+@pytest.mark.parametrize("cls, cfg", [
+    ("SwinForImageClassification", dict(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2],
+                                        window_size=2, num_labels=3)),
+    ("ConvNextForImageClassification", dict(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, num_labels=3))])
+def test_an_image_model_of_any_size_gets_its_smallest_size(cls, cfg):
+    """Swin and ConvNeXt take images of any size down to what their windows and strides need; below it the
+    forward raises (a broadcast, a convolution), which the contract passed. Each size's verdict now agrees with
+    the model's (a fresh copy per size: Swin rewrites its window size on a small input)."""
+    model_cls = getattr(T, cls)
+    model = model_cls(getattr(T, cls.replace("ForImageClassification", "Config"))(**cfg)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model)
+    assert "smallest image size" not in spec.description
+    verdicts = []
+    for hw in ((4, 4), (7, 7), (8, 8), (9, 9), (8, 32), (32, 8), (32, 32)):
+        images = torch.randn(1, 3, *hw)
+        try:
+            with torch.no_grad():
+                copy.deepcopy(model)(pixel_values=images)
+            ran = True
+        except RuntimeError:
+            ran = False
+        verdicts.append((hw, ran, tc.check({"pixel_values": images}, spec, backend="torch").ok))
+    assert all(ran == ok for _, ran, ok in verdicts), verdicts
+    assert any(not ran for _, ran, _ in verdicts)  # (the sizes reach below the smallest one)
 
 
 def test_an_untraced_field_of_another_rank_is_a_warning_not_an_error():

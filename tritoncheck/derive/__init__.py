@@ -135,6 +135,8 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
             and "labels" not in derivation.probed else "")
     if "labels" in derivation.probed:  # the hints' "labels (no known head)" is void: a probe fed them to the loss
         notes = [n for n in notes if n[0] != "labels" and not n[0].startswith("labels (")]
+    if derivation.min_sized:  # the hints' "the smallest image size" is void
+        notes = [n for n in notes if n[0] != "the smallest image size the model takes"]
     if derivation.length_probed:  # the hints' "no bound on L" is void
         notes = [n for n in notes if "bound on L" not in n[0]]
     data["description"] += (f" Traced: one forward of {name} on a batch of "
@@ -241,6 +243,7 @@ class _Tracing:
         self.first: dict[str, str] = {}  # input -> the module that first took it
         self.weighted = False  # whether a layer with weights took an input no hint describes
         self.length_probed = False  # whether probe forwards found a length limit
+        self.min_sized = False  # whether probe forwards found a smallest size of some dim
         self.limit: tuple[str, int, list[str]] | None = None  # (dim, the longest that runs, inputs giving positions)
         self.hinted = set(data["fields"])  # fields the per-family lists describe (their dtypes were measured)
 
@@ -389,6 +392,8 @@ class _Tracing:
         if not self.hf:
             self._own_loss(fields, findings)
             self._min_sizes(batch, origins)
+        elif "pixel_values" in batch:  # an image model of any size (Swin, ConvNeXt): its smallest H and W
+            self._min_sizes(batch, origins, only="pixel_values")
         self._accept_the_rest(fields, origins)
         source = f"spec_for({type(self.model).__name__})"
         dropped = probes.self_check(data, [batch], lambda d: rules.build(d, {}, "", source))
@@ -503,13 +508,14 @@ class _Tracing:
             del fields["labels"]
             self.data["params"].pop("num_classes", None)
 
-    def _min_sizes(self, batch: dict[str, torch.Tensor], origins: dict[str, list[str]]) -> None:
-        """Each dim of a plain module's inputs without a lower bound yet: the smallest size the forward takes,
-        by bisection over probe forwards (conv and pool stacks raise on inputs shorter than their window)."""
+    def _min_sizes(self, batch: dict[str, torch.Tensor], origins: dict[str, list[str]], only: str | None = None) -> None:
+        """Each dim of a plain module's inputs (or of the field `only`) without a lower bound yet: the smallest
+        size the forward takes, by bisection over probe forwards (conv and pool stacks raise on inputs shorter
+        than their window). Each dim is cut alone, the others at the example's size."""
         fields, params = self.data["fields"], self.data["params"]
         bounded = {r["rule"].split(" >= ")[0] for r in self.data["rules"] if " >= " in r["rule"]}
         dims: dict[str, tuple[str, int]] = {}  # dim -> (first field, example size)
-        for name, t in batch.items():
+        for name, t in batch.items() if only is None else [(only, batch[only])]:
             for axis, entry in enumerate(fields[name]["shape"]):
                 if isinstance(entry, str) and entry != "B" and entry.isidentifier() and entry not in params:
                     dims.setdefault(entry, (name, t.shape[axis]))
@@ -528,6 +534,7 @@ class _Tracing:
                 mid = (low + high) // 2
                 low, high = (low, mid) if runs(mid) else (mid, high)
             rule = f"{dim} >= {high}"
+            self.min_sized = True
             self.data["rules"].append({"rule": rule, "code": "dim_bound", "field": first,
                                        "hint": f"shorter than the smallest {dim} the model takes; pad short inputs"})
             origins[f"rules.{rule}"] = [f"probe forwards: {dim} = {high} runs, {dim} = {low} raises"]
