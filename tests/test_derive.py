@@ -418,6 +418,103 @@ def test_an_image_model_of_any_size_gets_its_smallest_size(cls, cfg):
     assert any(not ran for _, ran, _ in verdicts)  # (the sizes reach below the smallest one)
 
 
+class _TwoTower(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.d = nn.Embedding(1000, 16), nn.Embedding(50, 16)
+
+    def forward(self, query_ids, doc_ids):  # [B, L] and [B]
+        return (self.q(query_ids).mean(1) * self.d(doc_ids)).sum(-1)
+
+
+class _Seq2Seq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e, self.d, self.fc = nn.Embedding(100, 8), nn.Embedding(60, 8), nn.Linear(8, 60)
+
+    def forward(self, src, tgt):  # two sequences, each of its own length
+        return self.fc(self.d(tgt) + self.e(src).mean(1, keepdim=True))
+
+
+@pytest.mark.parametrize("model, good, bad", [
+    (_TwoTower, {"query_ids": torch.randint(0, 1000, (4, 6)), "doc_ids": torch.tensor([1, 2, 3, 4])},
+     {"query_ids": torch.randint(0, 1000, (1, 6)), "doc_ids": torch.tensor([50])}),
+    (_Seq2Seq, {"src": torch.randint(0, 100, (2, 9)), "tgt": torch.randint(0, 60, (2, 4))},
+     {"src": torch.randint(0, 100, (2, 9)), "tgt": torch.full((2, 4), 60)})])
+def test_required_inputs_of_different_shapes(model, good, bad):
+    """Every required input no hint knows was built as ids [B, L], one L for all: a two-tower model (query ids
+    [B, L], item ids [B]) ran only on one sample, so the contract said `B <= 1` and a rank error on every valid
+    batch; a seq2seq target of its own length was a dim_mismatch. Some ids now take one per sample, and a
+    sequence the forward takes longer alone gets its own length."""
+    m = model().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(m)
+    with torch.no_grad():
+        m(**good)
+    assert tc.check(good, spec, backend="torch").ok and not tc.check(good, spec, backend="torch").violations
+    with pytest.raises(IndexError), torch.no_grad():
+        m(**bad)
+    assert [v.code for v in tc.check(bad, spec, backend="torch").violations] == ["above_max"]
+
+
+def test_a_fallback_contract_lets_the_forwards_inputs_through_and_warns():
+    """A forward no batch built from its signature runs (it wants float64 weights): the fallback contract named
+    only the hints' guess of its input, so every valid batch was an unexpected_field error for the other
+    input, and only a log line said why."""
+
+    class Weighted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e, self.fc = nn.Embedding(50, 8), nn.Linear(8, 3)
+
+        def forward(self, input_ids, weights):
+            if weights.dtype != torch.float64:
+                raise TypeError("weights must be float64")
+            return self.fc(self.e(input_ids).mean(1)) * weights[:, None]
+
+    with pytest.warns(UserWarning, match=r"weights \(no batch built from the signature ran: let through unchecked\)"):
+        spec = tc.spec_for(Weighted())
+    batch = {"input_ids": torch.randint(0, 50, (2, 4)), "weights": torch.ones(2, dtype=torch.float64)}
+    assert "derived by fallback" in spec.name
+    assert [v.code for v in tc.check(batch, spec, backend="torch").violations] == []
+
+
+def test_the_models_own_warnings_on_probe_batches_are_not_shown():
+    """The probes' batches made the model warn (a loss's broadcast of a probe-shaped target, torch's indexing
+    deprecations): ten warnings about batches the user never built."""
+
+    class Reg(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+
+        def forward(self, x, y=None):
+            out = self.fc(x)
+            return out if y is None else nn.functional.mse_loss(out, y)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        tc.spec_for(Reg())
+    assert not [str(w.message) for w in seen if "spec_for" not in str(w.message)]
+
+
+def test_a_plain_forward_taking_kwargs_takes_any_key():
+    class Pooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e, self.fc = nn.Embedding(50, 8), nn.Linear(8, 2)
+
+        def forward(self, input_ids, **kwargs):
+            return self.fc(self.e(input_ids).mean(1))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(Pooled())
+    batch = {"input_ids": torch.randint(0, 50, (2, 4)), "attention_mask": torch.ones(2, 4)}
+    assert not tc.check(batch, spec, backend="torch").violations and "**kwargs" in spec.description
+
+
 def test_an_untraced_field_of_another_rank_is_a_warning_not_an_error():
     """An optional input no probe could feed is described with its rank guessed from its name; another rank is
     a warning beside untraced_field, as docs/derive.md promises, not an error on every valid batch."""

@@ -79,7 +79,9 @@ def spec_for(model: Any, *, problem_type: str | None = None, **params: ParamValu
     key = cache.key(model, problem_type)
     hit = cache.get(key)
     if hit is None:
-        hit = _derive(model, problem_type)
+        with warnings.catch_warnings():  # the model's own warnings on probe batches are not the user's
+            warnings.simplefilter("ignore")
+            hit = _derive(model, problem_type)
         cache.put(key, hit)
     spec, notes = hit
     _tell(type(model).__name__, notes)
@@ -105,6 +107,7 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
         data, notes, failure = None, [], exc
     accepted = signature.tensor_params(model)
     hf = hasattr(getattr(model, "config", None), "model_type")
+    open_ended = not hf and signature.forward_args(model)[1]  # a plain forward taking **kwargs takes any key
     base = copy.deepcopy(data) if data is not None else {
         "name": f"{name}-derived", "description": f"Derived by tc.spec_for from a trace of {name}.forward.",
         "params": {}, "fields": {}, "rules": []}
@@ -122,7 +125,12 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
                f"from its signature: {derivation.why})")
         data["name"] = f"{data['name']} (derived by fallback)"
         data["description"] += f" Derived by fallback: {derivation.why}."
-        return rules.build(_described(data, notes, signature.flags(model)), {}, how, f"spec_for({name})"), notes
+        unknown = [p.name for p in accepted if p.name not in data["fields"]]
+        if unknown:  # the forward takes them: never an unexpected_field, but nothing of them is checked
+            data["unexpected_fields"] = "ignore"
+            notes = [*notes, (f"{', '.join(unknown)} (no batch built from the signature ran: let through unchecked)",
+                              True)]
+        return rules.build(_described(data, notes, signature.flags(model), open_ended), {}, how, f"spec_for({name})"), notes
     data, origins, dropped = traced
     if failure is not None:  # the hints knew nothing; the trace did: their complaint is void
         notes = []
@@ -145,7 +153,7 @@ def _derive(model: nn.Module, problem_type: str | None) -> tuple[rules.DerivedSp
         data["description"] += " Dropped by the self-check (they rejected a batch the model ran cleanly): " + "; ".join(dropped) + "."
     how = (f"derived by tc.spec_for from a trace of {name}.forward ({derivation.forwards} forwards); "
            "'#' lines name the module and op each bound came from")
-    spec = rules.build(_described(data, notes, signature.flags(model)), origins, how, f"spec_for({name})")
+    spec = rules.build(_described(data, notes, signature.flags(model), open_ended), origins, how, f"spec_for({name})")
     spec._example = {k: v.detach().cpu() for k, v in derivation.batch.items()}
     return spec, notes
 
@@ -191,11 +199,15 @@ def _restore_modules(state: list[tuple[nn.Module, dict[str, Any], dict[str, Any]
             m._buffers.update(buffers)
 
 
-def _described(data: dict[str, Any], notes: list[tuple[str, bool]], flags: list[str]) -> dict[str, Any]:
-    """`data` with its notes in the description and, as options, the forward's flags that are not fields."""
+def _described(data: dict[str, Any], notes: list[tuple[str, bool]], flags: list[str], open_ended: bool) -> dict[str, Any]:
+    """`data` with its notes in the description, as options the forward's flags that are not fields, and, for a
+    plain module whose forward takes `**kwargs` (`open_ended`), other keys let through as the forward takes them."""
     options = [f for f in flags if f not in data["fields"]]
     if options:
         data["options"] = options
+    if open_ended and data.get("unexpected_fields") != "ignore":
+        data["unexpected_fields"] = "ignore"
+        data["description"] += " Keys the contract does not name are let through: forward takes **kwargs."
     if notes:
         data["description"] += " Not derived (add these to the contract yourself): " + "; ".join(n for n, _ in notes) + "."
     return data
@@ -322,7 +334,10 @@ class _Tracing:
         """`batch` plus the required inputs no hint describes, each shaped by the module that first takes it."""
         missing = [p.name for p in self.accepted if p.required and p.name not in batch]
         shapes = {p: ("int", ["B", "L"]) for p in missing}
-        for _ in range(3 * len(missing) + 1):
+        # ids the first layer takes at any rank: one id per sample for some of them (a two-tower model's item
+        # ids [B] beside its query ids [B, L]), the fewest first
+        flattenings = iter([set(c) for k in range(1, len(missing) + 1) for c in itertools.combinations(missing, k)])
+        for _ in range(3 * len(missing) + 2 ** min(len(missing), 6)):
             made = {p: example.make(*shapes[p], sizes, self.compute, seed=i) for i, p in enumerate(missing)}
             # on the model's device from the start: the trace follows these very tensors
             full = {k: v.to(self.device) for k, v in {**batch, **made}.items()}
@@ -341,17 +356,21 @@ class _Tracing:
                 want = example.first_use_shape(module) if module is not None else None
                 if want is not None and want != shapes[p]:
                     shapes[p], changed = want, True
-            if not changed:  # ids the first layer takes at any rank: try one id per sample
-                flat = next((p for p in missing if shapes[p] == ("int", ["B", "L"])), None)
+            if not changed:
+                ids = [p for p in missing if shapes[p] in (("int", ["B", "L"]), ("int", ["B"]))]
+                flat = next((f for f in flattenings if f <= set(ids)), None)
                 if flat is None:
                     return None
-                shapes[flat] = ("int", ["B"])
+                shapes.update({p: ("int", ["B"] if p in flat else ["B", "L"]) for p in ids})
         return None
 
     def _fold(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, Any], dict[str, list[str]], list[str]] | None:
         data = self.data
         fields = data["fields"]
         for p, (kind, shape) in self.shapes.items():
+            if "L" in shape and any("L" in f.get("shape", ()) for f in fields.values()):
+                shape = self._own_dims(p, batch, shape)  # a second sequence of its own length (seq2seq's target)
+                self.shapes[p] = (kind, shape)
             fields[p] = self._new_field(p, kind, shape, batch[p])
         found = trace.run(self.model, lambda: self.call(batch), batch)
         self.forwards += 1
