@@ -125,8 +125,10 @@ def load_plan(spec_name: str, variant: str) -> Any:
 
 def make_batch(plan: Any, variant: str, dims: dict[str, int], empty: bool = False) -> dict[str, torch.Tensor]:
     """Every field of `plan` (optional ones too: the heaviest kernel), zeros of the variant's dtypes."""
+    from tritoncheck.dtypes import torch_dtypes  # (a plan holds dtype names)
+
     new = torch.empty if empty else torch.zeros
-    return {f.name: new([s if isinstance(s, int) else dims[s] for s in f.shape], dtype=pick(f.dtypes, variant))
+    return {f.name: new([s if isinstance(s, int) else dims[s] for s in f.shape], dtype=pick(tuple(torch_dtypes()[d] for d in f.dtypes), variant))
             for f in plan.fields}
 
 

@@ -133,3 +133,57 @@ def test_the_torch_aliases_are_torchs_own():
                and dtype_name(v) in DTYPE_NAMES and k != dtype_name(v)}
     assert aliases == TORCH_ALIASES
     assert torch_dtypes() == {name: getattr(torch, name) for name in DTYPE_NAMES}
+
+
+# Every built-in spec's parameters (each spec takes the ones it names, as from a model config), its float dtype
+# parameter a 16-bit float: a field of it compared with constants is tested on its bits (`c.key_interval`).
+CONFIG = {"vocab_size": 50, "max_position_embeddings": 16, "pad_token_id": 1, "type_vocab_size": 2, "num_labels": 5,
+          "max_2d_position_embeddings": 1001, "num_channels": 3, "input_size": 4, "in_channels": 3, "num_classes": 4,
+          "min_length": 2, "dtype": "bfloat16"}
+
+# The plans, and the C source of one kernel per spec (each field in its last accepted dtype, contiguous) built
+# from a signature of dtype names and axes, no tensor: what a scan of Arrow buffers would compile.
+SOURCES = """
+import json, sys
+import tritoncheck as tc
+from tritoncheck.codegen import c
+from tritoncheck.kernel import ir
+from tritoncheck.plan.lower import compile_plan
+from tritoncheck.spec.schema import builtin_spec_names
+
+config, path = json.loads(sys.argv[1]), sys.argv[2]
+torch = sys.modules.get("torch")  # where loaded: the dtypes as a bound batch gives them
+specs = [tc.load_spec(name, config=config) for name in builtin_spec_names()] + [tc.load_spec(path, vocab_size=64)]
+out = {}
+for spec in specs:
+    plan = compile_plan(spec)
+    fields = {f.name: ir.FieldSig(f.name, getattr(torch, f.dtypes[-1]) if torch else f.dtypes[-1], f.axes, True)
+              for f in plan.fields}
+    kernel = ir.lower(plan, plan.checks, fields)
+    out[spec.name] = [plan.pretty(), c.generate(kernel).text]
+out["torch"] = sorted(m for m in sys.modules if m.split(".")[0] == "torch")
+print(json.dumps(out))
+"""
+
+
+def test_specs_lower_and_their_c_source_builds_without_torch(tmp_path):
+    """`tc.load_spec` (built-in names, a YAML file), `compile_plan`, the kernel IR and the C code generator run
+    without torch, keyed on dtype names; the plans and sources are those of a process with torch loaded (a
+    signature of torch dtypes there, as a bound batch gives it)."""
+    from tritoncheck.spec.schema import builtin_spec_names
+
+    path = tmp_path / "tokens.yaml"
+    path.write_text(SPEC_YAML)
+    args = (json.dumps(CONFIG), str(path))
+    out = run_without_torch(SOURCES, *args)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got.pop("torch") == []
+    with_torch = subprocess.run([sys.executable, "-c", "import torch\n" + SOURCES, *args], capture_output=True,
+                                text=True, timeout=120)
+    assert with_torch.returncode == 0, with_torch.stderr
+    want = json.loads(with_torch.stdout)
+    assert want.pop("torch") != []
+    assert got == want and len(got) == len(builtin_spec_names()) + 1
+    plan, source = got["tokens"]
+    assert "field scores: float16|float32 [B, L]" in plan and "scores: float32 over [B, L], contiguous" in source

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import tritoncheck as tc
+from tritoncheck.dtypes import dtype_name, torch_dtypes
 from tritoncheck.spec.schema import spec_from_dict
 from tritoncheck.expr import Ref
 from tritoncheck.plan.lower import FiniteCheck, RangeCheck, RuleCheck, ValueSetCheck, bind, compact, compile_plan, evaluate_scalar
@@ -65,7 +66,7 @@ def make_batch(spec: tc.BatchSpec, dtype: torch.dtype | None = None, sizes: dict
     dims = _dims(plan, {plan.batch_dim: 3, "L": 7, "T": 6, "S": 4, "C": 5, "D": 3, **(sizes or {})})
     batch = {}
     for f in plan.fields:
-        dt = dtype if dtype in f.dtypes else f.dtypes[0]
+        dt = dtype if dtype_name(dtype) in f.dtypes else torch_dtypes()[f.dtypes[0]]  # (a plan holds dtype names)
         shape = [dims[s] if isinstance(s, str) else s for s in f.shape]
         lo, hi, values = None, None, None
         for c in plan.checks:
@@ -223,7 +224,7 @@ def _dtype_cases():
     for name in SPECS:
         plan = compile_plan(spec_for(name))
         for dt in DTYPES:
-            if any(dt in f.dtypes for f in plan.fields):
+            if any(dtype_name(dt) in f.dtypes for f in plan.fields):
                 cases.append(pytest.param(name, dt, id=f"{name}-{str(dt).removeprefix('torch.')}"))
     return cases
 

@@ -12,6 +12,7 @@ given a torch.dtype has torch loaded already.
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,17 @@ GROUPS: dict[str, tuple[str, ...]] = {
 TORCH_ALIASES: dict[str, str] = {
     "short": "int16", "int": "int32", "long": "int64", "half": "float16", "float": "float32", "double": "float64",
 }
+# the values each integer (and bool) dtype holds: the bounds a field of it puts on an expression
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "bool": (0, 1), "uint8": (0, 2**8 - 1), "int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1),
+}
+ITEMSIZE: dict[str, int] = {
+    "bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2, "float32": 4,
+    "float64": 8,
+}
 _TORCH_DTYPES: dict[str, torch.dtype] = {}  # filled by torch_dtypes()
+_NAMES: dict[torch.dtype, str] = {}  # torch dtype -> name, filled by name_of()
 _COMPUTE: dict[torch.dtype, torch.dtype] = {}  # filled by compute_dtype()
 
 
@@ -41,6 +52,17 @@ def torch_dtypes() -> dict[str, torch.dtype]:
 
         _TORCH_DTYPES.update((name, getattr(torch, name)) for name in DTYPE_NAMES)
     return _TORCH_DTYPES
+
+
+def name_of(dtype: torch.dtype) -> str:
+    """A tensor's dtype as its name (`dtype_name`), in one dict lookup: where a batch's tensors meet the plan,
+    which holds dtype names."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        if not _NAMES:
+            _NAMES.update((d, n) for n, d in torch_dtypes().items())
+        name = _NAMES.get(dtype) or dtype_name(dtype)  # (a dtype no spec names, complex64, is not kept)
+    return name
 
 
 def is_torch_dtype(value: Any) -> bool:
@@ -63,19 +85,14 @@ def expand_names(names: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def expand_dtypes(names: list[str]) -> tuple[torch.dtype, ...]:
-    """Spec dtype names (and groups) -> torch dtypes; raise ValueError on an unknown name."""
-    table = torch_dtypes()
-    return tuple(table[n] for n in expand_names(names))
-
-
 def is_dtype_name(name: str) -> bool:
     """A dtype name or group a spec may list (int64, bfloat16, float, ...)."""
     return name in DTYPE_NAMES or name in GROUPS
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    """torch.int64 -> int64: a torch dtype's name is its spec name (any other dtype's name too)."""
+def dtype_name(dtype: torch.dtype | str) -> str:
+    """torch.int64 -> int64: a torch dtype's name is its spec name (any other dtype's name too); a name is
+    itself."""
     return str(dtype).removeprefix("torch.")
 
 
@@ -92,21 +109,28 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return out
 
 
-def is_float(dtype: torch.dtype) -> bool:
-    return dtype.is_floating_point
-
-
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def all_integer(dtypes: tuple[torch.dtype, ...]) -> bool:
-    """True when every accepted dtype is an integer or bool: the field can only hold integers."""
-    return all(not d.is_floating_point for d in dtypes)
-
-
 def all_integer_names(names: tuple[str, ...]) -> bool:
-    """`all_integer` of dtype names (as `expand_names` gives them)."""
+    """True when every accepted dtype (names, as `expand_names` gives them) is an integer or bool: the field
+    can only hold integers."""
     return all(n not in GROUPS["float"] for n in names)
+
+
+def compute_kind(name: str) -> str:
+    """The kind a field of dtype `name` is compared in (see the module docstring): "i" (int64, for integers and
+    bool), "f" (float32) or "d" (float64)."""
+    return "d" if name == "float64" else "f" if name in GROUPS["float"] else "i"
+
+
+def float32(value: float) -> float:
+    """A double rounded to the nearest float32 (+-inf past its range), as torch rounds a Python float into
+    float32 (`torch.tensor(value, dtype=torch.float32).item()`)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # (struct refuses what C's conversion rounds to an infinity)
+        return math.copysign(math.inf, value)
 
 
 def int_limit(value: int | float, side: str) -> int | str:
@@ -149,8 +173,9 @@ def number_problem(value: int | float, integers: bool) -> str | None:
     return None
 
 
-def comparable_values(values: tuple[int | float, ...], dtype: torch.dtype) -> tuple[int | float, ...]:
-    """The values a field of `dtype` can equal, as every backend compares them (once, here).
+def comparable_values(values: tuple[int | float, ...], dtype: str | torch.dtype) -> tuple[int | float, ...]:
+    """The values a field of `dtype` (a name, or a torch dtype) can equal, as every backend compares them (once,
+    here).
 
     A value is compared exactly, never rounded into the field's range: for an integer (or bool)
     field a fractional, non-finite or out-of-int64 value can never be equal, so it is dropped
@@ -158,7 +183,8 @@ def comparable_values(values: tuple[int | float, ...], dtype: torch.dtype) -> tu
     to float32 for 16- and 32-bit floats, as torch does with a Python scalar; NaN never equals.
     """
     out: list[int | float] = []
-    if not dtype.is_floating_point:
+    kind = compute_kind(dtype_name(dtype))
+    if kind == "i":
         for v in values:
             if isinstance(v, bool) or isinstance(v, int):
                 v = int(v)
@@ -169,14 +195,12 @@ def comparable_values(values: tuple[int | float, ...], dtype: torch.dtype) -> tu
             if INT64_MIN <= v <= INT64_MAX and v not in out:
                 out.append(v)
         return tuple(out)
-    import torch  # (loaded: `dtype` is a torch.dtype)
-
     for v in values:
         f = float(v)
         if math.isnan(f):
             continue
-        if compute_dtype(dtype) == torch.float32:
-            f = torch.tensor(f, dtype=torch.float32).item()
+        if kind == "f":
+            f = float32(f)
         if f not in out:
             out.append(f)
     return tuple(out)

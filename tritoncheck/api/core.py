@@ -273,14 +273,16 @@ def example_batch(spec: BatchSpec, optional: set[str] | None = None, dim_size: i
     """
     import torch
 
+    from tritoncheck.dtypes import torch_dtypes
+
     plan = compile_plan(spec)
-    likely = (torch.int64, torch.float32, torch.bool)
+    likely = ("int64", "float32", "bool")
     out = {}
     for f in plan.fields:
         if f.optional and optional is not None and f.name not in optional:
             continue
         dtype = next((d for d in likely if d in f.dtypes), f.dtypes[0])
-        out[f.name] = torch.zeros([s if isinstance(s, int) else dim_size for s in f.shape], dtype=dtype)
+        out[f.name] = torch.zeros([s if isinstance(s, int) else dim_size for s in f.shape], dtype=torch_dtypes()[dtype])
     return out
 
 

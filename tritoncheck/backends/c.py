@@ -15,6 +15,9 @@ zeroed for the next call: a valid batch allocates and writes nothing), never to 
 it (`ir.loop_sizes`), so a batch costs what it stores, not its logical size. A batch dim that must be
 walked in full although no field stores a value per sample goes to the torch backend
 (`ir.check_result_backed`), and so does an expanded view walked past 2**31 - 1 elements.
+
+Building and loading a program needs no torch (`ir.FieldSig` holds dtype names); decoding a failing
+call's result does (`kernel/decode.py`), and imports it then.
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ from tritoncheck.report import Violation
 from tritoncheck.backends import codecache as build
 from tritoncheck.codegen import c
 from tritoncheck.kernel import ir
-from tritoncheck.kernel.decode import decode
 
 INT32_LIMIT = 2**31 - 1
 # A result buffer up to this many entries (32 MiB) is kept for the next call; a larger one is freed after its call.
 SPARE_ENTRIES = 1 << 22
+_decode: Any = None  # kernel.decode.decode, imported by the first failing call: it needs torch, a program does not
 
 
 def available() -> bool:
@@ -102,7 +105,10 @@ class Program:
 
     def decoded(self, out: Any, call: tuple, bound: Bound) -> list[Violation]:
         """The violations in a result buffer `launch` returned for `bound`; the buffer is zeroed and kept."""
-        found = decode(self.kernel, out, bound, call[0])
+        global _decode
+        if _decode is None:  # (a from-import on every call costs 0.5 us)
+            from tritoncheck.kernel.decode import decode as _decode
+        found = _decode(self.kernel, out, bound, call[0])
         self._clear(out, call[3])
         self._give_back(out)
         return found

@@ -25,7 +25,7 @@ from tritoncheck.checks.registry import (
     except_allowed,
     register,
 )
-from tritoncheck.dtypes import INT64_MAX, all_integer, dtype_name
+from tritoncheck.dtypes import GROUPS, INT64_MAX, all_integer_names
 
 if TYPE_CHECKING:
     import torch
@@ -60,8 +60,8 @@ def _lower(name: str, f: Any, fp: Any, scope: Any) -> tuple:
     k = getattr(f, "multiple_of", None)
     if k is None:
         return ()
-    if not all_integer(fp.dtypes):
-        floats = ", ".join(dtype_name(d) for d in fp.dtypes if d.is_floating_point)
+    if not all_integer_names(fp.dtypes):
+        floats = ", ".join(d for d in fp.dtypes if d in GROUPS["float"])
         raise scope.error(f"fields.{name}.multiple_of", f"needs an integer field, but {name} accepts {floats}: a "
                                                         "float's remainder depends on its rounding; cast the field, "
                                                         "or write a rule")

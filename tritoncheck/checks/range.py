@@ -19,7 +19,7 @@ from tritoncheck.checks.registry import (
     expr_dims,
     register,
 )
-from tritoncheck.dtypes import all_integer, as_double, int_limit
+from tritoncheck.dtypes import all_integer_names, as_double, int_limit
 from tritoncheck.expr import Const, Expr
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def _lowering(side: str) -> Callable[..., tuple]:
         where = f"fields.{name}.{side}"
         expr = scope.resolve(_expr.parse(bound) if isinstance(bound, str) else Const(bound), where)
         if isinstance(expr, Const):  # a parameter expression: the same rule as a number in the file
-            problem = scope.number_error(where, name, expr.value, all_integer(fp.dtypes))
+            problem = scope.number_error(where, name, expr.value, all_integer_names(fp.dtypes))
             if problem:
                 raise scope.error(None, f"{problem} ({bound} = {expr.value!r})")
         text = _expr.to_text(expr) if not isinstance(bound, str) else bound

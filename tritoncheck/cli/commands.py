@@ -373,7 +373,7 @@ def run_specs(args: argparse.Namespace) -> int:
     if missing:
         plan = f"(pass {' '.join(f'--param {m}=...' for m in missing)} or --config FILE to see the compiled plan)"
     else:
-        from tritoncheck.plan.lower import compile_plan  # (imports torch: a plan holds torch dtypes)
+        from tritoncheck.plan.lower import compile_plan
 
         plan = compile_plan(spec).pretty()  # before any output: a spec that does not compile prints no YAML
     say(spec.to_yaml().rstrip())

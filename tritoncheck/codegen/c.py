@@ -24,6 +24,8 @@ splice can end a comment early). C semantics are pinned to torch's: float32 math
 `uint64_t`, torch's floor division and remainder, and float16/bfloat16 widened by bit
 manipulation (no compiler fp16 support needed), or, compared with a constant or tested for
 finiteness, tested on their bits (`key_interval`). any/all reductions stop once decided.
+
+The generator needs no torch: fields are keyed by their dtype's name (`ir.FieldSig`).
 """
 
 from __future__ import annotations
@@ -33,9 +35,6 @@ import functools
 import math
 from typing import Any
 
-import torch
-
-from tritoncheck.dtypes import dtype_name
 from tritoncheck.expr import to_text
 from tritoncheck.plan.lower import describe
 from tritoncheck.codegen.source import RESERVED, IndentedBuffer, NameSpace, comment
@@ -45,9 +44,8 @@ FUNCTION = "tc_check"
 STRIP = 64  # an any/all over a row tests whether it is decided once per this many elements
 _CTYPE = {"b": "int", "i": "int64_t", "f": "float", "d": "double"}
 _STORAGE = {
-    torch.bool: "uint8_t", torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
-    torch.int32: "int32_t", torch.int64: "int64_t", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
-    torch.float32: "float", torch.float64: "double",
+    "bool": "uint8_t", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+    "int64": "int64_t", "float16": "uint16_t", "bfloat16": "uint16_t", "float32": "float", "float64": "double",
 }
 # Names the function uses as they are; no identifier derived from a spec may take one.
 _FIXED = frozenset({FUNCTION, "ia", "fa", "out", "found", "dirty", "flat", "tc_idx", "TC_BIG", "TC_STRIP", "uintptr_t",
@@ -192,30 +190,37 @@ def literal(value: Any, kind: str) -> str:
     return f"{v.hex()}{suffix}" if math.copysign(1.0, v) > 0 else f"(-{(-v).hex()}{suffix})"  # keeps -0.0
 
 
-_ON_FLOATS = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
-              "isfinite": torch.isfinite, "not_": lambda x: x == 0, "truth": lambda x: x != 0}
+_ON_FLOATS = ("eq", "ne", "lt", "le", "gt", "ge", "isfinite", "not_", "truth")
 
 
 @functools.lru_cache(maxsize=1024)
-def key_interval(dtype: torch.dtype, name: str, pattern: tuple) -> tuple[int, int, bool] | None:
+def key_interval(dtype: str, name: str, pattern: tuple) -> tuple[int, int, bool] | None:
     """(lo, hi, inside): op `name` over a float16/bfloat16 value (None in `pattern`) and float32 constants (the
     rest) is true exactly where `lo <= tc_key16(bits) <= hi` (inside) or outside that, or None where no
     interval says it. Found by evaluating the op as the kernel does (the value widened to float32) on all
     65536 bit patterns, so the interval test is exact by construction."""
     if name not in _ON_FLOATS or any(v is not None and not isinstance(v, float) for v in pattern):
         return None
-    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32)
-    values = bits.to(torch.int16).view(dtype).float()
-    args = [values if v is None else torch.tensor(v, dtype=torch.float32) for v in pattern]
-    holds = _ON_FLOATS[name](*args)
-    keys = torch.where(bits < 0, bits ^ 0x7FFF, bits)  # tc_key16
+    import numpy as np
+
+    bits = np.arange(-(2**15), 2**15, dtype=np.int32)
+    if dtype == "bfloat16":  # the top half of a float32
+        values = (bits.astype(np.uint32) << 16).view(np.float32)
+    else:
+        values = bits.astype(np.int16).view(np.float16).astype(np.float32)
+    args = [values if v is None else np.float32(v) for v in pattern]
+    with np.errstate(invalid="ignore"):
+        holds = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+                 "ge": np.greater_equal, "isfinite": np.isfinite, "not_": lambda x: x == 0,
+                 "truth": lambda x: x != 0}[name](*args)
+    keys = np.where(bits < 0, bits ^ 0x7FFF, bits)  # tc_key16
     for inside in (True, False):
         chosen = keys[holds if inside else ~holds]
-        if chosen.numel() == 0:
+        if chosen.size == 0:
             return 1, 0, inside
         lo, hi = int(chosen.min()), int(chosen.max())
         # an interval when every key in [lo, hi] is chosen, and none outside
-        if chosen.numel() == hi - lo + 1 and not ((keys >= lo) & (keys <= hi) & (holds != inside)).any():
+        if chosen.size == hi - lo + 1 and not ((keys >= lo) & (keys <= hi) & (holds != inside)).any():
             return lo, hi, inside
     return None
 
@@ -244,7 +249,7 @@ class CCodegen:
         self.bind: dict[str, str] = {}  # axis -> loop variable in scope
         self.flat: str | None = None  # the flat index, in an element-wise pass over contiguous fields
         self.row_major = True  # whether the loops being emitted walk the group's axes row-major
-        self.halves: dict[int, tuple[str, torch.dtype]] = {}  # a float16/bfloat16 load's op id -> (its bits, dtype)
+        self.halves: dict[int, tuple[str, str]] = {}  # a float16/bfloat16 load's op id -> (its bits, dtype)
         self.consts: dict[int, Any] = {}  # a const op's id -> its value
         self.pre: dict[int, Any] = {}  # the current group's invariant values (`invariant_ops`), by op id
         self.rest: tuple[Op, ...] = ()  # the current group's other ops, walked at each position
@@ -287,7 +292,7 @@ class CCodegen:
         lines.append("// fields (read once per group that uses them):")
         for f in k.fields:
             lay = "contiguous" if f.contiguous else "strided"
-            lines.append(f"//   {comment(f.name)}: {dtype_name(f.dtype)} over [{comment(', '.join(f.axes))}], {lay}")
+            lines.append(f"//   {comment(f.name)}: {f.dtype} over [{comment(', '.join(f.axes))}], {lay}")
         lines.append("// checks:")
         for i, c in enumerate(k.checks):
             lines.append(f"//   [{i}] {comment(c.code)}: {comment(describe(c))}  over [{comment(', '.join(c.axes))}]")
@@ -458,14 +463,14 @@ class CCodegen:
                     terms.append(f"((int64_t){self.size[axis]} - INT64_C({-sel})) * {stride}")
             offset = " + ".join(terms) or "0"
         x = f"{self.ptr[field]}[{offset}]"
-        if f.dtype in (torch.float16, torch.bfloat16):
+        if f.dtype in ("float16", "bfloat16"):
             # the bits, which a comparison with a constant or a finiteness test reads directly (`on_bits`); the
             # widened float only where another op uses it (else the compiler drops it)
             bits = self.ns.create_name(f"h{op.id}")
             self.buf.writeline(f"const uint16_t {bits} = {x};")
             self.halves[op.id] = (bits, f.dtype)
-            x = f"{self.helper('tc_f16' if f.dtype == torch.float16 else 'tc_bf16')}({bits})"
-        elif op.kind == "i" and f.dtype != torch.int64:
+            x = f"{self.helper('tc_f16' if f.dtype == 'float16' else 'tc_bf16')}({bits})"
+        elif op.kind == "i" and f.dtype != "int64":
             x = f"(int64_t){x}"  # bool storage is read as its byte, as torch's summary views it
         return self.let(op, x)
 

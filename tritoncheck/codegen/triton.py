@@ -64,9 +64,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from tritoncheck.dtypes import dtype_name
+from tritoncheck.dtypes import ITEMSIZE
 from tritoncheck.expr import to_text
 from tritoncheck.kernel.ir import BIG, FieldSig, Group, Kernel, Op, Unsupported, Val, positional_axes, reductions, walk
 from tritoncheck.plan.lower import describe
@@ -76,8 +74,8 @@ KERNEL_NAME = "tritoncheck_kernel"
 
 _TL = {"b": "tl.int1", "i": "tl.int64", "f": "tl.float32", "d": "tl.float64"}
 # storage dtypes loaded as they are (no conversion to the compute kind needed)
-_NATIVE = {torch.int64: "i", torch.float32: "f", torch.float64: "d"}
-_FLOAT_MAX = {"f": repr(torch.finfo(torch.float32).max), "d": repr(torch.finfo(torch.float64).max)}
+_NATIVE = {"int64": "i", "float32": "f", "float64": "d"}
+_FLOAT_MAX = {"f": "3.4028234663852886e+38", "d": repr(sys.float_info.max)}  # the largest finite float32, float64
 
 _HELPERS = {
     "_fmod_f": '''
@@ -488,7 +486,7 @@ class TritonCodegen:
         lines.append("fields (read once per group that uses them):")
         for f in k.fields:
             lay = "contiguous" if f.contiguous else "strided"
-            lines.append(f"  {comment(f.name)}: {dtype_name(f.dtype)} [{self.shape_words(f.axes)}], {lay}")
+            lines.append(f"  {comment(f.name)}: {f.dtype} [{self.shape_words(f.axes)}], {lay}")
         lines.append(f"dims: {_words(k.sizes) or '-'} (batch dim {comment(k.batch_dim)}); "
                      "sizes, strides and host scalars are runtime arguments")
         lines.append("checks:")
@@ -496,7 +494,7 @@ class TritonCodegen:
             lines.append(f"  [{i}] {comment(c.code)}: {comment(describe(c))}  over [{_words(c.axes)}]")
         lines.append("groups (program ranges, in order):")
         for g_i, (g, p) in enumerate(zip(self.groups, plans, strict=True)):
-            reads = ", ".join(f"{comment(f)} ({k.field(f).dtype.itemsize} B/elem)" for f in g.fields)
+            reads = ", ".join(f"{comment(f)} ({ITEMSIZE[k.field(f).dtype]} B/elem)" for f in g.fields)
             if p.reduce:
                 how = (f"{p.block} rows per program, reduced {p.step} elements a step, at most {MAX_STEPS} steps "
                        f"a program ({'longer rows split across programs' if p.splittable else 'a float sum: never split'})")
@@ -505,10 +503,10 @@ class TritonCodegen:
             fused = self.fused.get(g_i)
             if fused is not None:
                 how += f", and at each element its reduction walks checks {[c for c, _ in fused.group.checks]} (fused)"
-                reads = ", ".join(f"{comment(f)} ({k.field(f).dtype.itemsize} B/elem)"
+                reads = ", ".join(f"{comment(f)} ({ITEMSIZE[k.field(f).dtype]} B/elem)"
                                   for f in dict.fromkeys((*g.fields, *fused.group.fields)))
             lines.append(f"  {g_i}: [{_words(g.axes)}], {how}, checks {[c for c, _ in g.checks]}; reads {reads or 'nothing'}")
-        total = [f"{f.dtype.itemsize}*{self.shape_words(f.axes, '*') or '1'}" for f in k.fields]
+        total = [f"{ITEMSIZE[f.dtype]}*{self.shape_words(f.axes, '*') or '1'}" for f in k.fields]
         lines.append(f"bytes read, at least (each field once): {' + '.join(total) or '0'}; "
                      "a field used by several groups is read by each")
         rows = sum(r >= 0 for r in k.layout.batch_rows)
@@ -576,7 +574,7 @@ class TritonCodegen:
         """Tile sizes from the bytes the group's loads read per element (`per_thread`); a reduction
         with fused element-wise checks also reads their fields that it does not load itself."""
         if not g.reduce:
-            sizes = [self.k.field(op.args[0]).dtype.itemsize for op in g.ops if op.name in ("load", "load_prev")]
+            sizes = [ITEMSIZE[self.k.field(op.args[0]).dtype] for op in g.ops if op.name in ("load", "load_prev")]
             # a field of fewer elements a sample than a wide tile holds (multi-label's [B, 7] labels) is a
             # few bytes a sample: it keeps the narrow tile (0: a dim of runtime size, a field of any size)
             sample = math.prod(self.k.fixed.get(a, 0) for a in g.axes if a != self.k.batch_dim)
@@ -589,7 +587,7 @@ class TritonCodegen:
             if fused is not None and fused.op == r.id:
                 whole = {op.args[0] for op in loads if op.name == "load" and all(i is None for i in op.args[1])}
                 loads += [op for op in _loads(fused.group.ops) if op.args[0] not in whole]
-            return [self.k.field(op.args[0]).dtype.itemsize for op in loads]
+            return [ITEMSIZE[self.k.field(op.args[0]).dtype] for op in loads]
 
         heaviest = max((reads(r) for r in reductions), key=sum, default=[])
         elements = per_thread(heaviest) * 32 * WARPS
@@ -744,7 +742,7 @@ class TritonCodegen:
             else:
                 f = self.k.field(self.k.checks[c].field)
                 value, kind = self.load(load, *load.args), load.kind
-                if f.dtype == torch.bool:  # torch reads any nonzero byte as 1
+                if f.dtype == "bool":  # torch reads any nonzero byte as 1
                     value, kind = f"({value} != 0)", "b"
         finally:
             self.plan, self.positions, self.inline, self.idx, self.inline_loads, self.offs, self.live = outer
@@ -1003,7 +1001,7 @@ class TritonCodegen:
             raw = f"tl.broadcast_to(tl.load({self.arg(self.ptr[fname])} + tl.sum({offset}, axis=0), volatile=True), [1])"
         else:
             raw = f"tl.load({self.arg(self.ptr[fname])} + {offset}, mask={mask}, other=0)"
-        if f.dtype == torch.bfloat16:
+        if f.dtype == "bfloat16":
             # bfloat16 is the top half of a float32: widen by bits, exact for denormals everywhere
             # (Triton's CPU interpreter flushes them to zero in .to(tl.float32))
             value = f"({raw}.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)"
@@ -1338,7 +1336,7 @@ def program_groups(kernel: Kernel) -> list[tuple[Group, Fused | None]]:
         for names, checks in _components(e):
             # a field of 1 or 2 bytes an element is left read twice: a few percent of the bytes, and its
             # reduction's tile (16 elements a thread) has no registers to spare (ptxas spilled bool masks)
-            wide = {f for f in names if kernel.field(f).dtype.itemsize >= 4}
+            wide = {f for f in names if ITEMSIZE[kernel.field(f).dtype] >= 4}
             host = next(((g_i, r) for g_i, r, whole in hosts
                          if kernel.groups[g_i].axes + tuple(r.args[1]) == e.axes and whole & wide
                          and hosting.get(g_i, r.id) == r.id and moved.get(r.id, (e_i,))[0] == e_i), None)
@@ -1397,7 +1395,7 @@ def split_group(kernel: Kernel, g: Group) -> list[Group]:
     of the int64 fields checked beside it (which would cost registers)."""
     by_width: dict[int, list[tuple[int, Val]]] = {}
     for names, checks in _components(g):  # connected by shared fields
-        width = min((kernel.field(f).dtype.itemsize for f in names), default=0)
+        width = min((ITEMSIZE[kernel.field(f).dtype] for f in names), default=0)
         by_width.setdefault(width, []).extend(checks)
     return [_subgroup(g, checks) for checks in by_width.values()]
 

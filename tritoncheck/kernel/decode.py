@@ -24,8 +24,10 @@ from tritoncheck.dtypes import compute_dtype
 from tritoncheck.plan.lower import Bound, RuleCheck
 from tritoncheck.checks.registry import violation
 from tritoncheck.report import SampleRange, Violation
-from tritoncheck.kernel.ir import BIG, KIND_DTYPE, Kernel, Op, unravel, walk
+from tritoncheck.kernel.ir import BIG, Kernel, Op, unravel, walk
 from tritoncheck.kernel.sums import float_sum
+
+KIND_DTYPE = {"b": torch.bool, "i": torch.int64, "f": torch.float32, "d": torch.float64}  # an IR kind's torch dtype
 
 
 def decode(kernel: Kernel, values: Any, bound: Bound, walked: Mapping[str, int] | None = None,

@@ -7,7 +7,7 @@
   field checked for min, max and allowed values is loaded once;
 - **ops**: small typed operations (`load`, `const`, `lt`, `floordiv`, `reduction`, ...; the table
   `OPS`), each of a *kind*: `b` bool, `i` int64, `f` float32, `d` float64 (the compute dtypes of
-  `_dtypes.compute_dtype`, plus bool). All typing, promotion and constant conversion happens
+  `dtypes.compute_kind`, plus bool). All typing, promotion and constant conversion happens
   here, so a generator never decides semantics; it only spells each op for its device;
 - **one predicate per check**: `Group.checks` pairs each check with the op that is true where the
   check fails;
@@ -19,6 +19,10 @@
 A generator walks the ops with `walk(ops, handler, env)`, which calls one handler method per op
 (Inductor's ops handler): `handler.lt(op, a, b)`. A handler lacking a method is an error, never a
 silent fallback; `missing_ops(handler)` lists what a handler lacks.
+
+The IR needs no torch: a field's signature is its dtype's name, axes and layout (`FieldSig`), so a kernel and
+its C source can be built for buffers that are not tensors; the functions given tensors only read their
+shapes and strides.
 """
 
 from __future__ import annotations
@@ -27,16 +31,28 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from tritoncheck.checks.registry import UnknownCheckKind, kind_of
 from tritoncheck.checks.registry import expr_axes as axes_of
-from tritoncheck.dtypes import FLIPPED, INT64_MAX, INT64_MIN, as_double, comparable_values, compute_dtype, exact_comparison, int_limit
+from tritoncheck.dtypes import (
+    FLIPPED,
+    INT64_MAX,
+    INT64_MIN,
+    as_double,
+    comparable_values,
+    compute_kind,
+    dtype_name,
+    exact_comparison,
+    float32,
+    int_limit,
+)
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, Reduce, Ref, Unary, is_host, nodes, to_text
 from tritoncheck.kernel import sums
 from tritoncheck.plan.lower import DataCheck, Plan, RuleCheck, evaluate_scalar, stored_elements
+
+if TYPE_CHECKING:
+    import torch
 
 BIG = 2**62  # a first-index slot holds BIG - index, so 0 means "none" and max() keeps the first
 
@@ -66,10 +82,6 @@ OPS: dict[str, str] = {
     "reduction": "(red, axes, body): sum/any/all of body() over the named axes, which the body's "
     "loads and index ops follow (shadowing an outer position along the same axis)",
 }
-
-TORCH_KIND = {torch.int64: "i", torch.float32: "f", torch.float64: "d"}
-KIND_DTYPE = {"b": torch.bool, "i": torch.int64, "f": torch.float32, "d": torch.float64}
-
 
 class Unsupported(Exception):
     """A construct this IR does not lower (a backend then leaves the plan to the torch backend)."""
@@ -133,21 +145,26 @@ class HostScalar:
 
 @dataclass(frozen=True, slots=True)
 class FieldSig:
-    """A field as the kernel reads it: storage dtype, axes, and whether it is contiguous.
+    """A field as the kernel reads it: storage dtype (its name, "int64"; a torch dtype given is taken as its
+    name), axes, and whether it is contiguous.
 
     `order` is set for a non-contiguous field whose elements still fill one block of memory in some
     order of its axes (channels_last, a transposed copy; `memory_order`): its axis positions from the
     largest stride to the smallest, so a kernel can walk it as stored."""
 
     name: str
-    dtype: torch.dtype
+    dtype: str
     axes: tuple[str, ...]
     contiguous: bool
     order: tuple[int, ...] | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.dtype, str):
+            object.__setattr__(self, "dtype", dtype_name(self.dtype))
+
     @property
     def kind(self) -> str:
-        return TORCH_KIND[compute_dtype(self.dtype)]
+        return compute_kind(self.dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +412,7 @@ def convert(value: int | float | bool, kind: str) -> int | float | bool:
         return int(value)
     if kind == "d":
         return float(value)
-    return torch.tensor(value, dtype=torch.float32).item()
+    return float32(float(value))
 
 
 def pytype(expr: Expr) -> str:
@@ -558,7 +575,7 @@ class _Lowering:
     def canonical(self, sig: FieldSig, x: Val) -> Val:
         """A bool field's byte as torch reads it: any nonzero byte is True (1). A bool tensor can hold
         other bytes (`uint8.view(torch.bool)`, numpy bools from bytes), and a kernel reads the byte."""
-        if sig.dtype != torch.bool:
+        if sig.dtype != "bool":
             return x
         return self.emit("cast", (self.emit("truth", (x,), "b"),), x.kind)
 

@@ -7,23 +7,29 @@ float64 once. The torch backend sums with `float_sum` (and with its steps over w
 row), and so does the decoder for the values a kernel's report shows; the C and Triton code
 generators emit the same steps (`codegen/c.py`: `tc_fsum`; `codegen/triton.py`: `float_sum`), so
 every backend gives the same bits.
+
+Torch is imported by the functions that compute with it, not here: the kernel IR imports this module for its
+constants (`MAX_TERMS`) without torch.
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 FOLD = 30  # bits of a fold: t = hi * 2**30 + lo, lo in [0, 2**30)
 MAX_TERMS = 2**33  # a row of fewer values cannot wrap its int64 folds (from it on: Python integers)
-_FMAX = torch.finfo(torch.float64).max
 
 
 def float_sum(x: torch.Tensor, red: tuple[int, ...], count: int = 1) -> torch.Tensor:
     """The float64 sum over positions `red` of `x` (any float dtype), each stored value counted
     `count` times (an expanded axis): the same bits as the C and Triton kernels, in any order."""
+    import torch
+
     if not red:  # one value: itself (+0.0 for -0.0)
         return x.to(torch.float64) + 0.0
     if count == 0 or any(x.shape[d] == 0 for d in red):  # no values
@@ -37,6 +43,8 @@ def scan(x: torch.Tensor, red: tuple[int, ...]) -> tuple[torch.Tensor, torch.Ten
     """Pass 1, per row (kept dims): the sum of its non-finite values, which IEEE adds alike in any
     order (NaN for a NaN or both infinities, else the infinity, else 0); its grid exponent g; and
     `x` with the non-finite values zeroed (float16 and bfloat16 as float32, exactly)."""
+    import torch
+
     if x.dtype not in (torch.float32, torch.float64):
         x = x.to(torch.float32)
     top = torch.maximum(x.amax(dim=red, keepdim=True), -x.amin(dim=red, keepdim=True))  # (NaN if any)
@@ -53,6 +61,8 @@ def scan(x: torch.Tensor, red: tuple[int, ...]) -> tuple[torch.Tensor, torch.Ten
 
 def _pow2(k: torch.Tensor) -> torch.Tensor:
     """2.0**k, exactly, for int64 k in [-1022, 1023] (the exponent bits)."""
+    import torch
+
     return ((k + 1023) << 52).view(torch.float64)
 
 
@@ -83,6 +93,8 @@ def fold_sums(x: torch.Tensor, red: tuple[int, ...], grid: torch.Tensor) -> list
 
 
 def _fold_sums(x: torch.Tensor, red: tuple[int, ...], grid: torch.Tensor) -> list[torch.Tensor]:
+    import torch
+
     h = -grid
     low, high = (-126, 127) if x.dtype == torch.float32 else (-1022, 1023)
     if bool(((h >= low) & (h <= high)).all()):  # (a product below x's normal range is under 1: t = 0)
@@ -121,6 +133,8 @@ def finish(special: torch.Tensor, grid: torch.Tensor, parts: list) -> torch.Tens
     """The row's total, rounded to float64 once: lo's carry moves into hi, hi splits into its
     float64 rounding and an int64 rest that joins lo exactly, one float64 addition rounds the
     exact total, and two power-of-two scalings place it (exact, or IEEE's overflow)."""
+    import torch
+
     if len(parts) == 1:  # Python integers (`repeat`)
         totals = [_exact_float(t, g) for t, g in zip(parts[0], grid.flatten().tolist(), strict=True)]
         out = torch.tensor(totals, dtype=torch.float64, device=grid.device).reshape(grid.shape)

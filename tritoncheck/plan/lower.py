@@ -8,6 +8,10 @@ gets a private name (`bbox.2`). Plans are hashable, so they key the Triton kerne
 
 Metadata checks (presence, dtype, rank, sizes, dims agreeing) need no data and run on the host
 in `bind`, shared by both backends; value and cross-field checks are left to the backend.
+
+A plan holds dtype names ("int64", "bfloat16"), never torch dtypes: compiling one needs no torch (importing it
+costs over a second of CPU). Torch is imported where tensors are met: `bind` and its helpers, which a batch of
+tensors reaches with torch loaded already; a tensor's dtype becomes its name there (`dtypes.name_of`).
 """
 
 from __future__ import annotations
@@ -17,9 +21,7 @@ import operator
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from tritoncheck import expr as _expr
 from tritoncheck.checks import (  # the node types are re-exported: every backend imports them from here
@@ -37,18 +39,22 @@ from tritoncheck.checks import (  # the node types are re-exported: every backen
     kind_of,
 )
 from tritoncheck.checks.registry import evaluate_scalar
-from tritoncheck.dtypes import INT64_MAX, INT64_MIN, dtype_name
+from tritoncheck.dtypes import GROUPS, INT64_MAX, INT64_MIN, INT_RANGES, all_integer_names, name_of
 from tritoncheck.expr import Arange, Binary, Const, Dim, Expr, ExprError, Present, RawIndex, Reduce, Ref, Sym, Unary
 from tritoncheck.report import Violation
 from tritoncheck.spec.schema import UNIT_TAIL, BatchSpec, SpecError, close_match, closest, number_error, split_where
 
+if TYPE_CHECKING:
+    import torch
+
 
 @dataclass(frozen=True, slots=True)
 class FieldPlan:
-    """One field's metadata contract. `shape` holds ints and dim names; `axes` names every axis."""
+    """One field's metadata contract. `dtypes`: the accepted dtypes' names; `shape` holds ints and dim names;
+    `axes` names every axis."""
 
     name: str
-    dtypes: tuple[torch.dtype, ...]
+    dtypes: tuple[str, ...]
     shape: tuple[int | str, ...]
     shape_text: tuple[str, ...]
     axes: tuple[str, ...]
@@ -101,7 +107,7 @@ class Plan:
         lines = [f"plan for {self.spec_name} (batch dim {self.batch_dim})"]
         for f in self.fields:
             opt = " (optional)" if f.optional else ""
-            dts = "|".join(dtype_name(d) for d in f.dtypes)
+            dts = "|".join(f.dtypes)
             lines.append(f"  field {f.name}: {dts} [{', '.join(f.shape_text)}]{opt}")
         for c in self.dim_checks:
             lines.append(f"  host   {c.code:<20} {c.text}")
@@ -167,7 +173,7 @@ def _field_plan(spec: BatchSpec, name: str, f: Any, params: Mapping[str, Any], d
         axes.append(size if isinstance(size, str) else f"{name}.{i}")
     if len(set(axes)) != len(axes):
         raise SpecError(f"{spec.name}: fields.{name}.shape repeats a dim; each axis needs its own name")
-    return FieldPlan(name, spec.field_dtypes(name), tuple(shape), tuple(str(e) for e in entries), tuple(axes), f.optional,
+    return FieldPlan(name, spec.field_dtype_names(name), tuple(shape), tuple(str(e) for e in entries), tuple(axes), f.optional,
                      unit_tail, f.severity.get("rank", "error"))
 
 
@@ -531,15 +537,20 @@ def seen(plan: Plan, batch: Any) -> tuple[tuple | None, dict[str, Any] | None]:
 
 def _signature(plan: Plan, batch: Any) -> tuple | None:
     """The batch's metadata as a hashable key, or None when only the full `_bind` can judge it."""
+    global _TENSOR, _STRIDED
     if type(batch) is not dict:
         return None
+    if _TENSOR is None:
+        import torch
+
+        _TENSOR, _STRIDED = torch.Tensor, torch.strided
     key: list[Any] = list(batch)
     for fp in plan.fields:
         value = batch.get(fp.name)
         if value is None:
             key.append(None)
             continue
-        if type(value) is not torch.Tensor or value.layout is not _STRIDED or value.is_nested or value.is_neg():
+        if type(value) is not _TENSOR or value.layout is not _STRIDED or value.is_nested or value.is_neg():
             return None  # numpy arrays, subclasses (FakeTensor), nested or sparse tensors, non-tensors; a lazy bit
         dtype = value.dtype
         if dtype.is_complex and value.is_conj():  # (only a complex tensor carries the conjugation bit)
@@ -550,7 +561,8 @@ def _signature(plan: Plan, batch: Any) -> tuple | None:
     return tuple(key)
 
 
-_STRIDED = torch.strided
+_TENSOR: Any = None  # torch.Tensor and torch.strided, set by the first `_signature`: a plan is compiled without torch
+_STRIDED: Any = None
 
 
 def signature_guard(plan: Plan, batch: Any, first: tuple[str, ...] = ()) -> Callable[[Any], tuple | None] | None:
@@ -617,6 +629,7 @@ def _guard_works() -> bool:
     sparse or mkldnn tensor's must not (here, in Python, where a throw is only an exception)."""
     if not _guard_verdict:
         try:
+            import torch
             from torch._C._dynamo.guards import TensorGuards
 
             z = torch.zeros(2, 3, dtype=torch.complex64)
@@ -837,7 +850,6 @@ def stored_axes(plan: Plan, ref: Ref, t: torch.Tensor) -> dict[str, int]:
 
 
 COMPARISONS = frozenset(("<", "<=", ">", ">=", "==", "!="))
-_INTEGER_DTYPES = frozenset((torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
 
 
 @dataclass(frozen=True)
@@ -940,7 +952,7 @@ def _integer_valued(e: Expr, tensors: Mapping[str, torch.Tensor]) -> bool:
     if isinstance(e, (Dim, Arange)):
         return True
     if isinstance(e, Ref):
-        return e.field in tensors and tensors[e.field].dtype in _INTEGER_DTYPES
+        return e.field in tensors and name_of(tensors[e.field].dtype) in INT_RANGES
     if isinstance(e, Unary):
         return e.op in ("not", "isfinite") or _integer_valued(e.x, tensors)
     if isinstance(e, Binary):
@@ -959,10 +971,9 @@ def _integer_bounds(e: Expr, tensors: Mapping[str, torch.Tensor], dims: Mapping[
         return e.value, e.value
     if isinstance(e, Dim) and e.name in dims:
         return dims[e.name], dims[e.name]
-    if scalar or not isinstance(e, Ref) or e.field not in tensors or tensors[e.field].dtype not in _INTEGER_DTYPES:
+    if scalar or not isinstance(e, Ref) or e.field not in tensors:
         return None
-    dtype = tensors[e.field].dtype
-    return (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    return INT_RANGES.get(name_of(tensors[e.field].dtype))
 
 
 def refuse_logical_walks(plan: Plan, tensors: Mapping[str, torch.Tensor], dims: Mapping[str, int],
@@ -1011,6 +1022,8 @@ def _check_dims(c: DataCheck) -> set[str]:
 
 def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
     """A tensor view of `value` (numpy arrays without a copy), or None and the reason."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         if value.is_nested:
             return None, "a nested tensor is not supported; pad it with torch.nested.to_padded_tensor(x, pad)"
@@ -1031,6 +1044,8 @@ def as_tensor(value: Any) -> tuple[torch.Tensor | None, str]:
 
 def _tensor_hint(value: Any) -> str:
     """How to turn what `as_tensor` refused into a tensor it takes: each kind of tensor has its own way."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         if value.is_nested:
             return "pad it in the collate function: torch.nested.to_padded_tensor(x, padding)"
@@ -1076,10 +1091,10 @@ def _is_fake(t: torch.Tensor) -> bool:
 def _check_meta(fp: FieldPlan, t: torch.Tensor, dims: dict[str, tuple[int, str]], out: list[Violation]) -> bool:
     """Dtype, rank and sizes of one field; binds dims it is first to name. True if a problem was found."""
     problem = False
-    if t.dtype not in fp.dtypes:
-        want = "|".join(dtype_name(d) for d in fp.dtypes)
-        out.append(Violation(fp.name, "dtype", f"{fp.name} must have dtype {want}, got {dtype_name(t.dtype)}",
-                             value=dtype_name(t.dtype), hint=_dtype_hint(fp, t.dtype)))
+    name = name_of(t.dtype)
+    if name not in fp.dtypes:
+        out.append(Violation(fp.name, "dtype", f"{fp.name} must have dtype {'|'.join(fp.dtypes)}, got {name}",
+                             value=name, hint=_dtype_hint(fp, t.dtype)))
         problem = True
     if t.dim() != len(fp.shape):
         want = ", ".join(fp.shape_text)
@@ -1111,14 +1126,13 @@ def _check_meta(fp: FieldPlan, t: torch.Tensor, dims: dict[str, tuple[int, str]]
 
 
 def _dtype_hint(fp: FieldPlan, dtype: torch.dtype) -> str | None:
-    wants_int = all(not d.is_floating_point for d in fp.dtypes)
-    if wants_int and dtype.is_floating_point:
+    if all_integer_names(fp.dtypes) and dtype.is_floating_point:
         return f"{fp.name} holds indices, which must be integers: cast with .long() where the batch is built"
-    if dtype == torch.int32 and torch.int64 in fp.dtypes:
+    if name_of(dtype) == "int32" and "int64" in fp.dtypes:
         return "CUDA cross-entropy/nll_loss accept int64 targets only: cast with .long()"
     if dtype.is_complex:
         return f"{fp.name} cannot be complex: take its real part (.real) or build it as one of the dtypes above"
-    if all(d.is_floating_point for d in fp.dtypes) and not dtype.is_floating_point:
+    if all(d in GROUPS["float"] for d in fp.dtypes) and not dtype.is_floating_point:
         return f"{fp.name} must be floating point: cast with .float()"
     return None
 

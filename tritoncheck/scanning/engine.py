@@ -1145,6 +1145,7 @@ def _as_stored(plan: Any) -> dict[str, tuple[Any, ...]]:
     import torch
 
     from tritoncheck.checks import kind_of
+    from tritoncheck.dtypes import dtype_name
 
     if not _per_sample(plan):
         return {}
@@ -1154,8 +1155,8 @@ def _as_stored(plan: Any) -> dict[str, tuple[Any, ...]]:
         if kind_of(c).value_fails is None or dims:
             other |= set(fields)
     narrow = (torch.int8, torch.int16, torch.int32)
-    return {f.name: tuple(d for d in narrow if d in f.dtypes) for f in plan.fields
-            if f.name not in other and torch.int64 in f.dtypes}
+    return {f.name: tuple(d for d in narrow if dtype_name(d) in f.dtypes) for f in plan.fields
+            if f.name not in other and "int64" in f.dtypes}
 
 
 class _Ragged:

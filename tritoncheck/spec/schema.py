@@ -37,7 +37,6 @@ from tritoncheck.dtypes import (
     TORCH_ALIASES,
     all_integer_names,
     dtype_name,
-    expand_dtypes,
     expand_names,
     is_dtype_name,
     is_torch_dtype,
@@ -392,11 +391,6 @@ class BatchSpec(_SpecModel):
             out.__pydantic_private__ = dict(private or {})
         out._plan = None  # a plan compiled for the original must not serve the changed copy
         return out
-
-    def field_dtypes(self, name: str, *, strict: bool = True) -> tuple[Any, ...] | None:
-        """The torch dtypes field `name` accepts (`field_dtype_names` as torch dtypes)."""
-        names = self.field_dtype_names(name, strict=strict)
-        return None if names is None else expand_dtypes(names)
 
     def field_dtype_names(self, name: str, *, strict: bool = True) -> tuple[str, ...] | None:
         """The dtype names field `name` accepts, groups expanded, its parameter entries resolved from `params`.

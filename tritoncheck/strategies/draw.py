@@ -13,6 +13,7 @@ import torch
 from hypothesis import strategies as st
 
 from tritoncheck.backends import torch as _torch_backend
+from tritoncheck.dtypes import torch_dtypes
 from tritoncheck.expr import Binary, Const, Dim, Expr, Ref
 from tritoncheck.plan.lower import (
     DimCheck,
@@ -156,7 +157,8 @@ def _domains_nonempty(plan: Plan, dims: dict[str, int]) -> bool:
     ctx = Draw(plan, dims, {}, {}, {}, torch.Generator())
     try:
         doms = _domains(ctx)
-        return all(any(pick(doms[fp.name], d) is not None for d in fp.dtypes) for fp in plan.fields)
+        table = torch_dtypes()
+        return all(any(pick(doms[fp.name], table[d]) is not None for d in fp.dtypes) for fp in plan.fields)
     except (Infeasible, KeyError, ArithmeticError):
         return False
 
@@ -182,7 +184,8 @@ def draw_batch(draw, plan: Plan, intervals: dict[str, list[int]], overrides: dic
     present = [fp for fp in plan.fields if not fp.optional or fp.name in force_present
                or (fp.name not in force_absent and draw(st.booleans(), label=f"has {fp.name}"))]
     present = _presence_holds(plan, dims, present, breaking)
-    dtypes = {fp.name: draw(st.sampled_from(fp.dtypes), label=f"{fp.name}.dtype") for fp in present}
+    table = torch_dtypes()
+    dtypes = {fp.name: draw(st.sampled_from([table[d] for d in fp.dtypes]), label=f"{fp.name}.dtype") for fp in present}
     seed = draw(st.integers(0, 2**32 - 1), label="seed")
     edge = draw(st.sampled_from([0.0, 0.1, 0.5]), label="edge rate")
     sentinel = draw(st.sampled_from([0.0, 0.2, 1.0]), label="sentinel rate")

@@ -47,7 +47,7 @@ def _field_missing(fp: FieldPlan, ctx: Draw, rng: random.Random):
 
 
 def _field_dtype(fp: FieldPlan, ctx: Draw, rng: random.Random):
-    wrong = [d for d in torch_dtypes().values() if d not in fp.dtypes]
+    wrong = [d for name, d in torch_dtypes().items() if name not in fp.dtypes]
     if not wrong:
         return None
     d = rng.choice(wrong)
