@@ -499,6 +499,125 @@ def test_the_models_own_warnings_on_probe_batches_are_not_shown():
     assert not [str(w.message) for w in seen if "spec_for" not in str(w.message)]
 
 
+def test_parallel_convolutions_get_the_length_the_forward_takes():
+    """A text CNN with kernels 3, 4 and 5 side by side (a ModuleList): the lists summed them as one stack,
+    `L >= 10`, an error on every batch of 5 to 9 tokens the model runs; the probe bisection now decides."""
+
+    class TextCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(100, 8)
+            self.convs = nn.ModuleList([nn.Conv1d(8, 4, k) for k in (3, 4, 5)])
+            self.fc = nn.Linear(12, 2)
+
+        def forward(self, input_ids):
+            x = self.emb(input_ids).transpose(1, 2)
+            return self.fc(torch.cat([c(x).max(2).values for c in self.convs], 1))
+
+    model = TextCNN().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model)
+    for length in (4, 5, 9):
+        ids = torch.randint(0, 100, (2, length))
+        try:
+            model(ids)
+            ran = True
+        except RuntimeError:
+            ran = False
+        assert ran == tc.check({"input_ids": ids}, spec, backend="torch").ok, length
+
+
+def test_the_self_check_drops_a_dim_rule_that_names_no_field():
+    """A dims-only rule (`L >= 10`, no `field:`) that rejected the batch the model ran was 'not dropped (no
+    derived rule to drop)': the violation's field (the dim's source) is not in the rule's text."""
+    from tritoncheck.derive import probes, rules as derived
+
+    data = {"name": "d", "params": {}, "fields": {"input_ids": {"dtype": ["int64"], "shape": ["B", "L"]}},
+            "rules": [{"rule": "L >= 10", "code": "dim_bound"}]}
+    dropped = probes.self_check(data, [{"input_ids": torch.zeros(2, 8, dtype=torch.int64)}],
+                                lambda d: derived.build(d, {}, "", "test"))
+    assert dropped == ["rule 'L >= 10'"] and data["rules"] == []
+
+
+class _Regression(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(13, 1)
+
+    def forward(self, x, y=None):
+        out = self.fc(x).squeeze(-1)
+        return out if y is None else nn.functional.mse_loss(out, y)
+
+
+class _CastIds(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e, self.fc = nn.Embedding(60, 4), nn.Linear(4, 2)
+
+    def forward(self, ids):
+        return self.fc(self.e(ids.long()).mean(1))
+
+
+@pytest.mark.parametrize("model, batch, field", [
+    (_Regression, {"x": torch.randn(4, 13), "y": torch.tensor([1.0, float("nan"), 2.0, 3.0])}, "y"),
+    (_CastIds, {"ids": torch.tensor([[1.0, float("nan")]])}, "ids")])
+def test_a_nan_in_a_field_the_forward_also_takes_as_float_is_reported(model, batch, field):
+    """Ids the forward casts with `.long()` (NaN becomes int64's minimum: IndexError) and a regression target
+    (NaN loss) accepted float but passed a NaN: min and max alone let NaN through."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(model().eval())
+    report = tc.check(batch, spec, backend="torch")
+    assert [(v.field, v.code, v.severity) for v in report.violations] == [(field, "non_finite", "error")]
+    batch[field] = torch.nan_to_num(batch[field], nan=1.0)
+    assert not tc.check(batch, spec, backend="torch").violations
+
+
+def test_flat_ids_of_their_own_count_beside_per_sample_inputs():
+    """An nn.EmbeddingBag called with offsets takes N flat ids for B samples: the contract gave the ids the
+    batch dim, `item_ids axis 0 is B=3, but B=2` on every batch with more than one item in a bag."""
+
+    class Rec(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.user, self.items = nn.Embedding(10, 4), nn.EmbeddingBag(20, 4)
+
+        def forward(self, user_ids, item_ids, offsets):
+            return (self.user(user_ids) * self.items(item_ids, offsets)).sum(-1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(Rec().eval())
+    batch = {"user_ids": torch.tensor([1, 2]), "item_ids": torch.tensor([3, 4, 5]), "offsets": torch.tensor([0, 1])}
+    Rec()(**batch)
+    assert not tc.check(batch, spec, backend="torch").violations
+    batch["item_ids"][2] = 20  # past the bag's table: IndexError
+    assert [(v.field, v.code) for v in tc.check(batch, spec, backend="torch").violations] == [("item_ids", "above_max")]
+
+
+def test_multi_label_targets_of_a_loss_inside_the_forward():
+    """A BCE loss inside the forward: its labels were taken for class indices (the hints' guess), a dtype and a
+    rank error on every valid batch of float [B, C] targets; a target of 2 (garbage to BCE) passed nothing."""
+
+    class MultiLabel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.fc = nn.Embedding(300, 16), nn.Linear(16, 5)
+
+        def forward(self, input_ids, labels=None):
+            logits = self.fc(self.tok(input_ids).mean(1))
+            return logits if labels is None else nn.functional.binary_cross_entropy_with_logits(logits, labels)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(MultiLabel().eval())
+    batch = {"input_ids": torch.randint(0, 300, (2, 6)), "labels": torch.randint(0, 2, (2, 5)).float()}
+    assert not tc.check(batch, spec, backend="torch").violations
+    batch["labels"][0, 0] = 2.0
+    assert [(v.field, v.code) for v in tc.check(batch, spec, backend="torch").violations] == [("labels", "above_max")]
+
+
 def test_a_plain_forward_taking_kwargs_takes_any_key():
     class Pooled(nn.Module):
         def __init__(self):

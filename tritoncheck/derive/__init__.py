@@ -371,6 +371,9 @@ class _Tracing:
             if "L" in shape and any("L" in f.get("shape", ()) for f in fields.values()):
                 shape = self._own_dims(p, batch, shape)  # a second sequence of its own length (seq2seq's target)
                 self.shapes[p] = (kind, shape)
+            elif shape == ["B"] and any(q != p and batch[q].dim() for q in self.shapes):
+                shape = self._own_length(p, batch)  # flat ids of their own count (an EmbeddingBag's, with offsets)
+                self.shapes[p] = (kind, shape)
             fields[p] = self._new_field(p, kind, shape, batch[p])
         found = trace.run(self.model, lambda: self.call(batch), batch)
         self.forwards += 1
@@ -401,6 +404,7 @@ class _Tracing:
             fields[p].setdefault("severity", {})["non_finite"] = "warning"
             origins[f"fields.{p}"].append("non_finite: a warning, the forward runs cleanly with a NaN in its first value")
         self._probe_values(batch, findings, origins)
+        self._finite_when_float(batch, origins)
         self._max_length(batch, findings, found.tables or {}, origins)
         self._counts(batch, findings, origins)
         self._value_sets(batch, findings, origins)
@@ -417,6 +421,24 @@ class _Tracing:
         source = f"spec_for({type(self.model).__name__})"
         dropped = probes.self_check(data, [batch], lambda d: rules.build(d, {}, "", source))
         return data, origins, dropped
+
+    def _finite_when_float(self, batch: dict[str, torch.Tensor], origins: dict[str, list[str]]) -> None:
+        """An integer field the forward also takes as float (ids it casts with `.long()`, a regression target)
+        gets `finite`: a NaN becomes int64's minimum as an index, and a NaN loss as a target; a warning only
+        where the forward runs cleanly with a NaN there."""
+        fields = self.data["fields"]
+        cast = [p for p, t in batch.items() if not t.is_floating_point() and t.dtype != torch.bool
+                and "float" in fields[p].get("dtype", ()) and not fields[p].get("finite")]
+        as_float = {**batch, **{p: batch[p].to(self.compute) for p in cast}}
+        harmless = set(probes.nan_ignored(self.call, as_float, cast))
+        self.forwards += len(cast)
+        for p in cast:
+            fields[p]["finite"] = True
+            if p in harmless:
+                fields[p].setdefault("severity", {})["non_finite"] = "warning"
+            origins.setdefault(f"fields.{p}", []).append(
+                "finite: the forward takes it as float too, and " + (
+                    "runs cleanly with a NaN (a warning)" if p in harmless else "a NaN there breaks it"))
 
     def _probe_values(self, batch: dict[str, torch.Tensor], findings: list[trace.Finding],
                       origins: dict[str, list[str]]) -> None:
@@ -472,16 +494,21 @@ class _Tracing:
             guess = p.name == "labels" and (not self.hf or p.name not in batch)
             if p.required or (p.name in fields and not guess) or "head_mask" in p.name:
                 continue
-            for kind in ("flat", "int", "spatial", "float") if guess else ("int", "float", "flat"):
+            classes = self.data["params"].get("num_classes")
+            for kind in ("flat", "int", "spatial", "multi", "float") if guess else ("int", "float", "flat"):
                 source = like[kind] if kind == "spatial" else like.get(kind) or like["int"]  # a float per token: like the ids
-                template = batch.get(source or "") if kind != "flat" else None
+                template = batch.get(source or "") if kind not in ("flat", "multi") else None
                 shape = fields[source]["shape"] if template is not None else ["B"]
-                if kind != "flat" and template is None:
+                if kind not in ("flat", "multi") and template is None or kind == "multi" and not isinstance(classes, int):
                     continue
                 size = list(template.shape) if template is not None else [example.B]
                 if kind == "spatial":  # [B, C, H, W] -> [B, H, W]
                     shape, size = [shape[0], *shape[2:]], [size[0], *size[2:]]
-                made = example.make("float" if kind == "float" else "int", size, {"*": 1}, self.compute, seed=7).to(self.device)
+                if kind == "multi":  # a float per class of the final Linear: a multi-label (BCE) target
+                    shape, size = ["B", "num_classes"], [example.B, classes]
+                made = example.make("float" if kind in ("float", "multi") else "int", size, {"*": 1}, self.compute, seed=7).to(self.device)
+                if kind == "multi":
+                    made = made.sigmoid()  # targets in (0, 1), as a BCE's are
                 found = self._traced({**batch, p.name: made})
                 self.forwards += 1
                 if found is None or p.name not in found.used:
@@ -490,7 +517,7 @@ class _Tracing:
                 batch[p.name] = made
                 self.probed.append(p.name)
                 shape = self._own_dims(p.name, batch, list(shape)[:made.dim()])
-                fields[p.name] = self._new_field(p.name, "float" if kind == "float" else "int", shape, made)
+                fields[p.name] = self._new_field(p.name, "float" if kind in ("float", "multi") else "int", shape, made)
                 origins[f"fields.{p.name}"] = [f"shape {shape}: probed (the forward runs with it and reads it)"]
                 out += [f for f in found.findings if f.field == p.name]
                 break
@@ -520,6 +547,14 @@ class _Tracing:
             return list(shape)
         return ["B", *(f"{name}_{i}" for i in range(1, t.dim()))]
 
+    def _own_length(self, name: str, batch: dict[str, torch.Tensor]) -> list[int | str]:
+        """A flat input's axis: the batch dim, or its own where the forward runs with one element more (the
+        flat ids an `nn.EmbeddingBag` takes with offsets: N ids, however many samples)."""
+        t = batch[name]
+        self.forwards += 1
+        longer = self._traced({**batch, name: torch.cat([t, t[-1:]])})
+        return [f"{name}_0"] if longer is not None and name in longer.used else ["B"]
+
     def _own_loss(self, fields: dict[str, dict], findings: list[trace.Finding]) -> None:
         """A plain module that computes its loss from an input of its own: the hints' `labels` (a guess from the
         final Linear, for a loss outside the model) is not its target."""
@@ -539,7 +574,16 @@ class _Tracing:
                 if isinstance(entry, str) and entry != "B" and entry.isidentifier() and entry not in params:
                     dims.setdefault(entry, (name, t.shape[axis]))
         for dim, (first, size) in dims.items():
-            if dim in bounded or size <= 1:
+            listed = [r for r in self.data["rules"] if r["rule"].startswith(f"{dim} >= ")]
+            wrong = [r for r in listed if (at := example.evaluate(r["rule"].split(" >= ", 1)[1], params)) is not None
+                     and size < at]  # the lists' bound past a size the forward just ran (parallel convolutions)
+            for r in wrong:
+                self.data["rules"].remove(r)
+                unused = [k for k in _expr_names(r["rule"]) if k in params and not any(
+                    k in other["rule"] for other in self.data["rules"])]
+                for k in unused:
+                    params.pop(k)
+            if (dim in bounded and not wrong) or size <= 1:
                 continue
 
             def runs(n: int, dim: str = dim) -> bool:
@@ -556,7 +600,8 @@ class _Tracing:
             self.min_sized = True
             self.data["rules"].append({"rule": rule, "code": "dim_bound", "field": first,
                                        "hint": f"shorter than the smallest {dim} the model takes; pad short inputs"})
-            origins[f"rules.{rule}"] = [f"probe forwards: {dim} = {high} runs, {dim} = {low} raises"]
+            origins[f"rules.{rule}"] = [f"probe forwards: {dim} = {high} runs, {dim} = {low} raises",
+                                        *(f"replaces the lists' {r['rule']} (the forward ran at {dim} = {size})" for r in wrong)]
 
     def _max_length(self, batch: dict[str, torch.Tensor], findings: list[trace.Finding], tables: dict[int, str],
                     origins: dict[str, list[str]]) -> None:
@@ -737,6 +782,11 @@ def _choices(fields: dict[str, dict]) -> dict[str, dict]:
         shape = f["shape"]
         out[name] = {**f, "shape": ["B", "C", *shape[1:]]} if len(shape) >= 2 and shape[1] == "L" else f
     return out
+
+
+def _expr_names(text: str) -> set[str]:
+    """The names a rule's text uses."""
+    return set(re.findall(r"[A-Za-z_]\w*", text))
 
 
 def _resized(batch: dict[str, torch.Tensor], fields: dict[str, dict], dim: str, n: int) -> dict[str, torch.Tensor]:

@@ -156,7 +156,7 @@ def self_check(data: dict[str, Any], batches: list[dict[str, torch.Tensor]], bui
             errors += check(seen, spec, backend="torch").errors
         if not errors:
             return dropped
-        progress = [what for v in errors if (what := _drop(data, v.field, v.code, batches))]
+        progress = [what for v in errors if (what := _drop(data, v.field, v.code, batches, v.rule))]
         dropped += [w for w in progress if w not in dropped]
         if not progress:
             break
@@ -165,7 +165,7 @@ def self_check(data: dict[str, Any], batches: list[dict[str, torch.Tensor]], bui
     return dropped
 
 
-def _drop(data: dict[str, Any], field: str | None, code: str, batches: list[dict]) -> str | None:
+def _drop(data: dict[str, Any], field: str | None, code: str, batches: list[dict], rule: str | None = None) -> str | None:
     f = data["fields"].get(field) if field else None
     options = {k.code: k.option.name for k in field_kinds()}  # below_min: min, ... (each kind's own option)
     if f is not None and code in options and f.get(options[code]) not in (None, False):
@@ -183,7 +183,8 @@ def _drop(data: dict[str, Any], field: str | None, code: str, batches: list[dict
         f["shape"] = ["B", *(f"{field}_{i}" for i in range(1, rank))]
         return f"fields.{field}.shape"
     for r in list(data["rules"]):
-        if r.get("code", "rule_failed") == code and (field is None or r.get("field") == field or field in r["rule"]):
+        if r.get("code", "rule_failed") == code and (field is None or r.get("field") == field or field in r["rule"]
+                                                     or (rule or "").startswith(r["rule"])):
             data["rules"].remove(r)
             return f"rule {r['rule']!r}"
     return None
