@@ -618,6 +618,33 @@ def test_multi_label_targets_of_a_loss_inside_the_forward():
     assert [(v.field, v.code) for v in tc.check(batch, spec, backend="torch").violations] == [("labels", "above_max")]
 
 
+def test_label_fields_a_loss_reads_only_together_are_probed_together():
+    """A multi-task model's two label fields: its loss reads both, so a probe of either alone raised, neither was
+    traced, and a sentiment label of 5 for 3 classes (IndexError) gave warnings only, as every valid batch did."""
+
+    class MultiTask(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.topic, self.sent = nn.Embedding(100, 16), nn.Linear(16, 6), nn.Linear(16, 3)
+
+        def forward(self, input_ids, topic_labels=None, sentiment_labels=None):
+            h = self.emb(input_ids).mean(1)
+            t, s = self.topic(h), self.sent(h)
+            if topic_labels is None:
+                return t, s
+            return nn.functional.cross_entropy(t, topic_labels) + nn.functional.cross_entropy(s, sentiment_labels)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(MultiTask().eval())
+    batch = {"input_ids": torch.randint(0, 100, (4, 5)), "topic_labels": torch.tensor([0, 5, 2, 1]),
+             "sentiment_labels": torch.tensor([0, 1, 2, 2])}
+    assert not tc.check(batch, spec, backend="torch").violations
+    batch["sentiment_labels"][3] = 5
+    report = tc.check(batch, spec, backend="torch")
+    assert [(v.field, v.code, v.severity) for v in report.violations] == [("sentiment_labels", "above_max", "error")]
+
+
 def test_a_plain_forward_taking_kwargs_takes_any_key():
     class Pooled(nn.Module):
         def __init__(self):

@@ -521,7 +521,29 @@ class _Tracing:
                 origins[f"fields.{p.name}"] = [f"shape {shape}: probed (the forward runs with it and reads it)"]
                 out += [f for f in found.findings if f.field == p.name]
                 break
-        return out
+        return out + self._inputs_together(batch, fields, origins)
+
+    def _inputs_together(self, batch: dict[str, torch.Tensor], fields: dict[str, dict],
+                         origins: dict[str, list[str]]) -> list[trace.Finding]:
+        """The optional inputs no probe fed alone, tried all at once, one integer per sample: a multi-task
+        model's label fields, which its loss reads only together (each alone made the forward raise)."""
+        left = [p.name for p in self.accepted if not p.required and p.name not in batch and p.name not in fields
+                and "head_mask" not in p.name]
+        if len(left) < 2:
+            return []
+        made = {name: example.make("int", [example.B], {"*": 1}, self.compute, seed=7 + i).to(self.device)
+                for i, name in enumerate(left)}
+        found = self._traced({**batch, **made})
+        self.forwards += 1
+        if found is None or not set(left) <= found.used:
+            return []
+        for name in left:
+            batch[name] = made[name]
+            self.probed.append(name)
+            fields[name] = self._new_field(name, "int", ["B"], made[name])
+            origins[f"fields.{name}"] = [f"shape ['B']: probed with {', '.join(n for n in left if n != name)} "
+                                         "(the forward runs with them together and reads each)"]
+        return [f for f in found.findings if f.field in left]
 
     def _fewest_axes(self, name: str, batch: dict[str, torch.Tensor], made: torch.Tensor,
                      found: trace.Trace) -> tuple[torch.Tensor, trace.Trace]:
