@@ -645,6 +645,40 @@ def test_label_fields_a_loss_reads_only_together_are_probed_together():
     assert [(v.field, v.code, v.severity) for v in report.violations] == [("sentiment_labels", "above_max", "error")]
 
 
+class _PaddedEncoder(nn.Module):
+    """nn.TransformerEncoder with a key padding mask (1: pad): a row all pad beside a padded row is NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.fc = nn.Embedding(50, 16), nn.Linear(16, 2)
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 1)
+
+    def forward(self, input_ids, pad_mask):
+        return self.fc(self.enc(self.emb(input_ids), src_key_padding_mask=pad_mask.bool()).mean(1))
+
+
+@pytest.mark.parametrize("model, empty", [(lambda: _Pooled(), 0), (_PaddedEncoder, 1)])
+def test_a_mask_row_that_keeps_nothing_is_reported(model, empty):
+    """A mask no hint knows: a row that keeps no position (all 0 of a kept-positions mask, all 1 of a padding
+    mask) made the output NaN, and the contract passed it; and cutting the example to L = 1 made such a row,
+    which the smallest-size probe read as 'L = 1 raises' (L >= 2 or 3 on the encoder)."""
+    m = model().eval()
+    mask = "attention_mask" if empty == 0 else "pad_mask"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = tc.spec_for(m)
+    assert not [r.rule for r in spec.rules if r.code == "dim_bound"]
+    # beside the empty row, a row with one pad first (the encoder's fast path then gives NaN, not zeros)
+    rows = torch.tensor([[empty] * 6, [empty] + [1 - empty] * 5])
+    batch = {"input_ids": torch.randint(0, 30, (2, 6)), mask: rows}
+    with torch.no_grad():
+        assert not torch.isfinite(m(**batch)).all()
+    assert [(v.field, v.code, v.samples) for v in tc.check(batch, spec, backend="torch").violations] == [
+        (mask, "no_attended_position", (0,))]
+    one = {"input_ids": torch.randint(0, 30, (2, 1)), mask: torch.full((2, 1), 1 - empty)}
+    assert not tc.check(one, spec, backend="torch").violations
+
+
 def test_a_plain_forward_taking_kwargs_takes_any_key():
     class Pooled(nn.Module):
         def __init__(self):

@@ -408,6 +408,7 @@ class _Tracing:
         self._max_length(batch, findings, found.tables or {}, origins)
         self._counts(batch, findings, origins)
         self._value_sets(batch, findings, origins)
+        self._empty_rows(batch, origins)
         self._ranks(batch, origins)
         for p, messages in self.messages.items():
             if p in fields and fields[p].get("max") is not None and messages:
@@ -762,6 +763,31 @@ class _Tracing:
                                                 f"without {given[0]}, runs with it"]
             field.setdefault("severity", {})["not_in_set"] = "warning"
             origins.setdefault(f"fields.{name}", []).extend(notes)
+
+    def _empty_rows(self, batch: dict[str, torch.Tensor], origins: dict[str, list[str]]) -> None:
+        """A mask ([B, L] of zeros and ones) no rule bounds per row yet: where one sample's row all 0 (or all 1,
+        a padding mask's "pad") makes the forward raise or its loss or output NaN (a mean over no positions,
+        attention with every key masked), a rule that each row keeps a position."""
+        fields = self.data["fields"]
+        for name, t in batch.items():
+            dim = fields[name]["shape"][1] if t.dim() == 2 and len(fields[name]["shape"]) == 2 else None
+            if (not isinstance(dim, str) or t.shape[1] < 1 or not bool(((t == 0) | (t == 1)).all())
+                    or any(re.search(rf"\b{name}\b", r["rule"]) and "any(" in r["rule"] for r in self.data["rules"])):
+                continue
+            for value in (0, 1):
+                row = t.clone()
+                row[0] = value
+                self.forwards += 1
+                if probes.clean(self.call, {**batch, name: row}) is None:
+                    continue
+                rule = f"any({name} != {value}, dim={dim})"
+                keeps = "keeps no position" if value == 0 else "masks every position"
+                self.data["rules"].append({"rule": rule, "code": "no_attended_position", "field": name,
+                                           "hint": f"a row of {name} that {keeps} breaks the forward (NaN or an "
+                                           "error); drop empty samples"})
+                origins[f"rules.{rule}"] = [f"probe forwards: one row of {name} all {value} makes the forward raise or "
+                                            "its output not finite"]
+                break
 
     def _ranks(self, batch: dict[str, torch.Tensor], origins: dict[str, list[str]]) -> None:
         """Each field of several axes, probed with its last axis dropped: where the forward runs on that (and on the

@@ -33,26 +33,26 @@ def clean(call: Callable[[dict], Any], batch: dict[str, torch.Tensor]) -> Except
             out = call(batch)
     except Exception as exc:  # any failure of the model's forward means "not clean"
         return exc
-    return None if finite(out) else NonFinite("a non-finite output")
+    return None if finite(out) else ValueError("a non-finite output")
 
 
 def clean_unmasked(call: Callable[[dict], Any], batch: dict[str, torch.Tensor]) -> Exception | None:
-    """`clean`, where a non-finite output is tried again with every integer input of zeros and ones set to
-    ones: a mask row of zeros (a narrowed example's, whose kept positions were cut away) makes a mean over
-    it NaN at any length, which says nothing of the length; a NaN with every position kept does."""
+    """`clean`, where a failing forward is tried again with every integer input of zeros and ones set to
+    ones, then to zeros: a mask row that keeps nothing (a narrowed example's, whose kept positions were cut
+    away; all ones of a padding mask) makes a mean or an attention over it NaN, or a nested tensor raise, at
+    any length, which says nothing of the length; a failure with every position kept does."""
     failure = clean(call, batch)
-    if not isinstance(failure, NonFinite):
-        return failure
-    ones = {k: torch.ones_like(t) if _zeros_and_ones(t) else t for k, t in batch.items()}
-    return clean(call, ones) if any(ones[k] is not batch[k] for k in batch) else failure
+    if failure is None:
+        return None
+    masks = [k for k, t in batch.items() if _zeros_and_ones(t)]
+    for fill in (torch.ones_like, torch.zeros_like):  # ones keep every position; zeros, for a padding mask
+        if masks and clean(call, {**batch, **{k: fill(batch[k]) for k in masks}}) is None:
+            return None
+    return failure
 
 
 def _zeros_and_ones(t: torch.Tensor) -> bool:
     return not t.is_floating_point() and t.dtype != torch.bool and t.numel() > 0 and bool(((t == 0) | (t == 1)).all())
-
-
-class NonFinite(ValueError):
-    """The forward ran, and its loss (or, without one, a float output) is not finite."""
 
 
 def finite(out: Any) -> bool:
