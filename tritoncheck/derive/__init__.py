@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tritoncheck import expr as _expr
 from tritoncheck.dtypes import dtype_name
 from tritoncheck.spec.schema import BatchSpec, ParamValue, SpecError, split_where
 from tritoncheck.derive import cache
@@ -490,12 +491,12 @@ class _Tracing:
         like = {kind: next((k for k, t in batch.items() if t.dim() >= 2 and t.is_floating_point() == (kind == "float")), None)
                 for kind in ("int", "float")}
         like["spatial"] = next((k for k, t in batch.items() if t.dim() >= 3 and t.is_floating_point()), None)
+        classes = self.data["params"].get("num_classes")
         out: list[trace.Finding] = []
         for p in self.accepted:
             guess = p.name == "labels" and (not self.hf or p.name not in batch)
             if p.required or (p.name in fields and not guess) or "head_mask" in p.name:
                 continue
-            classes = self.data["params"].get("num_classes")
             for kind in ("flat", "int", "spatial", "multi", "float") if guess else ("int", "float", "flat"):
                 source = like[kind] if kind == "spatial" else like.get(kind) or like["int"]  # a float per token: like the ids
                 template = batch.get(source or "") if kind not in ("flat", "multi") else None
@@ -590,7 +591,6 @@ class _Tracing:
         size the forward takes, by bisection over probe forwards (conv and pool stacks raise on inputs shorter
         than their window). Each dim is cut alone, the others at the example's size."""
         fields, params = self.data["fields"], self.data["params"]
-        bounded = {r["rule"].split(" >= ")[0] for r in self.data["rules"] if " >= " in r["rule"]}
         dims: dict[str, tuple[str, int]] = {}  # dim -> (first field, example size)
         for name, t in batch.items() if only is None else [(only, batch[only])]:
             for axis, entry in enumerate(fields[name]["shape"]):
@@ -602,11 +602,10 @@ class _Tracing:
                      and size < at]  # the lists' bound past a size the forward just ran (parallel convolutions)
             for r in wrong:
                 self.data["rules"].remove(r)
-                unused = [k for k in _expr_names(r["rule"]) if k in params and not any(
-                    k in other["rule"] for other in self.data["rules"])]
-                for k in unused:
-                    params.pop(k)
-            if (dim in bounded and not wrong) or size <= 1:
+                used = set().union(*(_rule_names(other["rule"]) for other in self.data["rules"]))
+                for k in _rule_names(r["rule"]) & params.keys() - used:
+                    params.pop(k)  # (the lists' min_length, which no other rule names)
+            if (listed and not wrong) or size <= 1:
                 continue
 
             def runs(n: int, dim: str = dim) -> bool:
@@ -832,9 +831,9 @@ def _choices(fields: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def _expr_names(text: str) -> set[str]:
-    """The names a rule's text uses."""
-    return set(re.findall(r"[A-Za-z_]\w*", text))
+def _rule_names(text: str) -> set[str]:
+    """The names a rule uses, its `where` included."""
+    return set().union(*(_expr.names(_expr.parse(part)) for part in split_where(text)))
 
 
 def _resized(batch: dict[str, torch.Tensor], fields: dict[str, dict], dim: str, n: int) -> dict[str, torch.Tensor]:

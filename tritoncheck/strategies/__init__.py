@@ -172,7 +172,7 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
     targets: list[Any] = [*plan.checks, *plan.dim_checks, *plan.fields]
     if wanted is not None:
         targets = [t for t in targets if isinstance(t, FieldPlan) or t.code in wanted]
-    misses = [0]  # draws that found no mutation of a wanted code, while none has found one
+    misses = {"draws": 0, "found": False}  # draws without a mutation of a wanted code; whether one was ever made
 
     @st.composite
     def build(draw):
@@ -188,15 +188,16 @@ def malformed_batches(spec: BatchSpec, *, codes: Iterable[str] | None = None,
             snapshot = {k: v.clone() for k, v in ctx.batch.items()}
             out = mutate(target, ctx, rng)
             if out is not None and (wanted is None or out[2] in wanted):
-                misses[0] = -(2**62)  # one was found: the codes can be broken, and no draw ever raises
+                misses["found"] = True  # the codes can be broken: no later draw raises
                 what, name, code, samples = out
                 _unit_tails(draw, plan, ctx.batch, keep=target.name if isinstance(target, FieldPlan) else None)
                 return ctx.batch, Expected(name, code, samples, what)
             ctx.batch = snapshot
         from hypothesis import reject
 
-        misses[0] += 1
-        if wanted is not None and misses[0] >= MAX_MISSES:  # (else Hypothesis says only that its filters failed)
+        misses["draws"] += 1
+        # where no draw can break the codes asked for, say so (else Hypothesis says only that its filters failed)
+        if wanted is not None and not misses["found"] and misses["draws"] >= MAX_MISSES:
             raise UnsatisfiableSpecError(
                 f"malformed_batches({plan.spec_name}, codes={sorted(wanted)}): in {MAX_MISSES} draws no batch broke "
                 "a check of these codes alone: breaking each broke another check too (a warning "
